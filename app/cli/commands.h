@@ -1,0 +1,10 @@
+// The memscope-cli subcommands. Each lives in its own cmd_*.cpp and registers itself on the
+// root app; main.cpp calls every register_* below.
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace memscope::app {
+
+void register_info(CLI::App& app);          // cmd_info.cpp: build, torch and device info
+
+}  // namespace memscope::app

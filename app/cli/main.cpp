@@ -1,0 +1,32 @@
+// memscope-cli: the headless side of memscope (training, stepping, traces, benchmarks).
+#include <iostream>
+
+#include "app/cli/commands.h"
+#include "memscope/version.h"
+#include "model/util/errors.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"memscope-cli: headless tools for test-time-learning memory (Titans, Atlas, HOPE, TTT)"};
+  app.set_version_flag("--version", std::string("memscope ") + MEMSCOPE_VERSION +
+                                        " (LibTorch " + MEMSCOPE_TORCH_VERSION + ")");
+  app.require_subcommand(1);
+  memscope::app::register_info(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // Bad arguments: one clear line and a non-zero exit (issue 2).
+    std::cerr << "memscope-cli: " << e.what() << " (see memscope-cli --help)\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "memscope-cli: " << memscope::model::one_line(e.what()) << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,102 @@
+// The real memscope window under a real X server (Xvfb in scripts/test): render frames, save a
+// screenshot, and check its pixels show the layout rather than a blank or uniform window.
+#include <catch2/catch.hpp>
+#include <stb_image.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+
+#include <unistd.h>
+
+#include "support/run_process.h"
+
+using memscope::test::run_process;
+
+namespace {
+
+struct Image {
+  int width = 0, height = 0;
+  std::vector<unsigned char> rgb;
+  unsigned pixel(int x, int y) const {
+    const unsigned char* p = &rgb[(static_cast<std::size_t>(y) * width + x) * 3];
+    return (p[0] << 16) | (p[1] << 8) | p[2];
+  }
+};
+
+Image load_png(const std::string& path) {
+  Image image;
+  int channels = 0;
+  unsigned char* data = stbi_load(path.c_str(), &image.width, &image.height, &channels, 3);
+  REQUIRE(data != nullptr);
+  image.rgb.assign(data, data + static_cast<std::size_t>(image.width) * image.height * 3);
+  stbi_image_free(data);
+  return image;
+}
+
+std::string temp_png(const char* name) {
+  const char* dir = std::getenv("TMPDIR");
+  return std::string(dir ? dir : "/tmp") + "/memscope-test-" + name + "-" + std::to_string(getpid()) + ".png";
+}
+
+}  // namespace
+
+TEST_CASE("memscope --screenshot saves the window with its layout drawn", "[gui]") {
+  REQUIRE(std::getenv("DISPLAY") != nullptr);  // scripts/test runs the GUI tests under xvfb-run
+  const std::string path = temp_png("layout");
+  auto result = run_process({MEMSCOPE_GUI_BINARY, "--screenshot", path, "--frames", "5", "--width", "1280", "--height", "800"});
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+
+  Image image = load_png(path);
+  CHECK(image.width == 1280);
+  CHECK(image.height == 800);
+
+  // A drawn layout has text, borders and panel backgrounds: many distinct colours, and no
+  // single colour covering (nearly) everything.
+  std::map<unsigned, int> histogram;
+  for (int y = 0; y < image.height; ++y)
+    for (int x = 0; x < image.width; ++x) ++histogram[image.pixel(x, y)];
+  unsigned background = 0;
+  int most = 0;
+  for (const auto& [color, count] : histogram)
+    if (count > most) most = count, background = color;
+  CHECK(histogram.size() > 20);
+  CHECK(most < image.width * image.height * 97 / 100);
+
+  // Each band of the layout (transport on top, the three panels, tokens and status at the
+  // bottom) has something drawn in it, not just background.
+  auto drawn_in_rows = [&](int y0, int y1) {
+    int drawn = 0;
+    for (int y = y0; y < y1; ++y)
+      for (int x = 0; x < image.width; ++x) drawn += image.pixel(x, y) != background;
+    return drawn;
+  };
+  CHECK(drawn_in_rows(0, 50) > 500);                                // transport
+  CHECK(drawn_in_rows(50, 110) > 500);                              // panel headings
+  CHECK(drawn_in_rows(image.height - 110, image.height) > 500);     // tokens + status
+  std::remove(path.c_str());
+}
+
+TEST_CASE("memscope bad arguments give one clear line and a non-zero exit", "[gui]") {
+  for (auto args : std::vector<std::vector<std::string>>{
+           {MEMSCOPE_GUI_BINARY, "--frames", "0"},
+           {MEMSCOPE_GUI_BINARY, "--bogus"},
+           {MEMSCOPE_GUI_BINARY, "--width", "wide"},
+       }) {
+    auto result = run_process(args);
+    INFO(result.output);
+    CHECK(result.exit_code == 2);
+    CHECK(memscope::test::count_lines(result.output) == 1);
+    CHECK_THAT(result.output, Catch::StartsWith("memscope: "));
+  }
+}
+
+TEST_CASE("memscope reports an unwritable screenshot path in one line", "[gui]") {
+  REQUIRE(std::getenv("DISPLAY") != nullptr);
+  auto result = run_process({MEMSCOPE_GUI_BINARY, "--screenshot", "/nonexistent-dir/x.png", "--frames", "1"});
+  CHECK(result.exit_code == 1);
+  CHECK(memscope::test::count_lines(result.output) == 1);
+  CHECK_THAT(result.output, Catch::Contains("/nonexistent-dir/x.png"));
+}

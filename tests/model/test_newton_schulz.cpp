@@ -1,0 +1,56 @@
+// SPEC §6: NS_k maps any matrix to one whose singular values sit near 1 (roughly [0.7, 1.2]
+// for the quintic); the issue fixes the test band at [0.6, 1.3].
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+#include "model/memory/newton_schulz.h"
+
+using memscope::model::newton_schulz;
+using memscope::model::NsSchedule;
+
+namespace {
+
+// Singular values of the NS output for the nonzero directions of the input.
+torch::Tensor ns_singular_values(const torch::Tensor& g) {
+  return at::linalg_svdvals(newton_schulz(g));
+}
+
+}  // namespace
+
+TEST_CASE("NS output singular values lie in [0.6, 1.3] for square, tall and wide inputs", "[model]") {
+  torch::manual_seed(0);
+  for (auto shape : std::vector<std::vector<int64_t>>{{32, 32}, {64, 16}, {16, 64}, {8, 48, 24}}) {
+    auto g = torch::randn(shape, torch::kFloat64);
+    auto s = ns_singular_values(g);
+    INFO("shape " << g.sizes() << " σ " << s.min().item<double>() << ".." << s.max().item<double>());
+    CHECK(s.min().item<double>() >= 0.6);
+    CHECK(s.max().item<double>() <= 1.3);
+  }
+}
+
+TEST_CASE("NS of a rank-deficient input keeps the null space at zero", "[model]") {
+  torch::manual_seed(1);
+  auto g = torch::matmul(torch::randn({24, 3}, torch::kFloat64), torch::randn({3, 20}, torch::kFloat64));
+  auto s = ns_singular_values(g);  // descending
+  CHECK(s.slice(0, 0, 3).min().item<double>() >= 0.6);
+  CHECK(s.slice(0, 0, 3).max().item<double>() <= 1.3);
+  CHECK(s.slice(0, 3).max().item<double>() < 1e-6);
+}
+
+TEST_CASE("NS of the batch equals NS of each matrix", "[model]") {
+  torch::manual_seed(2);
+  auto g = torch::randn({4, 12, 20}, torch::kFloat64);
+  auto batched = newton_schulz(g);
+  for (int64_t i = 0; i < g.size(0); ++i)
+    CHECK(torch::allclose(batched[i], newton_schulz(g[i]), 0.0, 1e-12));
+}
+
+TEST_CASE("NS with a per-step schedule uses each triple once", "[model]") {
+  // One step of (a, b, c) = (1.5, -0.5, 0) is the cubic Newton–Schulz step; check it by hand.
+  auto g = torch::randn({6, 6}, torch::kFloat64);
+  NsSchedule cubic;
+  cubic.per_step = {{1.5, -0.5, 0.0}};
+  auto x = g / (g.norm() + 1e-7);
+  auto expected = 1.5 * x - 0.5 * torch::matmul(torch::matmul(x, x.t()), x);
+  CHECK(torch::allclose(newton_schulz(g, cubic), expected, 0.0, 1e-12));
+}
