@@ -1,0 +1,111 @@
+// viz widgets drawn in a real OpenGL window (Xvfb under scripts/test) and checked by pixels:
+// the heatmap texture shows each cell in its colormap colour, NaN in its own colour, and a line
+// plot draws its series through a spike.
+#include <catch2/catch.hpp>
+#include <stb_image.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "viz/app_window.h"
+#include "viz/heatmap.h"
+#include "viz/line_plot.h"
+
+using namespace memscope::viz;
+
+namespace {
+
+struct Pixels {
+  int width = 0, height = 0;
+  std::vector<unsigned char> rgb;
+  Rgba8 at(int x, int y) const {
+    const unsigned char* p = &rgb[(static_cast<std::size_t>(y) * width + x) * 3];
+    return {p[0], p[1], p[2], 255};
+  }
+};
+
+Pixels read_png(const std::string& path) {
+  Pixels px;
+  int channels = 0;
+  unsigned char* data = stbi_load(path.c_str(), &px.width, &px.height, &channels, 3);
+  REQUIRE(data != nullptr);
+  px.rgb.assign(data, data + static_cast<std::size_t>(px.width) * px.height * 3);
+  stbi_image_free(data);
+  return px;
+}
+
+bool close_to(const Rgba8& a, const Rgba8& b) {
+  return std::abs(a.r - b.r) <= 2 && std::abs(a.g - b.g) <= 2 && std::abs(a.b - b.b) <= 2;
+}
+
+}  // namespace
+
+TEST_CASE("heatmap and line plot render their data into the window's pixels", "[gui]") {
+  REQUIRE(std::getenv("DISPLAY") != nullptr);
+  WindowOptions options;
+  options.width = 900;
+  options.height = 600;
+  AppWindow window(options);
+
+  // 4 × 4 matrix, values spread over [-1, 1] with one NaN cell.
+  std::vector<float> matrix(16);
+  for (int i = 0; i < 16; ++i) matrix[i] = -1.0f + 2.0f * static_cast<float>(i) / 15.0f;
+  matrix[5] = NAN;
+  Heatmap heatmap;
+  HeatmapOptions heat_options;
+  heat_options.colorbar = false;
+  heat_options.scale = ScaleMode::Locked;
+  heat_options.locked = {-1.0f, 1.0f};
+  heatmap.set_data(matrix.data(), 4, 4, heat_options);
+
+  std::vector<double> xs(5000);
+  std::vector<float> ys(5000, 0.0f);
+  for (int i = 0; i < 5000; ++i) xs[i] = i;
+  ys[2500] = 10.0f;  // a one-sample spike
+  const ImU32 series_color = IM_COL32(255, 200, 0, 255);
+  PlotView view;
+
+  ImVec2 heat_origin{}, plot_origin{};
+  const std::string path = "/tmp/memscope-widgets-" + std::to_string(getpid()) + ".png";
+  for (int frame = 1; frame <= 3; ++frame) {
+    window.wait_for_events(true);
+    window.begin_frame();
+    ImGui::SetNextWindowPos({0, 0});
+    ImGui::SetNextWindowSize({900, 600});
+    ImGui::Begin("widgets", nullptr, ImGuiWindowFlags_NoDecoration);
+    heat_origin = ImGui::GetCursorScreenPos();
+    heatmap.draw("m", {400, 400});
+    ImGui::SameLine();
+    plot_origin = ImGui::GetCursorScreenPos();
+    draw_line_plot("p", view, {{"loss", xs.data(), ys.data(), xs.size(), series_color}}, {}, {420, 300});
+    ImGui::End();
+    window.end_frame();
+    if (frame == 3) REQUIRE(window.screenshot(path).empty());
+    window.present();
+  }
+
+  Pixels px = read_png(path);
+  const Colormap& map = colormap(ColormapKind::RdBu);
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 4; ++c) {
+      const int x = static_cast<int>(heat_origin.x + (c + 0.5f) * 100.0f);
+      const int y = static_cast<int>(heat_origin.y + (r + 0.5f) * 100.0f);
+      const Rgba8 expected = map.map(matrix[r * 4 + c], -1.0f, 1.0f);
+      INFO("cell " << r << "," << c);
+      CHECK(close_to(px.at(x, y), expected));
+    }
+  CHECK(px.at(static_cast<int>(heat_origin.x + 150), static_cast<int>(heat_origin.y + 150)) == Colormap::nan_color());
+
+  // The spike reaches the top part of the plot: some pixel of the series colour lies in the
+  // upper fifth of the plot, near the middle column.
+  int spike_pixels = 0;
+  for (int y = static_cast<int>(plot_origin.y); y < static_cast<int>(plot_origin.y + 60); ++y)
+    for (int x = static_cast<int>(plot_origin.x + 200); x < static_cast<int>(plot_origin.x + 280); ++x)
+      spike_pixels += close_to(px.at(x, y), {255, 200, 0, 255});
+  CHECK(spike_pixels > 5);
+  if (!std::getenv("MEMSCOPE_KEEP_PNG")) std::remove(path.c_str());  // keep it to look at
+}

@@ -1,0 +1,23 @@
+// Min/max decimation for line plots (Tracy's method): per pixel column keep the first, smallest,
+// largest and last sample, so a one-sample spike never disappears and a million points draw as
+// a few thousand vertices.
+#pragma once
+#include <cstddef>
+#include <vector>
+
+namespace memscope::viz {
+
+struct PlotPoint {
+  double x;
+  float y;
+};
+
+// xs must be ascending (steps). Keeps the samples with x in [x_min, x_max] plus one neighbour on
+// each side (so lines run to the plot's edges), bucketed into `columns` pixel columns. Non-finite
+// y values are dropped (the plot marks them separately). The output is in x order, at most
+// 4 points per column plus the two neighbours; it is exact (every input sample kept) when there
+// are fewer samples than columns.
+std::vector<PlotPoint> decimate_minmax(const double* xs, const float* ys, std::size_t count, double x_min,
+                                       double x_max, int columns);
+
+}  // namespace memscope::viz
