@@ -7,6 +7,7 @@
 
 #include <imgui_internal.h>  // ImRect
 
+#include "viz/axis_ticks.h"
 #include "viz/decimate.h"
 #include "viz/theme.h"
 
@@ -104,8 +105,8 @@ double draw_line_plot(const char* id, PlotView& view, const std::vector<PlotSeri
   char label[48];
   const ImU32 grid = ImGui::GetColorU32(ImGuiCol_Border);
   const ImU32 text = ImGui::GetColorU32(ImGuiCol_TextDisabled);
-  for (int i = 0; i <= 2; ++i) {  // three horizontal grid lines with their values
-    const float y = y_lo + (y_hi - y_lo) * (0.1f + 0.4f * i);
+  for (double tick : nice_ticks(y_lo, y_hi, std::max(2, static_cast<int>(plot.GetHeight() / 40.0f)))) {
+    const float y = static_cast<float>(tick);
     const ImVec2 p = to_screen(view.x_min, y);
     draw->AddLine({plot.Min.x, p.y}, {plot.Max.x, p.y}, grid);
     std::snprintf(label, sizeof label, "%.3g", y);
