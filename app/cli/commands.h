@@ -6,5 +6,6 @@
 namespace memscope::app {
 
 void register_info(CLI::App& app);          // cmd_info.cpp: build, torch and device info
+void register_memory_trace(CLI::App& app);  // cmd_memory_trace.cpp: one memory layer's full trace
 
 }  // namespace memscope::app

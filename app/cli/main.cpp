@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
                                         " (LibTorch " + MEMSCOPE_TORCH_VERSION + ")");
   app.require_subcommand(1);
   memscope::app::register_info(app);
+  memscope::app::register_memory_trace(app);
 
   try {
     app.parse(argc, argv);

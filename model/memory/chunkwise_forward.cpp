@@ -1,0 +1,299 @@
+// The chunkwise-parallel form (SPEC §9; Titans §3.2, Atlas Eq. 15/39-41). Inside a chunk of b
+// tokens every gradient is taken at the memory from the end of the previous chunk, so all b
+// gradients are one batched computation; momentum and retention are then linear recurrences,
+// solved in closed form with b×b decay matrices (linear_scan.h); NS runs batched over the chunk.
+#include <torch/csrc/autograd/autograd.h>
+
+#include "model/memory/attentional_bias.h"
+#include "model/memory/linear_scan.h"
+#include "model/memory/memory_layer.h"
+#include "model/memory/mlp_memory.h"
+#include "model/memory/newton_schulz.h"
+#include "model/memory/retention.h"
+
+namespace memscope::model {
+
+namespace {
+
+at::Tensor per_token_scale(const at::Tensor& gate) { return gate.unsqueeze(-1).unsqueeze(-1); }  // [B,H,n,1,1]
+
+// Σ_s D[t,s] X_s for a stack X [B,H,n,a,b] of matrices.
+at::Tensor mix(const at::Tensor& d, const at::Tensor& x) {
+  return at::matmul(d, x.flatten(-2)).view(x.sizes());
+}
+
+// The window of each chunk token, oldest first: [B,H,n+c−1,…] → [B,H,n,c,…].
+at::Tensor windows(const at::Tensor& ext, int64_t c) {
+  at::Tensor w = ext.unfold(2, c, 1);  // [B,H,n,…,c]
+  return ext.dim() == 3 ? w : w.movedim(-1, 3);
+}
+
+struct ChunkResult {
+  at::Tensor y;                      // [B,H,n,d_v]
+  at::Tensor weights;                // [B,H,n,c]
+  at::Tensor loss_before, loss_after;  // [B,H,n] (record only)
+  std::vector<at::Tensor> memory, momentum;  // [B,H,n,…] (record only)
+  at::Tensor latent;
+};
+
+class ChunkRunner {
+ public:
+  ChunkRunner(const MemoryLayerImpl& layer, MemoryState& state, bool record)
+      : layer_(layer), rule_(layer.rule()), state_(state), record_(record) {}
+
+  // One chunk of n tokens, all [B,H,n,…]; `gradient_point` is the chunk-start memory.
+  ChunkResult run(const at::Tensor& phi, const at::Tensor& q, const at::Tensor& v, const at::Tensor& alpha,
+                  const at::Tensor& eta, const at::Tensor& beta, const at::Tensor& gamma, const at::Tensor& delta,
+                  const std::vector<at::Tensor>& gradient_point) {
+    const int64_t c = rule_.window, n = phi.size(2);
+    ext_phi_ = at::cat({state_.ring_phi, phi}, 2);
+    ext_v_ = at::cat({state_.ring_v, v}, 2);
+    ext_gamma_ = at::cat({state_.ring_gamma, gamma}, 2);
+    win_phi_ = windows(ext_phi_, c);
+    win_v_ = windows(ext_v_, c);
+    weights_ = windows(ext_gamma_, c) * layer_.position_weights(phi.options());
+    win_delta_ = delta.unsqueeze(-1);
+
+    ChunkResult out;
+    const bool fast = !record_ && rule_.structure == Structure::Linear && rule_.optimiser != Optimiser::Muon &&
+                      (rule_.retention == Retention::L2Decay || rule_.retention == Retention::None);
+    if (fast) {
+      linear_psi(gradient_point[0]);  // the dual form needs ψ only, never the per-token g_t
+      out.y = dual_form(q, alpha, eta, beta);
+    } else {
+      out = materialised(gradients(gradient_point), q, alpha, eta, beta);
+    }
+    out.weights = weights_;
+    state_.ring_phi = ext_phi_.slice(2, n);
+    state_.ring_v = ext_v_.slice(2, n);
+    state_.ring_gamma = ext_gamma_.slice(2, n);
+    return out;
+  }
+
+ private:
+  bool linear() const { return rule_.structure == Structure::Linear; }
+
+  // Outputs of the memory `mem` (one matrix stack per weight, [B,H,n,…] or [B,H,…]) on the windows.
+  at::Tensor window_read(const std::vector<at::Tensor>& mem, bool per_token) const {
+    auto w = [&](const at::Tensor& m) { return per_token ? m : m.unsqueeze(2); };
+    return linear() ? at::matmul(win_phi_, w(mem[0]).transpose(-1, -2)) : layer_.mlp_read(win_phi_, w(mem[0]), w(mem[1]));
+  }
+
+  at::Tensor window_loss(const std::vector<at::Tensor>& per_token_mem) const {
+    return (weights_ * bias_loss(window_read(per_token_mem, true), win_v_, rule_, win_delta_)).sum(-1);
+  }
+
+  // ψ_{t,j} = γ_{t,j} ∂ℓ/∂y at the chunk-start M for every window slot: [B,H,n,c,d_v]. One
+  // [n·c, d_φ] × [d_φ, d_v] product per head rather than n broadcast copies of M.
+  void linear_psi(const at::Tensor& m) {
+    auto sizes = win_phi_.sizes().vec();
+    at::Tensor y = at::matmul(win_phi_.flatten(2, 3), m.transpose(-1, -2));
+    sizes.back() = m.size(-2);
+    psi_ = bias_grad(y.view(sizes), win_v_, rule_, win_delta_) * weights_.unsqueeze(-1);
+  }
+
+  // g_t for every chunk token at the chunk-start memory: [B,H,n,…] per weight.
+  std::vector<at::Tensor> gradients(const std::vector<at::Tensor>& gp) {
+    if (linear()) {
+      linear_psi(gp[0]);
+      return {at::matmul(psi_.transpose(-1, -2), win_phi_)};
+    }
+    // MLP: per-token gradients via one autograd call to the activations (∂ℓ/∂h, ∂ℓ/∂o), then
+    // outer products; create_graph when training so the outer loss sees through the update.
+    const bool differentiable = at::GradMode::is_enabled() &&
+                                (gp[0].requires_grad() || gp[1].requires_grad() || win_phi_.requires_grad() ||
+                                 weights_.requires_grad());
+    at::AutoGradMode grad_on(true);
+    at::Tensor w1 = differentiable ? gp[0] : gp[0].detach().requires_grad_(true);
+    at::Tensor w2 = differentiable ? gp[1] : gp[1].detach().requires_grad_(true);
+    at::Tensor z = differentiable ? win_phi_ : win_phi_.detach();
+    MlpPass pass = mlp_pass(z, w1.unsqueeze(2), w2.unsqueeze(2), layer_.ln_weight.to(z.dtype()),
+                            layer_.ln_bias.to(z.dtype()));
+    at::Tensor psi = bias_grad(pass.y, win_v_, rule_, win_delta_) * weights_.unsqueeze(-1);
+    if (!differentiable) psi = psi.detach();
+    auto d = torch::autograd::grad({pass.y}, {pass.h, pass.o}, {psi}, /*retain_graph=*/differentiable,
+                                   /*create_graph=*/differentiable);
+    at::Tensor g1 = at::matmul(d[1].transpose(-1, -2), pass.a);  // Σ_j δo aᵀ: [B,H,n,d,4d]
+    at::Tensor g2 = at::matmul(d[0].transpose(-1, -2), z);       // Σ_j δh φᵀ: [B,H,n,4d,d]
+    if (!differentiable) return {g1.detach(), g2.detach()};
+    return {g1, g2};
+  }
+
+  // Every per-token state materialised: needed for NS (nonlinear in S_t), for the nonlinear
+  // retentions' projection, and for traces.
+  ChunkResult materialised(const std::vector<at::Tensor>& grads, const at::Tensor& q, const at::Tensor& alpha,
+                           const at::Tensor& eta, const at::Tensor& beta) {
+    const int64_t n = q.size(2);
+    ChunkResult out;
+    const DecayProducts retain = decay_products(alpha);
+    std::vector<at::Tensor> before = state_.memory;
+    std::vector<at::Tensor> mem_all, s_all;
+    for (size_t i = 0; i < grads.size(); ++i) {
+      const at::Tensor& g = grads[i];
+      const at::Tensor s0 = state_.momentum[i].unsqueeze(2);
+      at::Tensor momentum, update;
+      if (rule_.optimiser == Optimiser::Dgd) {
+        momentum = s0.expand_as(g);
+        update = per_token_scale(eta) * g;
+      } else {
+        // S_t = β_t S_{t−1} + u_t with u = η g (gd-momentum) or g (muon), SPEC §5.
+        const DecayProducts decay = decay_products(beta);
+        at::Tensor u = rule_.optimiser == Optimiser::GdMomentum ? per_token_scale(eta) * g : g;
+        momentum = per_token_scale(decay.from_start) * s0 + mix(decay.within, u);
+        update = rule_.optimiser == Optimiser::GdMomentum
+                     ? momentum
+                     : per_token_scale(eta) * newton_schulz(momentum, rule_.ns);
+      }
+      // Z_t = α_t Z_{t−1} − U_t on the retention's latent Z (retention.h), then M_t = P(Z_t).
+      at::Tensor z0;
+      switch (rule_.retention) {
+        case Retention::LqNormalize: z0 = state_.latent; break;
+        case Retention::Softmax: z0 = softmax_latent(state_.memory[i]); break;
+        default: z0 = state_.memory[i];
+      }
+      at::Tensor latent = per_token_scale(retain.from_start) * z0.unsqueeze(2) - mix(retain.within, update);
+      at::Tensor memory;
+      switch (rule_.retention) {
+        case Retention::LqNormalize:
+          memory = lq_normalize(latent, rule_.lq_q);
+          state_.latent = latent.select(2, n - 1);
+          if (record_) out.latent = latent;
+          break;
+        case Retention::Softmax: memory = softmax_rows(latent); break;
+        default: memory = latent;
+      }
+      mem_all.push_back(memory);
+      s_all.push_back(momentum);
+      state_.memory[i] = memory.select(2, n - 1);
+      state_.momentum[i] = momentum.select(2, n - 1);
+    }
+    std::vector<at::Tensor> read_from = mem_all;
+    std::vector<at::Tensor> prev(mem_all.size());
+    for (size_t i = 0; i < mem_all.size(); ++i)
+      prev[i] = at::cat({before[i].unsqueeze(2), mem_all[i].slice(2, 0, n - 1)}, 2);
+    if (rule_.read == ReadOrder::BeforeWrite) read_from = prev;
+    if (linear()) {
+      out.y = at::matmul(read_from[0], q.unsqueeze(-1)).squeeze(-1);
+    } else {
+      out.y = layer_.mlp_read(q.unsqueeze(-2), read_from[0], read_from[1]).squeeze(-2);
+    }
+    if (record_) {
+      out.loss_before = window_loss(prev);
+      out.loss_after = window_loss(mem_all);
+      out.memory = mem_all;
+      out.momentum = s_all;
+    }
+    return out;
+  }
+
+  // Linear memory, gd-momentum or dgd, l2-decay or none: everything stays linear in M_0, S_0 and
+  // the ψ_{r,j} φ_{r+j}ᵀ terms, so reads and the end state need only n×n coefficient matrices
+  // and never materialise a per-token d_v×d_φ matrix (the DeltaNet/TTT "dual form").
+  //   S_t = P^β_t S_0 + Σ_r D^β[t,r] η_r g_r,   M_t = P^α_t M_0 − Σ_s D^α[t,s] S_s
+  //       = P^α_t M_0 − (D^α P^β)_t S_0 − Σ_r (D^α D^β)[t,r] η_r g_r
+  at::Tensor dual_form(const at::Tensor& q, const at::Tensor& alpha, const at::Tensor& eta, const at::Tensor& beta) {
+    const int64_t n = q.size(2), c = rule_.window;
+    const DecayProducts retain = decay_products(alpha);
+    const bool has_momentum = rule_.optimiser == Optimiser::GdMomentum;
+    at::Tensor k = retain.within, s_coef;
+    DecayProducts decay;
+    if (has_momentum) {
+      decay = decay_products(beta);
+      k = at::matmul(retain.within, decay.within);
+      s_coef = at::matmul(retain.within, decay.from_start.unsqueeze(-1)).squeeze(-1);
+    } else {
+      s_coef = at::zeros_like(alpha);
+    }
+    at::Tensor coef = (k * eta.unsqueeze(-2)).repeat_interleave(c, -1);  // [B,H,n,n·c]
+    at::Tensor psi = psi_.flatten(2, 3);                                   // [B,H,n·c,d_v]
+    at::Tensor phi = win_phi_.flatten(2, 3);                               // [B,H,n·c,d_φ]
+    const at::Tensor m0 = state_.memory[0], s0 = state_.momentum[0];
+
+    at::Tensor a_coef = retain.from_start, row_coef = coef, srow = s_coef;
+    if (rule_.read == ReadOrder::BeforeWrite) {  // y_t = M_{t−1} q_t: coefficients of row t−1
+      a_coef = at::cat({at::ones_like(a_coef.slice(-1, 0, 1)), a_coef.slice(-1, 0, n - 1)}, -1);
+      srow = at::cat({at::zeros_like(srow.slice(-1, 0, 1)), srow.slice(-1, 0, n - 1)}, -1);
+      row_coef = at::cat({at::zeros_like(coef.slice(-2, 0, 1)), coef.slice(-2, 0, n - 1)}, -2);
+    }
+    at::Tensor y = a_coef.unsqueeze(-1) * at::matmul(q, m0.transpose(-1, -2)) -
+                   at::matmul(row_coef * at::matmul(q, phi.transpose(-1, -2)), psi);
+    if (has_momentum) y = y - srow.unsqueeze(-1) * at::matmul(q, s0.transpose(-1, -2));
+
+    const at::Tensor last = coef.select(-2, n - 1).unsqueeze(-1);  // [B,H,n·c,1]
+    at::Tensor m_end = per_token_scale(retain.from_start.select(-1, n - 1)) * m0 -
+                       at::matmul((psi * last).transpose(-1, -2), phi);
+    if (has_momentum) {
+      const at::Tensor s_last = s_coef.select(-1, n - 1).unsqueeze(-1).unsqueeze(-1);
+      m_end = m_end - s_last * s0;
+      at::Tensor s_weights = (decay.within.select(-2, n - 1) * eta).repeat_interleave(c, -1).unsqueeze(-1);
+      state_.momentum[0] = decay.from_start.select(-1, n - 1).unsqueeze(-1).unsqueeze(-1) * s0 +
+                           at::matmul((psi * s_weights).transpose(-1, -2), phi);
+    }
+    state_.memory[0] = m_end;
+    return y;
+  }
+
+  const MemoryLayerImpl& layer_;
+  const MemoryRule& rule_;
+  MemoryState& state_;
+  bool record_;
+  at::Tensor ext_phi_, ext_v_, ext_gamma_, win_phi_, win_v_, weights_, win_delta_, psi_;
+};
+
+}  // namespace
+
+ForwardOutput MemoryLayerImpl::forward(const at::Tensor& x, MemoryState& state, int64_t chunk, bool record) const {
+  TORCH_CHECK(chunk >= 1, "memory forward: chunk size must be at least 1, got ", chunk);
+  ProjectedTokens p = project(x, state);
+  const int64_t T = x.size(1);
+  auto heads_first = [](const at::Tensor& t) { return t.transpose(1, 2); };  // [B,T,H,…] → [B,H,T,…]
+  const at::Tensor phi = heads_first(p.phi_k), q = heads_first(p.phi_q), v = heads_first(p.v);
+  const at::Tensor alpha = heads_first(p.retain), eta = heads_first(p.lr), beta = heads_first(p.momentum);
+  const at::Tensor gamma = heads_first(p.gamma), delta = heads_first(p.delta);
+
+  ChunkRunner runner(*this, state, record);
+  std::vector<ChunkResult> results;
+  for (int64_t pos = 0; pos < T;) {
+    // Chunks sit at multiples of b from the stream start; a chunk left open by the previous
+    // call (same b) continues with its stored gradient point.
+    const int64_t offset = state.tokens % chunk;
+    const bool continuing = offset != 0 && state.anchor_chunk == chunk && !state.anchor.empty();
+    const int64_t n = std::min(chunk - offset, T - pos);
+    const std::vector<at::Tensor> gradient_point = continuing ? state.anchor : state.memory;
+    auto part = [&](const at::Tensor& t) { return t.slice(2, pos, pos + n); };
+    results.push_back(runner.run(part(phi), part(q), part(v), part(alpha), part(eta), part(beta), part(gamma),
+                                 part(delta), gradient_point));
+    pos += n;
+    state.tokens += n;
+    if (state.tokens % chunk != 0) {
+      state.anchor = gradient_point;
+      state.anchor_chunk = chunk;
+    } else {
+      state.anchor.clear();
+      state.anchor_chunk = 0;
+    }
+  }
+
+  auto gather = [&](auto field) {
+    std::vector<at::Tensor> parts;
+    for (const auto& r : results) parts.push_back(field(r));
+    return heads_first(at::cat(parts, 2));
+  };
+  ForwardOutput out;
+  out.y = gather([](const ChunkResult& r) { return r.y; });
+  if (!record) return out;
+  ForwardTrace trace;
+  trace.inputs = p;
+  trace.gamma = gather([](const ChunkResult& r) { return r.weights; });
+  trace.loss_before = gather([](const ChunkResult& r) { return r.loss_before; });
+  trace.loss_after = gather([](const ChunkResult& r) { return r.loss_after; });
+  for (size_t i = 0; i < state.memory.size(); ++i) {
+    trace.memory.push_back(gather([i](const ChunkResult& r) { return r.memory[i]; }));
+    trace.momentum.push_back(gather([i](const ChunkResult& r) { return r.momentum[i]; }));
+  }
+  if (state.latent.defined()) trace.latent = gather([](const ChunkResult& r) { return r.latent; });
+  out.trace = std::move(trace);
+  return out;
+}
+
+}  // namespace memscope::model

@@ -1,0 +1,154 @@
+// MemoryLayer: one test-time-learning memory (SPEC §1–§6) as a torch::nn::Module. Its outer
+// (meta-learned) parameters are the q/k/v projections, the optional causal conv, the gates, φ's
+// coefficients, M_0 and (mlp) LN; the inner state lives in a MemoryState owned by the caller.
+//
+// Two forms of the same recurrence (DESIGN principle 4, SPEC §9):
+//   step(x_t, state)            the exact sequential reference, with a StepRecord for the probes;
+//   forward(x, state, chunk b)  the chunkwise-parallel form used for training; b = 1 equals step.
+#pragma once
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include <array>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/memory/memory_rule.h"
+#include "model/memory/memory_state.h"
+
+namespace memscope::model {
+
+struct MemoryLayerOptions {
+  int64_t d_model = 64;  // width of the input x
+  int64_t heads = 1;
+  int64_t head_dim = 0;  // d_k = d_v per head; 0 means d_model / heads
+};
+
+// The data-dependent gates of SPEC §1 (+ the Huber threshold δ_t of SPEC §4).
+enum class Gate { Retain, Lr, Momentum, Gamma, HuberDelta };
+inline constexpr int kGateCount = 5;
+const char* to_string(Gate gate);
+
+// A run-time override of one gate (GUI, SPEC §8 "any override in force"). `values` holds one
+// value per head, or a single value for all heads. Constant replaces the gate, Multiply scales it.
+struct GateOverride {
+  enum class Mode { Off, Constant, Multiply };
+  Mode mode = Mode::Off;
+  std::vector<double> values;
+};
+
+// Per-token inputs of the recurrence (SPEC §2), [B,T,H,…]; gates hold the values actually used
+// (after the rule's fixed values and any override).
+struct ProjectedTokens {
+  at::Tensor phi_k;     // [B,T,H,d_φ]
+  at::Tensor phi_q;     // [B,T,H,d_φ]
+  at::Tensor v;         // [B,T,H,d_v]
+  at::Tensor retain;    // [B,T,H] α_t
+  at::Tensor lr;        // [B,T,H] η_t
+  at::Tensor momentum;  // [B,T,H] β_t
+  at::Tensor gamma;     // [B,T,H] the token's own window gate (1 unless `gated`)
+  at::Tensor delta;     // [B,T,H] Huber δ_t (1 for other biases)
+};
+
+// What one sequential step did, for the probes (SPEC §8). Tensors are [B,H,…].
+struct StepRecord {
+  at::Tensor phi_k, phi_q, v;              // [B,H,d_φ], [B,H,d_φ], [B,H,d_v]
+  at::Tensor retain, lr, momentum, delta;  // [B,H]
+  at::Tensor gamma;                        // [B,H,c] window weights γ_{t,i}, oldest first
+  at::Tensor token_gamma;                  // [B,H] this token's own window gate
+  at::Tensor loss_before;                  // [B,H] L_t(M_{t−1})
+  at::Tensor loss_after;                   // [B,H] L_t(M_t)
+  std::vector<at::Tensor> gradient;        // g_t per memory weight (state.names order)
+  std::vector<at::Tensor> ns_output;       // NS_k(S_t) per weight (muon only, else empty)
+};
+
+struct StepOutput {
+  at::Tensor y;  // [B,H,d_v]
+  StepRecord record;
+};
+
+// Everything per token, [B,T,H,…], for traces and tests (forward with record = true).
+struct ForwardTrace {
+  ProjectedTokens inputs;
+  at::Tensor gamma;                      // [B,T,H,c] window weights, oldest first
+  at::Tensor loss_before, loss_after;    // [B,T,H]
+  std::vector<at::Tensor> memory;        // states after each token, per weight: [B,T,H,…]
+  std::vector<at::Tensor> momentum;      // S after each token, per weight: [B,T,H,…]
+  at::Tensor latent;                     // lq-normalize's A after each token, else undefined
+};
+
+struct ForwardOutput {
+  at::Tensor y;  // [B,T,H,d_v]
+  std::optional<ForwardTrace> trace;
+};
+
+// Where a new stream starts: the momentum reset policy (SPEC §5) decides whether S survives.
+enum class Boundary { Sequence, Batch };
+
+class MemoryLayerImpl : public torch::nn::Module {
+ public:
+  MemoryLayerImpl(MemoryRule rule, MemoryLayerOptions options);
+
+  const MemoryRule& rule() const { return rule_; }
+  int64_t heads() const { return heads_; }
+  int64_t head_dim() const { return head_dim_; }
+  int64_t feature_dim() const { return feature_dim_; }
+  int64_t d_model() const { return d_model_; }
+  std::vector<std::string> memory_names() const;
+
+  // A fresh state (M = M_0, S = 0, empty window) for `batch` sequences on the parameters' device.
+  MemoryState initial_state(int64_t batch) const;
+
+  // Reset everything for the given heads (all when empty): M = M_0, S = 0, window and conv emptied.
+  void reset(MemoryState& state, const std::vector<int64_t>& heads = {}) const;
+
+  // A new sequence (or batch) begins: M, window, conv and counter reset; S per `rule().reset`.
+  void begin(MemoryState& state, Boundary boundary) const;
+
+  // q, k, v, φ and the gates for x [B,T,D]; advances the conv state.
+  ProjectedTokens project(const at::Tensor& x, MemoryState& state) const;
+
+  // The exact sequential step on x_t [B,D] (sequential_step.cpp).
+  StepOutput step(const at::Tensor& x_t, MemoryState& state) const;
+
+  // The chunkwise-parallel form on x [B,T,D] with chunk size b (chunkwise_forward.cpp).
+  // Differentiable when grad mode is on; `record` also returns the per-token trace.
+  ForwardOutput forward(const at::Tensor& x, MemoryState& state, int64_t chunk, bool record = false) const;
+
+  // step() over every token of x, stacked like forward's output (the reference for tests).
+  ForwardOutput forward_sequential(const at::Tensor& x, MemoryState& state, bool record = false) const;
+
+  void set_override(Gate gate, GateOverride value);
+  const GateOverride& override_of(Gate gate) const { return overrides_[static_cast<int>(gate)]; }
+  void clear_overrides();
+
+  // Window weights by position (oldest first) before the per-token gate: [c].
+  at::Tensor position_weights(const at::TensorOptions& options) const;
+
+  // The MLP memory read M(z) = z + LN(W_1 GELU(W_2 z)) (SPEC §3) with batched weights.
+  at::Tensor mlp_read(const at::Tensor& z, const at::Tensor& w1, const at::Tensor& w2) const;
+
+  // Outer parameters (registered; exposed for tests and the trainer).
+  at::Tensor w_q, w_k, w_v;                  // [H·d, D]
+  at::Tensor conv_weight;                    // [3·H·d, 4] (conv only)
+  std::array<at::Tensor, kGateCount> gate_w;  // [H, D] per gate (undefined when unused)
+  std::array<at::Tensor, kGateCount> gate_b;  // [H]
+  at::Tensor poly_coefficients;              // [p] a_1..a_p (poly only)
+  at::Tensor m0;                             // linear: [H,d_v,d_φ] (memora: logits of M_0; moneta: A_0)
+  at::Tensor w1_0, w2_0;                     // mlp: [H,d,4d], [H,4d,d]
+  at::Tensor ln_weight, ln_bias;             // mlp: [H,d]
+
+ private:
+  at::Tensor gate_value(Gate gate, const at::Tensor& x) const;
+  at::Tensor apply_override(Gate gate, const at::Tensor& value) const;
+  std::vector<at::Tensor> initial_memory(int64_t batch, at::Tensor* latent) const;
+
+  MemoryRule rule_;
+  int64_t d_model_, heads_, head_dim_, feature_dim_;
+  std::array<GateOverride, kGateCount> overrides_;
+};
+TORCH_MODULE(MemoryLayer);
+
+}  // namespace memscope::model

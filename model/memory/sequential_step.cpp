@@ -1,0 +1,178 @@
+// The sequential step: one token, exact, the reference every other form is tested against
+// (SPEC §9). Written per token and plainly; the chunkwise form shares none of its update code.
+#include <torch/csrc/autograd/autograd.h>
+
+#include "model/memory/attentional_bias.h"
+#include "model/memory/memory_layer.h"
+#include "model/memory/newton_schulz.h"
+#include "model/memory/retention.h"
+
+namespace memscope::model {
+
+namespace {
+
+at::Tensor as_matrix_scale(const at::Tensor& gate) { return gate.unsqueeze(-1).unsqueeze(-1); }  // [B,H,1,1]
+
+}  // namespace
+
+StepOutput MemoryLayerImpl::step(const at::Tensor& x_t, MemoryState& state) const {
+  TORCH_CHECK(x_t.dim() == 2, "memory step: expected x_t of shape [B,D], got ", x_t.sizes());
+  ProjectedTokens p = project(x_t.unsqueeze(1), state);
+  auto token = [](const at::Tensor& t) { return t.select(1, 0); };
+  const at::Tensor phi_k = token(p.phi_k), phi_q = token(p.phi_q), v = token(p.v);
+  const at::Tensor alpha = token(p.retain), eta = token(p.lr), beta = token(p.momentum);
+  const at::Tensor delta = token(p.delta);
+
+  // The Omega window of SPEC §4: the ring's c−1 older tokens and this one, oldest first.
+  const at::Tensor window_phi = at::cat({state.ring_phi, phi_k.unsqueeze(2)}, 2);  // [B,H,c,d_φ]
+  const at::Tensor window_v = at::cat({state.ring_v, v.unsqueeze(2)}, 2);          // [B,H,c,d_v]
+  const at::Tensor window_gamma = at::cat({state.ring_gamma, token(p.gamma).unsqueeze(2)}, 2);
+  const at::Tensor weights = window_gamma * position_weights(window_gamma.options());  // γ_{t,i}
+  const at::Tensor window_delta = delta.unsqueeze(-1);  // L_t uses δ_t for its whole window
+
+  const bool linear = rule_.structure == Structure::Linear;
+  auto read = [&](const std::vector<at::Tensor>& mem, const at::Tensor& z) {  // z [B,H,n,d_φ]
+    return linear ? at::matmul(z, mem[0].transpose(-1, -2)) : mlp_read(z, mem[0], mem[1]);
+  };
+  auto window_loss = [&](const at::Tensor& y) {
+    return (weights * bias_loss(y, window_v, rule_, window_delta)).sum(-1);
+  };
+
+  StepRecord rec;
+  rec.phi_k = phi_k;
+  rec.phi_q = phi_q;
+  rec.v = v;
+  rec.retain = alpha;
+  rec.lr = eta;
+  rec.momentum = beta;
+  rec.delta = delta;
+  rec.gamma = weights;
+  rec.token_gamma = token(p.gamma);
+
+  const std::vector<at::Tensor> before = state.memory;
+  if (linear) {
+    // SPEC §4: g_t = Σ_i γ_{t,i} ∂ℓ/∂y(M φ_i, v_i) φ_iᵀ (analytic).
+    at::Tensor y = read(before, window_phi);
+    rec.loss_before = window_loss(y);
+    at::Tensor psi = bias_grad(y, window_v, rule_, window_delta) * weights.unsqueeze(-1);
+    rec.gradient = {at::matmul(psi.transpose(-1, -2), window_phi)};
+  } else {
+    // SPEC §4: for MLP memory g_t = ∇_M L_t by autograd; with create_graph when training.
+    const bool differentiable = at::GradMode::is_enabled() && (before[0].requires_grad() || before[1].requires_grad() ||
+                                                              window_phi.requires_grad() || weights.requires_grad());
+    at::AutoGradMode grad_on(true);
+    std::vector<at::Tensor> leaves = before;
+    if (!differentiable)
+      for (auto& w : leaves) w = w.detach().requires_grad_(true);
+    at::Tensor y = read(leaves, differentiable ? window_phi : window_phi.detach());
+    at::Tensor psi = bias_grad(y, window_v, rule_, window_delta) * weights.unsqueeze(-1);
+    if (!differentiable) psi = psi.detach();
+    rec.gradient = torch::autograd::grad({y}, leaves, {psi}, /*retain_graph=*/differentiable,
+                                         /*create_graph=*/differentiable);
+    rec.loss_before = window_loss(differentiable ? y : y.detach());
+    if (!differentiable)
+      for (auto& g : rec.gradient) g = g.detach();
+  }
+  if (!at::GradMode::is_enabled()) rec.loss_before = rec.loss_before.detach();
+
+  // SPEC §5: optimiser, then retention.
+  std::vector<at::Tensor> after(before.size());
+  for (size_t i = 0; i < before.size(); ++i) {
+    const at::Tensor& g = rec.gradient[i];
+    at::Tensor update;  // U_t, what is subtracted from the retained memory
+    switch (rule_.optimiser) {
+      case Optimiser::GdMomentum:
+        state.momentum[i] = as_matrix_scale(beta) * state.momentum[i] + as_matrix_scale(eta) * g;
+        update = state.momentum[i];
+        break;
+      case Optimiser::Muon: {
+        state.momentum[i] = as_matrix_scale(beta) * state.momentum[i] + g;
+        at::Tensor orthogonal = newton_schulz(state.momentum[i], rule_.ns);
+        rec.ns_output.push_back(orthogonal);
+        update = as_matrix_scale(eta) * orthogonal;
+        break;
+      }
+      case Optimiser::Dgd:
+        // M_t = M_{t−1}(αI − η φφᵀ) + η v φᵀ = α M_{t−1} − η g_t for the l2 bias and c = 1.
+        update = as_matrix_scale(eta) * g;
+        break;
+    }
+    switch (rule_.retention) {
+      case Retention::L2Decay:
+      case Retention::None:  // α ≡ 1 comes from the gate
+        after[i] = as_matrix_scale(alpha) * before[i] - update;
+        break;
+      case Retention::LqNormalize:
+        state.latent = as_matrix_scale(alpha) * state.latent - update;
+        after[i] = lq_normalize(state.latent, rule_.lq_q);
+        break;
+      case Retention::Softmax:
+        after[i] = softmax_rows(as_matrix_scale(alpha) * softmax_latent(before[i]) - update);
+        break;
+    }
+  }
+  state.memory = after;
+  rec.loss_after = window_loss(read(after, window_phi));
+
+  // Read: the token sees the memory after its own write unless the rule says before.
+  const auto& read_from = rule_.read == ReadOrder::AfterWrite ? after : before;
+  at::Tensor y = read(read_from, phi_q.unsqueeze(2)).squeeze(2);
+
+  if (rule_.window > 1) {
+    state.ring_phi = window_phi.slice(2, 1);
+    state.ring_v = window_v.slice(2, 1);
+    state.ring_gamma = window_gamma.slice(2, 1);
+  }
+  state.tokens += 1;
+  state.anchor.clear();
+  state.anchor_chunk = 0;
+  return {y, rec};
+}
+
+ForwardOutput MemoryLayerImpl::forward_sequential(const at::Tensor& x, MemoryState& state, bool record) const {
+  const int64_t T = x.size(1);
+  std::vector<at::Tensor> ys;
+  std::vector<StepRecord> records;
+  std::vector<std::vector<at::Tensor>> memories(state.memory.size()), momenta(state.memory.size());
+  std::vector<at::Tensor> latents;
+  for (int64_t t = 0; t < T; ++t) {
+    StepOutput out = step(x.select(1, t), state);
+    ys.push_back(out.y);
+    if (!record) continue;
+    records.push_back(std::move(out.record));
+    for (size_t i = 0; i < state.memory.size(); ++i) {
+      memories[i].push_back(state.memory[i]);
+      momenta[i].push_back(state.momentum[i]);
+    }
+    if (state.latent.defined()) latents.push_back(state.latent);
+  }
+  ForwardOutput result;
+  result.y = at::stack(ys, 1);
+  if (!record) return result;
+  auto stack = [&](auto field) {
+    std::vector<at::Tensor> parts;
+    for (const auto& r : records) parts.push_back(field(r));
+    return at::stack(parts, 1);
+  };
+  ForwardTrace trace;
+  trace.inputs.phi_k = stack([](const StepRecord& r) { return r.phi_k; });
+  trace.inputs.phi_q = stack([](const StepRecord& r) { return r.phi_q; });
+  trace.inputs.v = stack([](const StepRecord& r) { return r.v; });
+  trace.inputs.retain = stack([](const StepRecord& r) { return r.retain; });
+  trace.inputs.lr = stack([](const StepRecord& r) { return r.lr; });
+  trace.inputs.momentum = stack([](const StepRecord& r) { return r.momentum; });
+  trace.inputs.delta = stack([](const StepRecord& r) { return r.delta; });
+  trace.inputs.gamma = stack([](const StepRecord& r) { return r.token_gamma; });
+  trace.gamma = stack([](const StepRecord& r) { return r.gamma; });
+  trace.loss_before = stack([](const StepRecord& r) { return r.loss_before; });
+  trace.loss_after = stack([](const StepRecord& r) { return r.loss_after; });
+  for (size_t i = 0; i < memories.size(); ++i) {
+    trace.memory.push_back(at::stack(memories[i], 1));
+    trace.momentum.push_back(at::stack(momenta[i], 1));
+  }
+  if (!latents.empty()) trace.latent = at::stack(latents, 1);
+  result.trace = std::move(trace);
+  return result;
+}
+
+}  // namespace memscope::model
