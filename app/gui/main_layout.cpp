@@ -104,9 +104,11 @@ void draw_main_layout(ViewState& view) {
     ImGui::TableSetupColumn("memory", ImGuiTableColumnFlags_WidthStretch, 0.46f);
     ImGui::TableSetupColumn("plots", ImGuiTableColumnFlags_WidthStretch, 0.32f);
     ImGui::TableNextRow(ImGuiTableRowFlags_None, middle_height);
-    const auto panel = [](const char* id, void (*draw)()) {
+    // An explicit height: a {0, 0} child in a table cell would fill the whole window's
+    // remaining height and push the token strip and status line out of view.
+    const auto panel = [middle_height](const char* id, void (*draw)()) {
       ImGui::TableNextColumn();
-      ImGui::BeginChild(id, {0, 0}, true);
+      ImGui::BeginChild(id, {0, middle_height}, true);
       draw();
       ImGui::EndChild();
     };
