@@ -1,7 +1,6 @@
 // The real memscope window under a real X server (Xvfb in scripts/test): render frames, save a
 // screenshot, and check its pixels show the layout rather than a blank or uniform window.
 #include <catch2/catch.hpp>
-#include <stb_image.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -10,30 +9,13 @@
 
 #include <unistd.h>
 
+#include "gui/png_image.h"
 #include "support/run_process.h"
 
+using memscope::test::load_png;
 using memscope::test::run_process;
 
 namespace {
-
-struct Image {
-  int width = 0, height = 0;
-  std::vector<unsigned char> rgb;
-  unsigned pixel(int x, int y) const {
-    const unsigned char* p = &rgb[(static_cast<std::size_t>(y) * width + x) * 3];
-    return (p[0] << 16) | (p[1] << 8) | p[2];
-  }
-};
-
-Image load_png(const std::string& path) {
-  Image image;
-  int channels = 0;
-  unsigned char* data = stbi_load(path.c_str(), &image.width, &image.height, &channels, 3);
-  REQUIRE(data != nullptr);
-  image.rgb.assign(data, data + static_cast<std::size_t>(image.width) * image.height * 3);
-  stbi_image_free(data);
-  return image;
-}
 
 std::string temp_png(const char* name) {
   const char* dir = std::getenv("TMPDIR");
@@ -49,7 +31,7 @@ TEST_CASE("memscope --screenshot saves the window with its layout drawn", "[gui]
   INFO(result.output);
   REQUIRE(result.exit_code == 0);
 
-  Image image = load_png(path);
+  const auto image = load_png(path);
   CHECK(image.width == 1280);
   CHECK(image.height == 800);
 

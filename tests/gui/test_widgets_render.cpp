@@ -2,7 +2,6 @@
 // the heatmap texture shows each cell in its colormap colour, NaN in its own colour, and a line
 // plot draws its series through a spike.
 #include <catch2/catch.hpp>
-#include <stb_image.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -11,6 +10,7 @@
 
 #include <unistd.h>
 
+#include "gui/png_image.h"
 #include "viz/app_window.h"
 #include "viz/heatmap.h"
 #include "viz/line_plot.h"
@@ -19,23 +19,9 @@ using namespace memscope::viz;
 
 namespace {
 
-struct Pixels {
-  int width = 0, height = 0;
-  std::vector<unsigned char> rgb;
-  Rgba8 at(int x, int y) const {
-    const unsigned char* p = &rgb[(static_cast<std::size_t>(y) * width + x) * 3];
-    return {p[0], p[1], p[2], 255};
-  }
-};
-
-Pixels read_png(const std::string& path) {
-  Pixels px;
-  int channels = 0;
-  unsigned char* data = stbi_load(path.c_str(), &px.width, &px.height, &channels, 3);
-  REQUIRE(data != nullptr);
-  px.rgb.assign(data, data + static_cast<std::size_t>(px.width) * px.height * 3);
-  stbi_image_free(data);
-  return px;
+Rgba8 pixel_at(const memscope::test::PngImage& image, int x, int y) {
+  const unsigned char* p = image.at(x, y);
+  return {p[0], p[1], p[2], 255};
 }
 
 bool close_to(const Rgba8& a, const Rgba8& b) {
@@ -88,7 +74,7 @@ TEST_CASE("heatmap and line plot render their data into the window's pixels", "[
     window.present();
   }
 
-  Pixels px = read_png(path);
+  const auto px = memscope::test::load_png(path);
   const Colormap& map = colormap(ColormapKind::RdBu);
   for (int r = 0; r < 4; ++r)
     for (int c = 0; c < 4; ++c) {
@@ -96,16 +82,16 @@ TEST_CASE("heatmap and line plot render their data into the window's pixels", "[
       const int y = static_cast<int>(heat_origin.y + (r + 0.5f) * 100.0f);
       const Rgba8 expected = map.map(matrix[r * 4 + c], -1.0f, 1.0f);
       INFO("cell " << r << "," << c);
-      CHECK(close_to(px.at(x, y), expected));
+      CHECK(close_to(pixel_at(px, x, y), expected));
     }
-  CHECK(px.at(static_cast<int>(heat_origin.x + 150), static_cast<int>(heat_origin.y + 150)) == Colormap::nan_color());
+  CHECK(pixel_at(px, static_cast<int>(heat_origin.x + 150), static_cast<int>(heat_origin.y + 150)) == Colormap::nan_color());
 
   // The spike reaches the top part of the plot: some pixel of the series colour lies in the
   // upper fifth of the plot, near the middle column.
   int spike_pixels = 0;
   for (int y = static_cast<int>(plot_origin.y); y < static_cast<int>(plot_origin.y + 60); ++y)
     for (int x = static_cast<int>(plot_origin.x + 200); x < static_cast<int>(plot_origin.x + 280); ++x)
-      spike_pixels += close_to(px.at(x, y), {255, 200, 0, 255});
+      spike_pixels += close_to(pixel_at(px, x, y), {255, 200, 0, 255});
   CHECK(spike_pixels > 5);
   if (!std::getenv("MEMSCOPE_KEEP_PNG")) std::remove(path.c_str());  // keep it to look at
 }
