@@ -12,6 +12,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   memscope::app::register_info(app);
   memscope::app::register_memory_trace(app);
+  memscope::app::register_train(app);
+  memscope::app::register_eval(app);
 
   try {
     app.parse(argc, argv);

@@ -7,6 +7,7 @@
 #include "app/gui/keys.h"
 #include "app/gui/main_layout.h"
 #include "memscope/version.h"
+#include "model/config/preset.h"
 #include "model/util/device.h"
 #include "model/util/errors.h"
 #include "viz/app_window.h"
@@ -19,7 +20,27 @@ struct Options {
   int width = 1600;
   int height = 1000;
   std::string device = "auto";
+  std::string preset = "demo-mqar";
 };
+
+// The preset's shape in a few lines for the knobs panel.
+void describe_preset(const memscope::model::Preset& p, memscope::app::ViewState& view) {
+  using namespace memscope::model;
+  view.preset_name = p.name;
+  view.preset_description = p.description;
+  const auto n = [](auto v) { return std::to_string(v); };
+  view.preset_summary = {
+      {"model", std::string(to_string(p.model.block)) + " x " + n(p.model.layers) + ", d " + n(p.model.d_model) +
+                    (p.model.has_attention() ? ", window " + n(p.model.window) : "")},
+      {"task", p.task.kind + (p.task.kind == "mqar" ? ", " + n(p.task.pairs) + " pairs, gap " + n(p.task.gap) : "")},
+      {"train", n(p.train.steps) + " steps, batch " + n(p.train.batch) + ", chunk " + n(p.train.chunk)},
+  };
+  if (p.model.has_memory())
+    view.preset_summary.insert(
+        view.preset_summary.begin() + 1,
+        {"memory", std::string(to_string(p.memory.structure)) + ", " + to_string(p.memory.optimiser) + ", c " +
+                       n(p.memory.window) + ", " + to_string(p.memory.feature_map) + (p.model.ttl ? "" : ", TTL off")});
+}
 
 int run(const Options& options) {
   memscope::viz::WindowOptions window_options;
@@ -30,6 +51,7 @@ int run(const Options& options) {
 
   memscope::app::ViewState view;
   view.device_line = memscope::model::describe_device(memscope::model::pick_device(options.device));
+  describe_preset(memscope::model::load_preset(options.preset), view);
 
   const bool screenshot_mode = !options.screenshot.empty();
   for (int frame = 1; !window.should_close(); ++frame) {
@@ -68,6 +90,7 @@ int main(int argc, char** argv) {
   app.add_option("--width", options.width, "Window width in pixels")->check(CLI::Range(320, 16384))->capture_default_str();
   app.add_option("--height", options.height, "Window height in pixels")->check(CLI::Range(240, 16384))->capture_default_str();
   app.add_option("--device", options.device, "auto, cpu, cuda or cuda:N")->capture_default_str();
+  app.add_option("--preset", options.preset, "Preset to open (assets/presets name or .toml path)")->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

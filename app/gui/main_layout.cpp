@@ -52,9 +52,30 @@ void draw_transport() {
   ImGui::EndChild();
 }
 
-void draw_knobs() {
+void draw_knobs(const ViewState& view) {
   heading("Knobs", "& breakpoints");
-  waiting_for("No model loaded. Knobs are generated from the knob registry once an engine runs.");
+  if (view.preset_name.empty()) {
+    waiting_for("No preset loaded.");
+    return;
+  }
+  ImGui::TextColored(viz::colors::accent(), "preset  %s", view.preset_name.c_str());
+  ImGui::PushTextWrapPos(0.0f);
+  ImGui::TextUnformatted(view.preset_description.c_str());
+  ImGui::PopTextWrapPos();
+  ImGui::Spacing();
+  if (ImGui::BeginTable("preset", 2, ImGuiTableFlags_SizingStretchProp)) {
+    for (const auto& [what, value] : view.preset_summary) {
+      ImGui::TableNextColumn();
+      ImGui::TextColored(viz::colors::muted(), "%s", what.c_str());
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(value.c_str());
+    }
+    ImGui::EndTable();
+  }
+  ImGui::Spacing();
+  const std::string hint = "Read-only for now: editable knobs and breakpoints come with the engine (issue 5). "
+                           "Train this preset headless with: memscope-cli train --preset " + view.preset_name;
+  waiting_for(hint.c_str());
 }
 
 void draw_memory() {
@@ -106,13 +127,13 @@ void draw_main_layout(ViewState& view) {
     ImGui::TableNextRow(ImGuiTableRowFlags_None, middle_height);
     // An explicit height: a {0, 0} child in a table cell would fill the whole window's
     // remaining height and push the token strip and status line out of view.
-    const auto panel = [middle_height](const char* id, void (*draw)()) {
+    const auto panel = [&](const char* id, auto draw) {
       ImGui::TableNextColumn();
       ImGui::BeginChild(id, {0, middle_height}, true);
       draw();
       ImGui::EndChild();
     };
-    panel("knobs", draw_knobs);
+    panel("knobs", [&] { draw_knobs(view); });
     panel("memory", draw_memory);
     panel("plots", draw_plots);
     ImGui::EndTable();

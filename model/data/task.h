@@ -7,6 +7,7 @@
 #include <string>
 
 #include "model/data/batch.h"
+#include "model/data/task_config.h"
 
 namespace memscope::model {
 
@@ -23,17 +24,6 @@ class Task {
   virtual std::string token_label(int64_t id) const = 0;
 };
 
-struct TaskConfig {
-  std::string kind = "mqar";  // task.kind: mqar | needle | copy | text
-  int64_t keys = 64;          // task.keys: mqar/needle: size of the key range of the vocabulary
-  int64_t values = 64;        // task.values: mqar/needle: size of the value range; copy: content alphabet
-  int64_t pairs = 8;          // task.pairs: mqar: key-value pairs per sequence
-  int64_t queries = 8;        // task.queries: mqar: queries per sequence (<= pairs, distinct keys)
-  int64_t gap = 16;           // task.gap: mqar: filler tokens between the last pair and the first query
-  int64_t seq_len = 64;       // task.seq_len: needle/copy/text (mqar ignores it: 2·pairs+gap+queries)
-  int64_t copy_tokens = 8;    // task.copy_tokens: copy: tokens to remember
-  std::string text_path;      // task.text_path: text: a UTF-8 file
-};
 
 // The task config.kind names, its knobs checked. Throws UserError naming the bad knob, e.g.
 // "task.queries: must be <= task.pairs (8), got 12".

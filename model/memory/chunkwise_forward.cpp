@@ -10,6 +10,7 @@
 #include "model/memory/mlp_memory.h"
 #include "model/memory/newton_schulz.h"
 #include "model/memory/retention.h"
+#include "model/memory/small_matmul.h"
 
 namespace memscope::model {
 
@@ -113,8 +114,8 @@ class ChunkRunner {
     if (!differentiable) psi = psi.detach();
     auto d = torch::autograd::grad({pass.y}, {pass.h, pass.o}, {psi}, /*retain_graph=*/differentiable,
                                    /*create_graph=*/differentiable);
-    at::Tensor g1 = at::matmul(d[1].transpose(-1, -2), pass.a);  // Σ_j δo aᵀ: [B,H,n,d,4d]
-    at::Tensor g2 = at::matmul(d[0].transpose(-1, -2), z);       // Σ_j δh φᵀ: [B,H,n,4d,d]
+    at::Tensor g1 = small_matmul(d[1].transpose(-1, -2), pass.a);  // Σ_j δo aᵀ: [B,H,n,d,4d]
+    at::Tensor g2 = small_matmul(d[0].transpose(-1, -2), z);       // Σ_j δh φᵀ: [B,H,n,4d,d]
     if (!differentiable) return {g1.detach(), g2.detach()};
     return {g1, g2};
   }
@@ -173,7 +174,7 @@ class ChunkRunner {
       prev[i] = at::cat({before[i].unsqueeze(2), mem_all[i].slice(2, 0, n - 1)}, 2);
     if (rule_.read == ReadOrder::BeforeWrite) read_from = prev;
     if (linear()) {
-      out.y = at::matmul(read_from[0], q.unsqueeze(-1)).squeeze(-1);
+      out.y = small_matmul(read_from[0], q.unsqueeze(-1)).squeeze(-1);
     } else {
       out.y = layer_.mlp_read(q.unsqueeze(-2), read_from[0], read_from[1]).squeeze(-2);
     }

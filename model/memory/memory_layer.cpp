@@ -270,11 +270,9 @@ ProjectedTokens MemoryLayerImpl::project(const at::Tensor& x, MemoryState& state
     v = out.slice(-1, 2 * width, 3 * width);
   }
   auto per_head = [&](const at::Tensor& t) { return t.reshape({B, T, heads_, head_dim_}); };
-  auto normalize = [](const at::Tensor& t) { return t / t.norm(2, -1, true).clamp_min(1e-12); };
   ProjectedTokens p;
-  at::Tensor coefficients = poly_coefficients.defined() ? poly_coefficients.to(x.dtype()) : at::Tensor();
-  p.phi_k = apply_feature_map(normalize(per_head(k)), rule_.feature_map, coefficients);
-  p.phi_q = apply_feature_map(normalize(per_head(q)), rule_.feature_map, coefficients);
+  p.phi_k = features(per_head(k));
+  p.phi_q = features(per_head(q));
   p.v = per_head(v);
   p.retain = gate_value(Gate::Retain, x);
   p.lr = gate_value(Gate::Lr, x);
@@ -282,6 +280,25 @@ ProjectedTokens MemoryLayerImpl::project(const at::Tensor& x, MemoryState& state
   p.gamma = gate_value(Gate::Gamma, x);
   p.delta = gate_value(Gate::HuberDelta, x);
   return p;
+}
+
+at::Tensor MemoryLayerImpl::features(const at::Tensor& z) const {
+  at::Tensor coefficients = poly_coefficients.defined() ? poly_coefficients.to(z.dtype()) : at::Tensor();
+  return apply_feature_map(z / z.norm(2, -1, true).clamp_min(1e-12), rule_.feature_map, coefficients);
+}
+
+at::Tensor MemoryLayerImpl::read(const MemoryState& state, const at::Tensor& phi) const {
+  const at::Tensor z = phi.transpose(1, 2);  // [B,H,T,d_φ]
+  const at::Tensor y = rule_.structure == Structure::Linear
+                           ? at::matmul(z, state.memory[0].transpose(-1, -2))
+                           : mlp_read(z, state.memory[0], state.memory[1]);
+  return y.transpose(1, 2);
+}
+
+at::Tensor MemoryLayerImpl::forward_frozen(const at::Tensor& x, MemoryState& state) const {
+  ProjectedTokens p = project(x, state);
+  state.tokens += x.size(1);
+  return read(state, p.phi_q);
 }
 
 at::Tensor MemoryLayerImpl::mlp_read(const at::Tensor& z, const at::Tensor& w1, const at::Tensor& w2) const {

@@ -117,6 +117,17 @@ class MemoryLayerImpl : public torch::nn::Module {
   // Differentiable when grad mode is on; `record` also returns the per-token trace.
   ForwardOutput forward(const at::Tensor& x, MemoryState& state, int64_t chunk, bool record = false) const;
 
+  // Reads M(φ) for φ [B,T,H,d_φ] from the state's current memory, without writing: [B,T,H,d_v].
+  at::Tensor read(const MemoryState& state, const at::Tensor& phi) const;
+
+  // Every token of x [B,T,D] reads the memory as it is and nothing is written: the memory stays
+  // where it is (at M_0 for a fresh state). This is the "TTL off" ablation; the conv advances.
+  at::Tensor forward_frozen(const at::Tensor& x, MemoryState& state) const;
+
+  // φ(normalize(z)) per head for z [B,T,H,d]: the key/query features of SPEC §2, for callers
+  // (MAC retrieval) that project their own queries.
+  at::Tensor features(const at::Tensor& z) const;
+
   // step() over every token of x, stacked like forward's output (the reference for tests).
   ForwardOutput forward_sequential(const at::Tensor& x, MemoryState& state, bool record = false) const;
 

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include "model/memory/small_matmul.h"
+
 namespace memscope::model {
 
 namespace {
@@ -11,9 +13,9 @@ constexpr double kLayerNormEps = 1e-5;
 MlpPass mlp_pass(const at::Tensor& z, const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& ln_weight,
                  const at::Tensor& ln_bias) {
   MlpPass p;
-  p.h = at::matmul(z, w2.transpose(-1, -2));
+  p.h = small_matmul(z, w2.transpose(-1, -2));
   p.a = at::gelu(p.h);
-  p.o = at::matmul(p.a, w1.transpose(-1, -2));
+  p.o = small_matmul(p.a, w1.transpose(-1, -2));
   at::Tensor mean = p.o.mean(-1, /*keepdim=*/true);
   at::Tensor var = (p.o - mean).pow(2).mean(-1, /*keepdim=*/true);
   at::Tensor normed = (p.o - mean) / (var + kLayerNormEps).sqrt();

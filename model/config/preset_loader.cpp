@@ -1,13 +1,15 @@
-// TOML presets → MemoryRule. The only translation unit that includes toml++ (build time).
+// TOML presets → Preset (memory rule, model, training, task). The only translation unit that
+// includes toml++ (build time).
 #include <toml++/toml.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
-#include "model/memory/memory_rule.h"
+#include "model/config/preset.h"
 #include "model/util/errors.h"
 
 namespace memscope::model {
@@ -87,6 +89,29 @@ class Reader {
     integer(t, path, key, v);
     if (v < -1000000 || v > 1000000) fail(join(path, key), "out of range");
     out = static_cast<int>(v);
+  }
+
+  // An integer knob that must lie in [lo, hi].
+  void integer_in(const toml::table& t, const std::string& path, const char* key, int64_t& out, int64_t lo,
+                  int64_t hi) const {
+    integer(t, path, key, out);
+    if (out < lo || out > hi)
+      fail(join(path, key), "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
+                                std::to_string(out));
+  }
+
+  // A number knob that must lie in [lo, hi].
+  void number_in(const toml::table& t, const std::string& path, const char* key, double& out, double lo,
+                 double hi) const {
+    number(t, path, key, out);
+    if (!(out >= lo && out <= hi))
+      fail(join(path, key), "must be in [" + format(lo) + ", " + format(hi) + "], got " + format(out));
+  }
+
+  static std::string format(double v) {
+    std::ostringstream s;
+    s << v;
+    return s.str();
   }
 
   static bool number_of(const toml::node& n, double& out) {
@@ -170,11 +195,9 @@ void apply_override(toml::table& root, const std::string& assignment, const std:
   t->insert_or_assign(parts.back(), std::move(*parsed.get("v")));
 }
 
-MemoryRule read_rule(const toml::table& root, const std::string& origin, const std::string& name) {
-  Reader r(origin);
+MemoryRule read_memory(const Reader& r, const toml::table& root, const std::string& name) {
   MemoryRule rule;
   rule.name = name;
-  r.allow_only(root, "", {"description", "memory", "train"});
   r.string(root, "", "description", rule.description);
 
   if (const toml::table* m = r.table(root, "", "memory")) {
@@ -240,49 +263,188 @@ MemoryRule read_rule(const toml::table& root, const std::string& origin, const s
       r.number(*t, "memory.huber", "delta", rule.huber_delta);
     }
   }
-  if (const toml::table* t = r.table(root, "", "train")) {
-    r.allow_only(*t, "train", {"chunk"});
-    r.integer(*t, "train", "chunk", rule.train_chunk);
-  }
+  if (const toml::table* t = r.table(root, "", "train")) r.integer(*t, "train", "chunk", rule.train_chunk);
   rule.validate();
   return rule;
 }
 
-MemoryRule parse_with_name(const std::string& text, const std::string& origin, const std::string& name,
-                           const std::vector<std::string>& overrides) {
-  toml::table root;
+LmConfig read_model(const Reader& r, const toml::table& root) {
+  LmConfig m;
+  const toml::table* t = r.table(root, "", "model");
+  if (!t) return m;
+  const std::string p = "model";
+  r.allow_only(*t, p, {"block", "d_model", "layers", "memory_heads", "memory_head_dim", "attention_heads", "window",
+                       "persistent", "segment", "ffn_mult", "rope_base", "ttl"});
+  r.enumeration(*t, p, "block", m.block,
+                std::array{BlockKind::Lmm, BlockKind::Mag, BlockKind::Mal, BlockKind::Mac, BlockKind::Swa});
+  r.integer_in(*t, p, "d_model", m.d_model, 4, 8192);
+  r.integer_in(*t, p, "layers", m.layers, 1, 256);
+  r.integer_in(*t, p, "memory_heads", m.memory_heads, 1, 256);
+  r.integer_in(*t, p, "memory_head_dim", m.memory_head_dim, 0, 4096);
+  r.integer_in(*t, p, "attention_heads", m.attention_heads, 1, 256);
+  r.integer_in(*t, p, "window", m.window, 1, 1 << 20);
+  r.integer_in(*t, p, "persistent", m.persistent, 0, 4096);
+  r.integer_in(*t, p, "segment", m.segment, 1, 1 << 20);
+  r.number_in(*t, p, "ffn_mult", m.ffn_mult, 0.0, 64.0);
+  r.number_in(*t, p, "rope_base", m.rope_base, 1.0, 1e9);
+  r.boolean(*t, p, "ttl", m.ttl);
+  if (m.d_model % m.attention_heads != 0)
+    r.fail("model.attention_heads", "must divide model.d_model (" + std::to_string(m.d_model) + "), got " +
+                                        std::to_string(m.attention_heads));
+  if (m.memory_head_dim == 0 && m.d_model % m.memory_heads != 0)
+    r.fail("model.memory_heads", "must divide model.d_model (" + std::to_string(m.d_model) +
+                                     ") unless model.memory_head_dim is set, got " + std::to_string(m.memory_heads));
+  return m;
+}
+
+TrainConfig read_train(const Reader& r, const toml::table& root, const MemoryRule& rule) {
+  TrainConfig c;
+  c.chunk = rule.train_chunk;
+  const toml::table* t = r.table(root, "", "train");
+  if (!t) return c;
+  const std::string p = "train";
+  r.allow_only(*t, p, {"steps", "batch", "lr", "min_lr", "warmup", "weight_decay", "beta1", "beta2", "eps", "clip",
+                       "bptt", "chunk", "chunk_final", "final_fraction", "log_every", "eval_every", "eval_batches",
+                       "seed"});
+  r.integer_in(*t, p, "steps", c.steps, 0, int64_t{1} << 40);
+  r.integer_in(*t, p, "batch", c.batch, 1, 1 << 16);
+  r.number_in(*t, p, "lr", c.lr, 0.0, 10.0);
+  r.number_in(*t, p, "min_lr", c.min_lr, 0.0, 1.0);
+  r.integer_in(*t, p, "warmup", c.warmup, 0, int64_t{1} << 40);
+  r.number_in(*t, p, "weight_decay", c.weight_decay, 0.0, 10.0);
+  r.number_in(*t, p, "beta1", c.beta1, 0.0, 0.999999);
+  r.number_in(*t, p, "beta2", c.beta2, 0.0, 0.999999);
+  r.number_in(*t, p, "eps", c.eps, 1e-30, 1.0);
+  r.number_in(*t, p, "clip", c.clip, 0.0, 1e9);
+  r.integer_in(*t, p, "bptt", c.bptt, 0, 1 << 24);
+  r.integer_in(*t, p, "chunk", c.chunk, 1, 1 << 20);
+  r.integer_in(*t, p, "chunk_final", c.chunk_final, 0, 1 << 20);
+  r.number_in(*t, p, "final_fraction", c.final_fraction, 0.0, 1.0);
+  r.integer_in(*t, p, "log_every", c.log_every, 1, int64_t{1} << 40);
+  r.integer_in(*t, p, "eval_every", c.eval_every, 0, int64_t{1} << 40);
+  r.integer_in(*t, p, "eval_batches", c.eval_batches, 1, 1 << 20);
+  int64_t seed = 0;
+  r.integer_in(*t, p, "seed", seed, 0, std::numeric_limits<int64_t>::max());
+  c.seed = static_cast<uint64_t>(seed);
+  return c;
+}
+
+TaskConfig read_task(const Reader& r, const toml::table& root) {
+  TaskConfig c;
+  const toml::table* t = r.table(root, "", "task");
+  if (!t) return c;
+  const std::string p = "task";
+  r.allow_only(*t, p, {"kind", "keys", "values", "pairs", "queries", "gap", "seq_len", "copy_tokens", "text_path"});
+  r.string(*t, p, "kind", c.kind);
+  r.integer(*t, p, "keys", c.keys);
+  r.integer(*t, p, "values", c.values);
+  r.integer(*t, p, "pairs", c.pairs);
+  r.integer(*t, p, "queries", c.queries);
+  r.integer(*t, p, "gap", c.gap);
+  r.integer(*t, p, "seq_len", c.seq_len);
+  r.integer(*t, p, "copy_tokens", c.copy_tokens);
+  r.string(*t, p, "text_path", c.text_path);
+  return c;  // ranges are checked by make_task, which knows each task's constraints
+}
+
+Preset read_preset(const toml::table& root, const std::string& origin, const std::string& name) {
+  Reader r(origin);
+  r.allow_only(root, "", {"description", "memory", "model", "train", "task"});
+  Preset preset;
+  preset.name = name;
+  preset.memory = read_memory(r, root, name);
+  preset.description = preset.memory.description;
+  preset.model = read_model(r, root);
+  preset.train = read_train(r, root, preset.memory);
+  preset.task = read_task(r, root);
+  std::ostringstream text;
+  text << root;
+  preset.toml = text.str();
+  return preset;
+}
+
+toml::table parse_table(const std::string& text, const std::string& origin) {
   try {
-    root = toml::parse(text, origin);
+    return toml::parse(text, origin);
   } catch (const toml::parse_error& e) {
     const auto& where = e.source().begin;
-    throw UserError(origin + ":" + std::to_string(where.line) + ":" + std::to_string(where.column) +
-                    ": " + std::string(e.description()));
+    throw UserError(origin + ":" + std::to_string(where.line) + ":" + std::to_string(where.column) + ": " +
+                    std::string(e.description()));
   }
-  for (const auto& o : overrides) apply_override(root, o, origin);
-  return read_rule(root, origin, name);
 }
 
-}  // namespace
-
-MemoryRule parse_memory_rule(const std::string& toml_text, const std::string& origin,
-                             const std::vector<std::string>& overrides) {
-  return parse_with_name(toml_text, origin, fs::path(origin).stem().string(), overrides);
+bool is_path(const std::string& preset_or_path) {
+  return preset_or_path.find('/') != std::string::npos || fs::path(preset_or_path).extension() == ".toml";
 }
 
-MemoryRule load_memory_rule(const std::string& preset_or_path, const std::vector<std::string>& overrides) {
-  const bool is_path = preset_or_path.find('/') != std::string::npos ||
-                       fs::path(preset_or_path).extension() == ".toml";
-  const fs::path file = is_path ? fs::path(preset_or_path) : presets_dir() / (preset_or_path + ".toml");
-  std::ifstream in(file, std::ios::binary);
-  if (!in) {
-    if (is_path) throw UserError("memory rule file '" + file.string() + "' cannot be read");
+fs::path preset_file(const std::string& preset_or_path) {
+  const fs::path file = is_path(preset_or_path) ? fs::path(preset_or_path) : presets_dir() / (preset_or_path + ".toml");
+  if (!fs::is_regular_file(file)) {
+    if (is_path(preset_or_path)) throw UserError("preset file '" + file.string() + "' cannot be read");
     std::string known;
     for (const auto& n : list_presets()) known += (known.empty() ? "" : ", ") + n;
     throw UserError("unknown preset '" + preset_or_path + "' (known: " + known + ")");
   }
+  return file;
+}
+
+std::string read_text(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw UserError("preset file '" + file.string() + "' cannot be read");
   std::stringstream text;
   text << in.rdbuf();
-  return parse_with_name(text.str(), file.string(), file.stem().string(), overrides);
+  return text.str();
+}
+
+// `over`'s values replace `base`'s, tables merge key by key.
+void merge_into(toml::table& base, const toml::table& over) {
+  for (const auto& [k, v] : over) {
+    toml::node* existing = base.get(k.str());
+    if (existing && existing->is_table() && v.is_table()) merge_into(*existing->as_table(), *v.as_table());
+    else base.insert_or_assign(k.str(), v);
+  }
+}
+
+// Resolves `inherits = "other"` chains: the base preset's tables first, this file's on top.
+toml::table resolve_inheritance(toml::table root, const std::string& origin, int depth) {
+  const toml::node* parent = root.get("inherits");
+  if (!parent) return root;
+  if (!parent->is_string()) throw UserError(origin + ": inherits: expected a preset name");
+  if (depth > 8) throw UserError(origin + ": inherits: chain deeper than 8 (a cycle?)");
+  const std::string base_name = parent->value<std::string>().value();
+  const fs::path base_file = preset_file(base_name);
+  toml::table base = resolve_inheritance(parse_table(read_text(base_file), base_file.string()), base_file.string(),
+                                         depth + 1);
+  root.erase("inherits");
+  merge_into(base, root);
+  return base;
+}
+
+Preset parse_with_name(const std::string& text, const std::string& origin, const std::string& name,
+                       const std::vector<std::string>& overrides) {
+  toml::table root = resolve_inheritance(parse_table(text, origin), origin, 0);
+  for (const auto& o : overrides) apply_override(root, o, origin);
+  return read_preset(root, origin, name);
+}
+
+}  // namespace
+
+Preset parse_preset(const std::string& toml_text, const std::string& origin, const std::vector<std::string>& overrides) {
+  return parse_with_name(toml_text, origin, fs::path(origin).stem().string(), overrides);
+}
+
+Preset load_preset(const std::string& preset_or_path, const std::vector<std::string>& overrides) {
+  const fs::path file = preset_file(preset_or_path);
+  return parse_with_name(read_text(file), file.string(), file.stem().string(), overrides);
+}
+
+MemoryRule parse_memory_rule(const std::string& toml_text, const std::string& origin,
+                             const std::vector<std::string>& overrides) {
+  return parse_preset(toml_text, origin, overrides).memory;
+}
+
+MemoryRule load_memory_rule(const std::string& preset_or_path, const std::vector<std::string>& overrides) {
+  return load_preset(preset_or_path, overrides).memory;
 }
 
 std::vector<std::string> list_presets() {

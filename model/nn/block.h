@@ -1,0 +1,74 @@
+// One block of the language model: memory and/or sliding-window attention, then a SwiGLU FFN,
+// each pre-normalised with a residual (Titans §4). The kind says how memory and attention meet:
+//
+//   lmm  x += Wm·mem(n(x))
+//   mag  x += g ⊙ attn(n(x)) + (1−g) ⊙ Wm·mem(n(x)),  g = σ(W_g n(x))      (learned gate)
+//   mal  x += Wm·mem(n(x));  x += attn(n(x))
+//   mac  h  = Wr·read(M_segment_start, φ(n(x)))       (retrieved memory tokens)
+//        a  = attn(n(x), extra = h)                   (persistent + retrieved + segment)
+//        x += a ⊙ σ(Wm·mem(a))                        (memory written from the attention output)
+//   swa  x += attn(n(x))                              (no memory: the baseline)
+//
+// forward() (training, chunkwise memory) and step() (one token, the exact sequential memory step
+// with its probe record) share every line except the memory call, so with chunk 1 they agree.
+#pragma once
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include <vector>
+
+#include "model/memory/memory_layer.h"
+#include "model/nn/lm_config.h"
+#include "model/nn/rms_norm.h"
+#include "model/nn/sliding_window_attention.h"
+#include "model/nn/swiglu.h"
+
+namespace memscope::model {
+
+struct BlockState {
+  MemoryState memory;                 // empty for swa
+  KvCache attention;                  // empty for lmm
+  std::vector<at::Tensor> retrieval;  // mac: the memory weights at the start of the current segment
+
+  BlockState detached() const;
+};
+
+class BlockImpl : public torch::nn::Module {
+ public:
+  BlockImpl(const LmConfig& config, const MemoryRule& rule);
+
+  BlockState initial_state(int64_t batch) const;
+
+  // x: [B,T,D] → [B,T,D]; the memory runs its chunkwise form with chunk b.
+  at::Tensor forward(const at::Tensor& x, BlockState& state, int64_t chunk) const;
+
+  // x_t: [B,D] → [B,D]; the memory runs its exact sequential step. `record` receives what the
+  // memory did (left untouched when the block has no memory or TTL is off).
+  at::Tensor step(const at::Tensor& x_t, BlockState& state, StepRecord* record) const;
+
+  BlockKind kind() const { return config_.block; }
+
+  MemoryLayer memory{nullptr};
+  SlidingWindowAttention attention{nullptr};
+  RmsNorm norm_memory{nullptr}, norm_attention{nullptr}, norm_ffn{nullptr};
+  SwiGlu ffn{nullptr};
+  at::Tensor w_memory_out;  // [D, H·d_v]: memory heads → model width
+  at::Tensor w_gate;        // mag: [D, D] gate projection;  mac: unused
+  at::Tensor b_gate;        // mag: [D]
+  at::Tensor w_retrieve;    // mac: [H·d, D] retrieval queries
+  at::Tensor w_retrieved;   // mac: [D, H·d_v] retrieved memory → tokens
+
+ private:
+  // `step_mode`: T must be 1 and the memory takes its sequential step (filling `record`).
+  at::Tensor run(const at::Tensor& x, BlockState& state, int64_t chunk, bool step_mode, StepRecord* record) const;
+  at::Tensor run_mac(const at::Tensor& x, BlockState& state, int64_t chunk, bool step_mode, StepRecord* record) const;
+  // The memory's output for x [B,T,D], projected to [B,T,D].
+  at::Tensor memory_out(const at::Tensor& x, BlockState& state, int64_t chunk, bool step_mode,
+                        StepRecord* record) const;
+
+  LmConfig config_;
+};
+TORCH_MODULE(Block);
+
+}  // namespace memscope::model

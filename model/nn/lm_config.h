@@ -1,0 +1,36 @@
+// The model knobs (`model.*`): the language model's shape and which block it stacks.
+#pragma once
+#include <cstdint>
+
+namespace memscope::model {
+
+// How memory and attention combine in one block (Titans §4).
+enum class BlockKind {
+  Lmm,  // the memory as the layer
+  Mag,  // memory ∥ sliding-window attention, mixed by a learned gate
+  Mal,  // memory, then sliding-window attention
+  Mac,  // segments attend over persistent, retrieved-memory and segment tokens; memory written from the output
+  Swa,  // sliding-window attention only: the no-memory baseline
+};
+const char* to_string(BlockKind kind);
+
+struct LmConfig {
+  BlockKind block = BlockKind::Mag;  // model.block
+  int64_t vocab = 0;                 // from the task (not a knob)
+  int64_t d_model = 64;              // model.d_model
+  int64_t layers = 2;                // model.layers
+  int64_t memory_heads = 2;          // model.memory_heads
+  int64_t memory_head_dim = 0;       // model.memory_head_dim: 0 means d_model / memory_heads
+  int64_t attention_heads = 2;       // model.attention_heads
+  int64_t window = 16;               // model.window: sliding-window attention width (keys per query incl. itself)
+  int64_t persistent = 4;            // model.persistent: learned tokens every attention query sees
+  int64_t segment = 16;              // model.segment: MAC segment length
+  double ffn_mult = 2.0;             // model.ffn_mult: SwiGLU hidden = ffn_mult · d_model
+  double rope_base = 10000.0;        // model.rope_base
+  bool ttl = true;                   // model.ttl: false freezes every memory at M_0 (the seeds' ablation)
+
+  bool has_memory() const { return block != BlockKind::Swa; }
+  bool has_attention() const { return block != BlockKind::Lmm; }
+};
+
+}  // namespace memscope::model

@@ -1,0 +1,42 @@
+// Checkpoints: one safetensors file with the parameters ("model/NAME"), the AdamW state
+// ("optim/…"), torch's CPU generator ("rng/torch") and, in __metadata__, the resolved preset TOML,
+// the step and the data seed. Everything a resumed run needs to continue bit for bit on CPU.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "model/config/preset.h"
+#include "model/nn/language_model.h"
+#include "model/train/adamw.h"
+
+namespace memscope::model {
+
+inline constexpr const char* kCheckpointFormat = "memscope-checkpoint-1";
+
+struct Checkpoint {
+  std::string path;
+  std::string preset_name;
+  std::string config_toml;  // Preset::toml of the run that wrote it
+  int64_t step = 0;         // training steps completed
+  int64_t optimiser_steps = 0;
+  std::map<std::string, at::Tensor> tensors;
+};
+
+void write_checkpoint(const std::filesystem::path& path, const Preset& preset, const LanguageModel& model,
+                      const AdamW& optimiser, int64_t step);
+
+// Reads and checks a checkpoint; every problem (not a file, not safetensors, not a memscope
+// checkpoint, missing metadata) is a UserError naming the file.
+Checkpoint read_checkpoint(const std::filesystem::path& path);
+
+// Copies the checkpoint's parameters into `model`. A parameter missing from the file, one the
+// model does not have, or one of another shape is a UserError naming it.
+void load_parameters(LanguageModel& model, const Checkpoint& checkpoint);
+
+// The preset stored in the checkpoint, with `overrides` applied on top.
+Preset checkpoint_preset(const Checkpoint& checkpoint, const std::vector<std::string>& overrides = {});
+
+}  // namespace memscope::model

@@ -1,0 +1,21 @@
+#include "model/train/task_loss.h"
+
+#include <torch/torch.h>
+
+#include "model/data/batch.h"
+
+namespace memscope::model {
+
+at::Tensor summed_cross_entropy(const at::Tensor& logits, const at::Tensor& targets) {
+  const at::Tensor flat_logits = logits.reshape({-1, logits.size(-1)});
+  const at::Tensor flat_targets = targets.reshape({-1});
+  return at::nll_loss(at::log_softmax(flat_logits, -1), flat_targets, {}, at::Reduction::Sum, kIgnoreIndex);
+}
+
+QueryScore score_queries(const at::Tensor& logits, const at::Tensor& targets, const at::Tensor& query_mask) {
+  at::NoGradGuard no_grad;
+  const at::Tensor hits = (logits.argmax(-1) == targets) & query_mask;
+  return {hits.sum().item<int64_t>(), query_mask.sum().item<int64_t>()};
+}
+
+}  // namespace memscope::model

@@ -1,0 +1,19 @@
+// The outer loss and the task accuracy of one batch (SPEC §8 "outer training").
+#pragma once
+#include <ATen/core/Tensor.h>
+
+namespace memscope::model {
+
+// Σ cross-entropy over the positions whose target is not kIgnoreIndex, as a 0-dim tensor.
+// Summed, not averaged, so truncated-BPTT segments add up to the whole sequence's loss.
+at::Tensor summed_cross_entropy(const at::Tensor& logits /*[B,T,V]*/, const at::Tensor& targets /*[B,T]*/);
+
+struct QueryScore {
+  int64_t correct = 0;
+  int64_t total = 0;
+};
+
+// Argmax predictions against targets where `query_mask` is true (accuracy per query).
+QueryScore score_queries(const at::Tensor& logits, const at::Tensor& targets, const at::Tensor& query_mask);
+
+}  // namespace memscope::model

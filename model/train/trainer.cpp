@@ -1,0 +1,127 @@
+#include "model/train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+
+#include "model/data/rng.h"
+#include "model/train/checkpoint.h"
+#include "model/train/lr_schedule.h"
+#include "model/train/task_loss.h"
+
+namespace memscope::model {
+
+namespace {
+
+// Evaluation batches come from their own stream of seeds, never one a training step uses.
+constexpr uint64_t kEvalStream = 0x65'76'61'6c'00'00'00'00ull;  // "eval"
+
+NamedTensors named_parameters(const LanguageModel& model) {
+  NamedTensors out;
+  for (const auto& item : model->named_parameters()) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+AdamWOptions adamw_options(const TrainConfig& c) { return {c.beta1, c.beta2, c.eps, c.weight_decay}; }
+
+}  // namespace
+
+LanguageModel build_model(const Preset& preset, int64_t vocab) {
+  LmConfig config = preset.model;
+  config.vocab = vocab;
+  return LanguageModel(config, preset.memory);
+}
+
+Trainer::Trainer(Preset preset) : preset_(std::move(preset)), task_(make_task(preset_.task)) {
+  torch::manual_seed(preset_.train.seed);
+  model_ = build_model(preset_, task_->vocab_size());
+  optimiser_ = std::make_unique<AdamW>(named_parameters(model_), adamw_options(preset_.train));
+}
+
+Trainer Trainer::resume(const std::filesystem::path& path, const std::vector<std::string>& overrides) {
+  const Checkpoint checkpoint = read_checkpoint(path);
+  Trainer trainer(checkpoint_preset(checkpoint, overrides));
+  load_parameters(trainer.model_, checkpoint);
+  trainer.optimiser_->load_state(checkpoint.tensors, checkpoint.optimiser_steps, checkpoint.path);
+  trainer.step_ = checkpoint.step;
+  return trainer;
+}
+
+TrainStepResult Trainer::train_step() {
+  const auto start = std::chrono::steady_clock::now();
+  const TrainConfig& c = preset_.train;
+  const double lr = learning_rate_at(c, step_);
+  const int64_t chunk = c.chunk_at(step_);
+
+  const Batch batch = task_->sample(c.batch, Rng::mix(c.seed, static_cast<uint64_t>(step_)));
+  const int64_t T = batch.tokens.size(1);
+  const int64_t segment = c.bptt > 0 ? c.bptt : T;
+  const double targets = std::max<double>(1.0, (batch.targets != kIgnoreIndex).sum().item<double>());
+
+  optimiser_->zero_grad();
+  LmState state = model_->initial_state(c.batch);
+  double loss_sum = 0.0;
+  QueryScore score;
+  for (int64_t t = 0; t < T; t += segment) {
+    const int64_t length = std::min(segment, T - t);
+    const at::Tensor targets_here = batch.targets.narrow(1, t, length);
+    const at::Tensor logits = model_->forward(batch.tokens.narrow(1, t, length), state, chunk);
+    const at::Tensor loss = summed_cross_entropy(logits, targets_here);
+    (loss / targets).backward();  // the mean over the whole sequence, one segment at a time
+    loss_sum += loss.item<double>();
+    const QueryScore s = score_queries(logits, targets_here, batch.query_mask.narrow(1, t, length));
+    score.correct += s.correct;
+    score.total += s.total;
+    state = state.detached();  // truncated BPTT: carry the state, not its history
+  }
+
+  TrainStepResult r;
+  r.step = step_ + 1;
+  r.loss = loss_sum / targets;
+  r.acc = score.total > 0 ? static_cast<double>(score.correct) / static_cast<double>(score.total) : 0.0;
+  r.lr = lr;
+  r.chunk = chunk;
+  r.grad_norm = clip_grad_norm(optimiser_->parameters(), c.clip);
+  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
+    optimiser_->zero_grad();
+    throw std::runtime_error("step " + std::to_string(step_ + 1) + ": " +
+                             (!std::isfinite(r.loss) ? "loss" : "gradient norm") +
+                             " is not finite; the parameters were not updated");
+  }
+  optimiser_->step(lr);
+  ++step_;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.tokens_per_s = static_cast<double>(c.batch * T) / std::max(seconds, 1e-9);
+  return r;
+}
+
+EvalResult Trainer::evaluate(int64_t batches) const { return evaluate(*task_, batches); }
+
+EvalResult Trainer::evaluate(const Task& task, int64_t batches) const {
+  at::NoGradGuard no_grad;
+  const TrainConfig& c = preset_.train;
+  const int64_t chunk = c.chunk_at(std::max<int64_t>(0, c.steps - 1));  // the chunk training ends with
+  double loss_sum = 0.0, targets = 0.0;
+  QueryScore score;
+  for (int64_t i = 0; i < batches; ++i) {
+    const Batch batch = task.sample(c.batch, Rng::mix(c.seed ^ kEvalStream, static_cast<uint64_t>(i)));
+    LmState state = model_->initial_state(c.batch);
+    const at::Tensor logits = model_->forward(batch.tokens, state, chunk);
+    loss_sum += summed_cross_entropy(logits, batch.targets).item<double>();
+    targets += (batch.targets != kIgnoreIndex).sum().item<double>();
+    const QueryScore s = score_queries(logits, batch.targets, batch.query_mask);
+    score.correct += s.correct;
+    score.total += s.total;
+  }
+  EvalResult r;
+  r.loss = loss_sum / std::max(1.0, targets);
+  r.acc = score.total > 0 ? static_cast<double>(score.correct) / static_cast<double>(score.total) : 0.0;
+  r.queries = score.total;
+  return r;
+}
+
+void Trainer::save(const std::filesystem::path& path) const {
+  write_checkpoint(path, preset_, model_, *optimiser_, step_);
+}
+
+}  // namespace memscope::model

@@ -1,0 +1,72 @@
+// The outer loop (seeds' "outer training"): AdamW with warmup + cosine and gradient clipping on
+// the task loss, back-propagated through the memories' inner updates. Sequences longer than
+// train.bptt are cut into segments; the model state flows from one segment to the next and is
+// detached between them (truncated BPTT). train.chunk / train.chunk_final give TNT's two stages.
+//
+// Batch i is a pure function of (train.seed, i), so a run resumed from a checkpoint at step s
+// sees exactly the batches the uninterrupted run saw after s.
+#pragma once
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/config/preset.h"
+#include "model/data/task.h"
+#include "model/nn/language_model.h"
+#include "model/train/adamw.h"
+
+namespace memscope::model {
+
+struct TrainStepResult {
+  int64_t step = 0;       // the step just completed, counting from 1
+  double loss = 0;        // mean cross-entropy per target token
+  double acc = 0;         // query accuracy of this batch
+  double lr = 0;
+  double grad_norm = 0;   // before clipping
+  double tokens_per_s = 0;
+  int64_t chunk = 0;      // the chunk size b this step trained with
+};
+
+struct EvalResult {
+  double loss = 0;
+  double acc = 0;
+  int64_t queries = 0;
+};
+
+class Trainer {
+ public:
+  // A fresh run: the model is initialised from train.seed.
+  explicit Trainer(Preset preset);
+
+  // Continues the run saved in `checkpoint`, with `overrides` on its stored preset (e.g. more steps).
+  static Trainer resume(const std::filesystem::path& checkpoint, const std::vector<std::string>& overrides = {});
+
+  // One outer step. Throws a runtime_error naming the step when the loss or gradient is not finite
+  // (the parameters are left as they were).
+  TrainStepResult train_step();
+
+  // Loss and query accuracy on a fixed evaluation set (its own seeds, disjoint from training's).
+  EvalResult evaluate(int64_t batches) const;
+  EvalResult evaluate(const Task& task, int64_t batches) const;
+
+  void save(const std::filesystem::path& path) const;
+
+  int64_t step() const { return step_; }
+  bool done() const { return step_ >= preset_.train.steps; }
+  const Preset& preset() const { return preset_; }
+  const Task& task() const { return *task_; }
+  const LanguageModel& model() const { return model_; }
+
+ private:
+  Preset preset_;
+  std::unique_ptr<Task> task_;
+  LanguageModel model_{nullptr};
+  std::unique_ptr<AdamW> optimiser_;
+  int64_t step_ = 0;
+};
+
+// The model a preset describes, with its vocabulary taken from the preset's task.
+LanguageModel build_model(const Preset& preset, int64_t vocab);
+
+}  // namespace memscope::model

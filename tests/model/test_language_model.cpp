@@ -1,0 +1,150 @@
+// The language model and its blocks (issue 4): step vs forward, split calls, the sliding window,
+// RoPE, and that the outer gradient reaches every parameter.
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+#include "model/config/preset.h"
+#include "model/nn/language_model.h"
+#include "model/nn/rope.h"
+
+namespace {
+
+using namespace memscope::model;
+
+// A small model of every block kind: window 3 and MAC segment 5, so 12 tokens cross several
+// cache evictions and segment boundaries; float64 so step and forward can be held to 1e-9.
+LanguageModel tiny_model(const std::string& block, const std::string& memory = "atlas", std::vector<std::string> sets = {}) {
+  sets.insert(sets.begin(), {"model.block=" + block, "model.d_model=16", "model.layers=2", "model.memory_heads=2",
+                           "model.attention_heads=2", "model.window=3", "model.segment=5", "model.persistent=2",
+                           "memory.lr.max=10"});
+  const Preset p = load_preset(memory, sets);
+  LmConfig config = p.model;
+  config.vocab = 11;
+  torch::manual_seed(3);
+  LanguageModel lm(config, p.memory);
+  lm->to(torch::kFloat64);
+  return lm;
+}
+
+at::Tensor tokens(int64_t batch, int64_t length, uint64_t seed = 5) {
+  torch::manual_seed(seed);
+  return torch::randint(0, 11, {batch, length}, torch::kLong);
+}
+
+double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
+
+}  // namespace
+
+TEST_CASE("language model: step and forward with chunk 1 give the same logits for every block", "[nn]") {
+  torch::NoGradGuard no_grad;
+  for (const std::string memory : {"atlas", "titans-lmm", "deltanet"}) {
+    for (const std::string block : {"lmm", "mag", "mal", "mac", "swa"}) {
+      CAPTURE(memory, block);
+      LanguageModel lm = tiny_model(block, memory);
+      const at::Tensor x = tokens(2, 12);
+      LmState a = lm->initial_state(2), b = lm->initial_state(2);
+      const at::Tensor forward = lm->forward(x, a, 1);
+      std::vector<at::Tensor> steps;
+      for (int64_t t = 0; t < 12; ++t) steps.push_back(lm->step(x.select(1, t), b).logits);
+      CHECK(max_diff(forward, at::stack(steps, 1)) < 1e-9);
+      CHECK(a.position == 12);
+      CHECK(b.position == 12);
+    }
+  }
+}
+
+TEST_CASE("language model: a stream split into calls of any length equals one call", "[nn]") {
+  torch::NoGradGuard no_grad;
+  for (const std::string block : {"mag", "mal", "mac"}) {
+    CAPTURE(block);
+    LanguageModel lm = tiny_model(block);
+    const at::Tensor x = tokens(2, 13);
+    LmState whole = lm->initial_state(2), split = lm->initial_state(2);
+    const at::Tensor one = lm->forward(x, whole, 4);
+    const at::Tensor parts = at::cat({lm->forward(x.narrow(1, 0, 3), split, 4), lm->forward(x.narrow(1, 3, 7), split, 4),
+                                      lm->forward(x.narrow(1, 10, 3), split, 4)},
+                                     1);
+    CHECK(max_diff(one, parts) < 1e-9);
+  }
+}
+
+TEST_CASE("language model: step records what each layer's memory did", "[nn]") {
+  torch::NoGradGuard no_grad;
+  LanguageModel lm = tiny_model("mag");
+  LmState s = lm->initial_state(1);
+  const LmStepOutput out = lm->step(tokens(1, 1).select(1, 0), s);
+  REQUIRE(out.records.size() == 2);
+  for (const auto& r : out.records) {
+    REQUIRE(r.has_value());
+    CHECK(r->loss_before.sizes() == at::IntArrayRef{1, 2});
+    CHECK(r->retain.sizes() == at::IntArrayRef{1, 2});
+  }
+  LanguageModel swa = tiny_model("swa");
+  LmState t = swa->initial_state(1);
+  CHECK_FALSE(swa->step(tokens(1, 1).select(1, 0), t).records[0].has_value());
+}
+
+TEST_CASE("sliding-window attention sees exactly the last W tokens and the persistent tokens", "[nn]") {
+  torch::NoGradGuard no_grad;
+  // One swa layer: the output at position 9 depends on tokens 7, 8, 9 (W = 3) and nothing older.
+  LanguageModel lm = tiny_model("swa", "atlas", {"model.layers=1"});
+  const at::Tensor x = tokens(1, 10);
+  auto last_logits = [&](const at::Tensor& input) {
+    LmState s = lm->initial_state(1);
+    return lm->forward(input, s, 1).select(1, 9);
+  };
+  const at::Tensor base = last_logits(x);
+  for (int64_t changed = 0; changed < 10; ++changed) {
+    at::Tensor y = x.clone();
+    y.index_put_({0, changed}, (x.index({0, changed}).item<int64_t>() + 1) % 11);
+    const bool visible = changed >= 7;
+    CAPTURE(changed);
+    CHECK((max_diff(last_logits(y), base) > 1e-9) == visible);
+  }
+}
+
+TEST_CASE("RoPE keeps norms and makes scores depend only on the relative position", "[nn]") {
+  torch::manual_seed(1);
+  const at::Tensor q = torch::randn({1, 1, 1, 8}, torch::kFloat64), k = torch::randn({1, 1, 1, 8}, torch::kFloat64);
+  auto at_pos = [](const at::Tensor& x, int64_t p) { return apply_rope(x, torch::tensor({p}), 10000.0); };
+  CHECK(std::abs(at_pos(q, 37).norm().item<double>() - q.norm().item<double>()) < 1e-12);
+  const double s1 = (at_pos(q, 10) * at_pos(k, 7)).sum().item<double>();
+  const double s2 = (at_pos(q, 1003) * at_pos(k, 1000)).sum().item<double>();
+  const double s3 = (at_pos(q, 10) * at_pos(k, 6)).sum().item<double>();
+  CHECK(std::abs(s1 - s2) < 1e-9);
+  CHECK(std::abs(s1 - s3) > 1e-6);
+}
+
+TEST_CASE("language model: the outer gradient reaches every parameter, gates and M_0 included", "[nn]") {
+  for (const std::string memory : {"atlas", "titans-lmm", "deltanet", "ttt-linear"}) {
+    for (const std::string block : {"lmm", "mag", "mal", "mac", "swa"}) {
+      CAPTURE(memory, block);
+      LanguageModel lm = tiny_model(block, memory);
+      LmState s = lm->initial_state(2);
+      const at::Tensor x = tokens(2, 12);
+      const at::Tensor logits = lm->forward(x, s, 4);
+      at::nll_loss(at::log_softmax(logits.reshape({-1, 11}), -1), tokens(2, 12, 9).reshape({-1})).backward();
+      for (const auto& p : lm->named_parameters()) {
+        CAPTURE(p.key());
+        REQUIRE(p.value().grad().defined());
+        CHECK(p.value().grad().abs().sum().item<double>() > 0.0);
+      }
+    }
+  }
+}
+
+TEST_CASE("language model: with TTL off every memory stays at M_0", "[nn]") {
+  torch::NoGradGuard no_grad;
+  LanguageModel lm = tiny_model("mag", "atlas", {"model.ttl=false"});
+  LmState s = lm->initial_state(2);
+  const LmState start = s;
+  lm->forward(tokens(2, 12), s, 4);
+  lm->step(tokens(2, 1).select(1, 0), s);
+  for (size_t b = 0; b < s.blocks.size(); ++b)
+    for (size_t i = 0; i < s.blocks[b].memory.memory.size(); ++i)
+      CHECK(torch::equal(s.blocks[b].memory.memory[i], start.blocks[b].memory.memory[i]));
+  LanguageModel on = tiny_model("mag", "atlas");
+  LmState t = on->initial_state(2);
+  on->forward(tokens(2, 12), t, 4);
+  CHECK_FALSE(torch::equal(t.blocks[0].memory.memory[0], start.blocks[0].memory.memory[0]));
+}
