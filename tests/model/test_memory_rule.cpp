@@ -1,6 +1,8 @@
 // MemoryRule: the ten presets of issue 3, knob overrides, and clear errors that name the key.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "memory_test_support.h"
@@ -34,8 +36,11 @@ void leaves(const nlohmann::json& j, const std::string& path, std::vector<std::s
 }  // namespace
 
 TEST_CASE("memory rule: the ten presets load with the axes of the issue table", "[model]") {
-  CHECK(list_presets() == std::vector<std::string>{"atlas", "atlas-linear", "deltanet", "hebbian", "memora", "moneta",
-                                                   "omeganet", "titans-lmm", "ttt-linear", "yaad"});
+  // The ten memory presets, among the model presets (demo-mqar, …) that share the folder.
+  const std::vector<std::string> shipped = list_presets();
+  for (const char* name : {"atlas", "atlas-linear", "deltanet", "hebbian", "memora", "moneta", "omeganet",
+                           "titans-lmm", "ttt-linear", "yaad"})
+    CHECK(std::find(shipped.begin(), shipped.end(), name) != shipped.end());
   for (const auto& name : all_presets()) {
     MemoryRule r = load_memory_rule(name);
     INFO(name);
