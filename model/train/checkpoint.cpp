@@ -62,7 +62,8 @@ Checkpoint read_checkpoint(const std::filesystem::path& path) {
 
 void load_parameters(LanguageModel& model, const Checkpoint& checkpoint) {
   at::NoGradGuard no_grad;
-  for (auto& item : model->named_parameters()) {
+  const auto parameters = model->named_parameters();
+  for (const auto& item : parameters) {
     const std::string name = kModelPrefix + item.key();
     const auto it = checkpoint.tensors.find(name);
     if (it == checkpoint.tensors.end())
@@ -76,7 +77,7 @@ void load_parameters(LanguageModel& model, const Checkpoint& checkpoint) {
     item.value().copy_(it->second);
   }
   for (const auto& [name, tensor] : checkpoint.tensors)
-    if (name.rfind(kModelPrefix, 0) == 0 && !model->named_parameters().contains(name.substr(kModelPrefix.size())))
+    if (name.rfind(kModelPrefix, 0) == 0 && !parameters.contains(name.substr(kModelPrefix.size())))
       throw UserError(checkpoint.path + ": parameter '" + name.substr(kModelPrefix.size()) +
                       "' is not in this model (a checkpoint of another model?)");
   const auto rng = checkpoint.tensors.find(kRngTensor);

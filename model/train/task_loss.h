@@ -11,6 +11,13 @@ at::Tensor summed_cross_entropy(const at::Tensor& logits /*[B,T,V]*/, const at::
 struct QueryScore {
   int64_t correct = 0;
   int64_t total = 0;
+
+  QueryScore& operator+=(const QueryScore& other) {
+    correct += other.correct;
+    total += other.total;
+    return *this;
+  }
+  double accuracy() const { return total > 0 ? static_cast<double>(correct) / static_cast<double>(total) : 0.0; }
 };
 
 // Argmax predictions against targets where `query_mask` is true (accuracy per query).

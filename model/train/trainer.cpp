@@ -69,16 +69,14 @@ TrainStepResult Trainer::train_step() {
     const at::Tensor loss = summed_cross_entropy(logits, targets_here);
     (loss / targets).backward();  // the mean over the whole sequence, one segment at a time
     loss_sum += loss.item<double>();
-    const QueryScore s = score_queries(logits, targets_here, batch.query_mask.narrow(1, t, length));
-    score.correct += s.correct;
-    score.total += s.total;
+    score += score_queries(logits, targets_here, batch.query_mask.narrow(1, t, length));
     state = state.detached();  // truncated BPTT: carry the state, not its history
   }
 
   TrainStepResult r;
   r.step = step_ + 1;
   r.loss = loss_sum / targets;
-  r.acc = score.total > 0 ? static_cast<double>(score.correct) / static_cast<double>(score.total) : 0.0;
+  r.acc = score.accuracy();
   r.lr = lr;
   r.chunk = chunk;
   r.grad_norm = clip_grad_norm(optimiser_->parameters(), c.clip);
@@ -109,13 +107,11 @@ EvalResult Trainer::evaluate(const Task& task, int64_t batches) const {
     const at::Tensor logits = model_->forward(batch.tokens, state, chunk);
     loss_sum += summed_cross_entropy(logits, batch.targets).item<double>();
     targets += (batch.targets != kIgnoreIndex).sum().item<double>();
-    const QueryScore s = score_queries(logits, batch.targets, batch.query_mask);
-    score.correct += s.correct;
-    score.total += s.total;
+    score += score_queries(logits, batch.targets, batch.query_mask);
   }
   EvalResult r;
   r.loss = loss_sum / std::max(1.0, targets);
-  r.acc = score.total > 0 ? static_cast<double>(score.correct) / static_cast<double>(score.total) : 0.0;
+  r.acc = score.accuracy();
   r.queries = score.total;
   return r;
 }
