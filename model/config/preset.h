@@ -6,8 +6,10 @@
 #include <vector>
 
 #include "model/data/task_config.h"
+#include "model/engine/engine_config.h"
 #include "model/memory/memory_rule.h"
 #include "model/nn/lm_config.h"
+#include "model/probe/probe_config.h"
 #include "model/train/train_config.h"
 
 namespace memscope::model {
@@ -19,6 +21,9 @@ struct Preset {
   LmConfig model;
   TrainConfig train;
   TaskConfig task;
+  ProbeConfig probe;
+  DetectConfig detect;
+  EngineConfig engine;
   // The resolved TOML (inheritance and overrides applied). Checkpoints and sessions store it, and
   // parse_preset on it gives this preset back exactly.
   std::string toml;
