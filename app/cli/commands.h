@@ -9,5 +9,6 @@ void register_info(CLI::App& app);          // cmd_info.cpp: build, torch and de
 void register_memory_trace(CLI::App& app);  // cmd_memory_trace.cpp: one memory layer's full trace
 void register_train(CLI::App& app);         // cmd_train.cpp: outer-loop training, checkpoints, resume
 void register_eval(CLI::App& app);          // cmd_eval.cpp: a checkpoint's accuracy per task
+void register_step(CLI::App& app);          // cmd_step.cpp: step a probe stream and print the probes
 
 }  // namespace memscope::app

@@ -305,4 +305,12 @@ at::Tensor MemoryLayerImpl::mlp_read(const at::Tensor& z, const at::Tensor& w1, 
   return mlp_pass(z, w1, w2, ln_weight.to(z.dtype()), ln_bias.to(z.dtype())).y;
 }
 
+void MemoryLayerImpl::set_live_rule(const MemoryRule& rule) {
+  TORCH_CHECK(rule.structure == rule_.structure && rule.bias == rule_.bias && rule.retention == rule_.retention &&
+                  rule.optimiser == rule_.optimiser && rule.window == rule_.window && rule.conv == rule_.conv &&
+                  rule.feature_map == rule_.feature_map && rule.gamma == rule_.gamma,
+              "memory layer: this rule change needs a restart (it changes parameters or state shapes)");
+  rule_ = rule;
+}
+
 }  // namespace memscope::model

@@ -131,6 +131,10 @@ class MemoryLayerImpl : public torch::nn::Module {
   // step() over every token of x, stacked like forward's output (the reference for tests).
   ForwardOutput forward_sequential(const at::Tensor& x, MemoryState& state, bool record = false) const;
 
+  // Replaces the rule with one that differs only in knobs that are live (memory.lr.max, memory.ns.*,
+  // …; see model/config/knobs.h): the parameters and the state's shapes stay valid.
+  void set_live_rule(const MemoryRule& rule);
+
   void set_override(Gate gate, GateOverride value);
   const GateOverride& override_of(Gate gate) const { return overrides_[static_cast<int>(gate)]; }
   void clear_overrides();

@@ -55,4 +55,10 @@ LmStepOutput LanguageModelImpl::step(const at::Tensor& token, LmState& state) co
   return out;
 }
 
+void LanguageModelImpl::set_live_rule(const MemoryRule& rule) {
+  rule_ = rule;
+  for (auto& block : blocks_)
+    if (block->memory) block->memory->set_live_rule(rule);
+}
+
 }  // namespace memscope::model

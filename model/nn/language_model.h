@@ -38,7 +38,11 @@ class LanguageModelImpl : public torch::nn::Module {
   const LmConfig& config() const { return config_; }
   const MemoryRule& rule() const { return rule_; }
   int64_t layers() const { return static_cast<int64_t>(blocks_.size()); }
+  Block& block(int64_t i) { return blocks_.at(static_cast<size_t>(i)); }
   const Block& block(int64_t i) const { return blocks_.at(static_cast<size_t>(i)); }
+
+  // Applies a rule that differs from rule() only in live knobs to every memory layer.
+  void set_live_rule(const MemoryRule& rule);
 
   // A fresh stream for `batch` sequences: memories at M_0, empty attention caches.
   LmState initial_state(int64_t batch) const;

@@ -8,6 +8,11 @@ namespace memscope::model {
 SpikeDetector::SpikeDetector(SpikeDetectorConfig config)
     : config_(config), decay_(std::pow(0.5, 1.0 / std::max(config.half_life, 1e-9))) {}
 
+void SpikeDetector::set_config(SpikeDetectorConfig config) {
+  config_ = config;
+  decay_ = std::pow(0.5, 1.0 / std::max(config.half_life, 1e-9));
+}
+
 void SpikeDetector::reset() {
   mean_ = variance_ = 0.0;
   seen_ = 0;

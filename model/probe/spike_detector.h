@@ -26,6 +26,9 @@ class SpikeDetector {
   // spikes here (the NaN/Inf detector names them) and leave the statistics untouched.
   std::optional<Spike> observe(std::int64_t step, double value);
 
+  // New threshold and half-life from the next sample on; the statistics so far are kept.
+  void set_config(SpikeDetectorConfig config);
+
   double mean() const { return mean_; }
   double variance() const { return variance_; }
   void reset();

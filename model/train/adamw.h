@@ -29,6 +29,7 @@ class AdamW {
   void zero_grad();
 
   int64_t steps() const { return steps_; }
+  void set_options(const AdamWOptions& options) { options_ = options; }
   const NamedTensors& parameters() const { return parameters_; }
 
   // "optim/exp_avg/NAME", "optim/exp_avg_sq/NAME" and the step count, for checkpoints.

@@ -88,6 +88,7 @@ TrainStepResult Trainer::train_step() {
   }
   optimiser_->step(lr);
   ++step_;
+  last_state_ = std::move(state);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   r.tokens_per_s = static_cast<double>(c.batch * T) / std::max(seconds, 1e-9);
   return r;
@@ -118,6 +119,41 @@ EvalResult Trainer::evaluate(const Task& task, int64_t batches) const {
 
 void Trainer::save(const std::filesystem::path& path) const {
   write_checkpoint(path, preset_, model_, *optimiser_, step_);
+}
+
+int64_t TrainerSnapshot::bytes() const {
+  int64_t total = 0;
+  for (const auto* map : {&parameters, &optimiser})
+    for (const auto& [name, t] : *map) total += static_cast<int64_t>(t.nbytes());
+  return total;
+}
+
+TrainerSnapshot Trainer::snapshot() const {
+  at::NoGradGuard no_grad;
+  TrainerSnapshot s;
+  s.step = step_;
+  s.optimiser_steps = optimiser_->steps();
+  for (const auto& [name, p] : optimiser_->parameters()) s.parameters.emplace(name, p.detach().clone());
+  for (const auto& [name, t] : optimiser_->state()) s.optimiser.emplace(name, t.clone());
+  return s;
+}
+
+void Trainer::restore(const TrainerSnapshot& s) {
+  at::NoGradGuard no_grad;
+  for (const auto& [name, p] : optimiser_->parameters()) {
+    const auto it = s.parameters.find(name);
+    TORCH_CHECK(it != s.parameters.end() && it->second.sizes() == p.sizes(),
+                "trainer restore: parameter '", name, "' is missing or has another shape");
+    p.copy_(it->second);
+  }
+  optimiser_->load_state(s.optimiser, s.optimiser_steps, "keyframe");
+  step_ = s.step;
+}
+
+void Trainer::apply_live(const Preset& preset) {
+  preset_ = preset;
+  optimiser_->set_options(adamw_options(preset_.train));
+  model_->set_live_rule(preset_.memory);
 }
 
 }  // namespace memscope::model

@@ -7,6 +7,7 @@
 // sees exactly the batches the uninterrupted run saw after s.
 #pragma once
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +35,17 @@ struct EvalResult {
   int64_t queries = 0;
 };
 
+// Everything that changes as training runs, copied (not shared) so that a later step cannot
+// touch it: the engine's keyframes for rewind and fork.
+struct TrainerSnapshot {
+  int64_t step = 0;
+  int64_t optimiser_steps = 0;
+  std::map<std::string, at::Tensor> parameters;  // by parameter name
+  std::map<std::string, at::Tensor> optimiser;   // AdamW::state() names
+
+  int64_t bytes() const;
+};
+
 class Trainer {
  public:
   // A fresh run: the model is initialised from train.seed.
@@ -52,11 +64,22 @@ class Trainer {
 
   void save(const std::filesystem::path& path) const;
 
+  TrainerSnapshot snapshot() const;
+  // Restores a snapshot taken from a trainer of the same preset shape (restart knobs equal).
+  void restore(const TrainerSnapshot& snapshot);
+
+  // Takes a preset that differs from preset() only in live knobs (model/config/knobs.h): the
+  // schedule, AdamW's options and the memory rule change from the next step on.
+  void apply_live(const Preset& preset);
+
   int64_t step() const { return step_; }
   bool done() const { return step_ >= preset_.train.steps; }
   const Preset& preset() const { return preset_; }
   const Task& task() const { return *task_; }
+  // The model state at the end of the last training step (its batch's memories), detached.
+  const LmState& last_state() const { return last_state_; }
   const LanguageModel& model() const { return model_; }
+  LanguageModel& model() { return model_; }
 
  private:
   Preset preset_;
@@ -64,6 +87,7 @@ class Trainer {
   LanguageModel model_{nullptr};
   std::unique_ptr<AdamW> optimiser_;
   int64_t step_ = 0;
+  LmState last_state_;
 };
 
 // The model a preset describes, with its vocabulary taken from the preset's task.

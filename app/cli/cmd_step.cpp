@@ -1,0 +1,137 @@
+// memscope-cli step: the debugger without a window. The engine steps a probe stream token by
+// token with the preset's (or a checkpoint's) weights and prints the probes of every probed step;
+// breakpoints stop the run and print the event that fired.
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "app/cli/commands.h"
+#include "model/engine/engine.h"
+#include "model/probe/frame_json.h"
+#include "model/util/errors.h"
+
+namespace memscope::app {
+
+namespace {
+
+struct StepOptions {
+  std::string preset = "demo-mqar";
+  std::string ckpt;
+  std::vector<std::string> sets;
+  int64_t tokens = 64;
+  int64_t probe_every = 0;
+  std::string break_on;
+  bool json = false;
+  int threads = 0;
+};
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  for (std::string part; std::getline(in, part, sep);)
+    if (!part.empty()) out.push_back(part);
+  return out;
+}
+
+// Prints every probed frame (JSON lines or one human line each) and the events worth a look.
+class Printer : public model::FrameSink {
+ public:
+  explicit Printer(bool json) : json_(json) {}
+
+  void on_frame(const model::Frame& f) override {
+    if (f.layers == 0 && f.kind == model::FrameKind::Inspect) return;  // not probed at this step
+    if (json_) {
+      std::cout << model::frame_to_json(f).dump() << '\n';
+      return;
+    }
+    char line[160];
+    std::snprintf(line, sizeof line, "step %5lld  seq %3lld tok %3lld  %5lld → %-5s loss %-7s", static_cast<long long>(f.step),
+                  static_cast<long long>(f.sequence), static_cast<long long>(f.token_index),
+                  static_cast<long long>(f.token), f.predicted >= 0 ? std::to_string(f.predicted).c_str() : "-",
+                  std::isfinite(f.loss) ? format(f.loss).c_str() : "-");
+    std::cout << line;
+    for (int l = 0; l < f.layers; ++l) {
+      double norm = 0, erank = 0, ns = 0, gain = 0;
+      for (int h = 0; h < f.heads; ++h) {
+        norm += f.weight(l, h, 0, model::WeightMetric::NormM) / f.heads;
+        erank += f.weight(l, h, 0, model::WeightMetric::Erank) / f.heads;
+        ns = std::max<double>(ns, f.weight(l, h, 0, model::WeightMetric::NsError));
+        gain += f.head(l, h, model::HeadMetric::Gain) / f.heads;
+      }
+      std::cout << " | L" << l << " ‖M‖ " << format(norm) << " erank " << format(erank) << " ns " << format(ns)
+                << " gain " << format(gain);
+    }
+    std::cout << '\n';
+  }
+
+  void on_event(const model::Event& e) override {
+    if (e.kind == model::EventKind::Command) return;
+    if (json_) std::cout << model::event_to_json(e).dump() << '\n';
+    else std::cout << "[" << model::to_string(e.kind) << "] step " << e.step << ": " << e.message << '\n';
+    if (e.kind == model::EventKind::Error) error_ = e.message;
+  }
+
+  const std::string& error() const { return error_; }
+
+ private:
+  static std::string format(double v) {
+    if (std::isnan(v)) return "nan";
+    char s[32];
+    std::snprintf(s, sizeof s, "%.3g", v);
+    return s;
+  }
+  bool json_;
+  std::string error_;
+};
+
+void run_step(const StepOptions& o) {
+  using namespace memscope::model;
+  if (o.threads > 0) torch::set_num_threads(o.threads);
+  EngineOptions options;
+  options.preset = o.preset;
+  options.checkpoint = o.ckpt;
+  options.sets = o.sets;
+  options.sets.push_back("engine.mode=inspect");
+  if (o.probe_every > 0) options.sets.push_back("probe.every=" + std::to_string(o.probe_every));
+  std::vector<Breakpoint> breakpoints;
+  for (const auto& text : split(o.break_on, ',')) breakpoints.push_back(parse_breakpoint(text));
+
+  Engine engine(options);
+  auto printer = std::make_shared<Printer>(o.json);
+  engine.add_sink(printer);
+  engine.start();
+  for (const auto& b : breakpoints) {
+    Command c{Command::Kind::AddBreakpoint};
+    c.breakpoint = b;
+    engine.post(c);
+  }
+  engine.post(Command::steps(o.tokens));
+  engine.wait_idle();
+  engine.stop();
+  std::cout.flush();
+  // A failed step (not a breakpoint) is an error for scripts.
+  if (printer->error().find(" failed: ") != std::string::npos) throw UserError(printer->error());
+}
+
+}  // namespace
+
+void register_step(CLI::App& app) {
+  auto o = std::make_shared<StepOptions>();
+  CLI::App* cmd = app.add_subcommand("step", "Step a probe stream token by token and print the memory probes");
+  cmd->add_option("--preset,-p", o->preset, "Preset name or .toml path (default demo-mqar)");
+  cmd->add_option("--ckpt,-c", o->ckpt, "Step with the weights of this checkpoint (its preset; --preset is ignored)");
+  cmd->add_option("--set,-s", o->sets, "Knob override KEY=VALUE (repeatable; see `memscope-cli knobs`)");
+  cmd->add_option("--tokens,-n", o->tokens, "Tokens to step")->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  cmd->add_option("--probe-every", o->probe_every, "Probe every K tokens (default: probe.every)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  cmd->add_option("--break-on", o->break_on,
+                  "Stop at the first of these, comma-separated: nan, spike, ns_error, ns_error>X, norm_growth, any, step==N");
+  cmd->add_flag("--json", o->json, "One JSON object per probed step (and per event)");
+  cmd->add_option("--threads", o->threads, "Torch CPU threads")->check(CLI::Range(1, 1024));
+  cmd->callback([o] { run_step(*o); });
+}
+
+}  // namespace memscope::app

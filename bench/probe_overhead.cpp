@@ -1,0 +1,95 @@
+// Probe overhead (issue 5): engine step throughput with probes off, at the default cadence, and
+// with every probe (and every matrix snapshot) at every step, on the same model in the same run.
+// One JSON line per configuration with tokens/s and the overhead against probes off, in percent.
+// Repetitions are interleaved (off, default, all, off, …) so machine noise hits them alike.
+// Flags: --preset P (demo-mqar), --mode inspect|train, --steps N per repetition, --reps R,
+// --threads T, --set K=V (repeatable).
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "model/config/preset.h"
+#include "model/engine/branch.h"
+
+using namespace memscope::model;
+
+namespace {
+
+struct Config {
+  const char* name;
+  std::vector<std::string> sets;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string preset = "demo-mqar", mode = "inspect";
+  int64_t steps = 64, reps = 5;
+  int threads = 1;
+  std::vector<std::string> sets;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--preset") preset = value;
+    else if (flag == "--mode") mode = value;
+    else if (flag == "--steps") steps = std::stoll(value);
+    else if (flag == "--reps") reps = std::stoll(value);
+    else if (flag == "--threads") threads = std::stoi(value);
+    else if (flag == "--set") sets.push_back(value);
+    else {
+      std::cerr << "probe_overhead: unknown flag " << flag << "\n";
+      return 2;
+    }
+  }
+  torch::set_num_threads(threads);
+  const std::vector<Config> configs{
+      {"off", {"probe.every=0"}},
+      {"default", {}},  // probe.every and probe.matrices_every as the preset has them
+      {"all", {"probe.every=1", "probe.matrices_every=1"}},
+      {"all_full_matrices", {"probe.every=1", "probe.matrices_every=1", "probe.full_matrices=true"}},
+  };
+  std::vector<std::unique_ptr<Branch>> branches;
+  for (const auto& c : configs) {
+    std::vector<std::string> all = sets;
+    all.push_back("engine.mode=" + mode);
+    all.push_back("engine.keyframe_every=0");  // measure the probes, not the keyframes
+    all.insert(all.end(), c.sets.begin(), c.sets.end());
+    branches.push_back(std::make_unique<Branch>(0, load_preset(preset, all)));
+  }
+  std::vector<std::vector<double>> seconds(configs.size());
+  std::vector<Event> events;
+  for (auto& b : branches) b->advance(events);  // warm-up: allocations, first sequence
+  for (int64_t r = 0; r < reps; ++r)
+    for (size_t c = 0; c < configs.size(); ++c) {
+      const auto start = std::chrono::steady_clock::now();
+      for (int64_t s = 0; s < steps; ++s) branches[c]->advance(events);
+      seconds[c].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+  const double off = median(seconds[0]);
+  const Preset p = load_preset(preset, sets);
+  for (size_t c = 0; c < configs.size(); ++c) {
+    const double t = median(seconds[c]);
+    const double tokens = static_cast<double>(steps) * (mode == "train" ? static_cast<double>(p.train.batch) : 1.0);
+    std::cout << nlohmann::json{{"bench", "probe_overhead"},
+                                {"preset", preset},
+                                {"mode", mode},
+                                {"probes", configs[c].name},
+                                {"steps", steps},
+                                {"reps", reps},
+                                {"threads", threads},
+                                {"steps_per_s", static_cast<double>(steps) / t},
+                                {"tokens_per_s", tokens / t},
+                                {"overhead_pct", 100.0 * (t / off - 1.0)}}
+                     .dump()
+              << std::endl;
+  }
+  return 0;
+}

@@ -1,0 +1,369 @@
+#include "model/engine/branch.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "model/config/knobs.h"
+#include "model/data/batch.h"
+#include "model/data/rng.h"
+#include "model/probe/probe_collector.h"
+#include "model/util/errors.h"
+
+namespace memscope::model {
+
+namespace {
+
+// Probe sequences come from their own seed stream, never one training or evaluation uses.
+constexpr uint64_t kProbeStream = 0x70'72'6f'62'65'00'00'00ull;  // "probe"
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+int64_t budget_bytes(double mb) { return static_cast<int64_t>(mb * kMiB); }
+
+// A deep copy: later steps (and in-place edits such as NaN injection) cannot reach it.
+LmState clone_state(const LmState& state) {
+  LmState out;
+  out.position = state.position;
+  for (const auto& b : state.blocks) {
+    BlockState c;
+    if (!b.memory.memory.empty()) c.memory = b.memory.clone();
+    if (b.attention.k.defined()) {
+      c.attention.k = b.attention.k.clone();
+      c.attention.v = b.attention.v.clone();
+      c.attention.positions = b.attention.positions.clone();
+    }
+    c.attention.next = b.attention.next;
+    for (const auto& r : b.retrieval) c.retrieval.push_back(r.clone());
+    out.blocks.push_back(std::move(c));
+  }
+  return out;
+}
+
+int64_t state_bytes(const LmState& state) {
+  int64_t total = 0;
+  auto add = [&](const at::Tensor& t) {
+    if (t.defined()) total += static_cast<int64_t>(t.nbytes());
+  };
+  for (const auto& b : state.blocks) {
+    for (const auto& [name, t] : b.memory.to_map()) add(t);
+    add(b.attention.k);
+    add(b.attention.v);
+    for (const auto& r : b.retrieval) add(r);
+  }
+  return total;
+}
+
+bool due(int64_t every, int64_t step) { return every > 0 && step % every == 0; }
+
+}  // namespace
+
+Branch::Branch(int id, const Preset& preset) : id_(id) {
+  ring_ = std::make_shared<FrameRing>(budget_bytes(preset.engine.frame_budget_mb));
+  start_over(std::make_unique<Trainer>(preset));
+}
+
+Branch::Branch(int id, const std::filesystem::path& checkpoint, const std::vector<std::string>& sets) : id_(id) {
+  auto trainer = std::make_unique<Trainer>(Trainer::resume(checkpoint, sets));
+  ring_ = std::make_shared<FrameRing>(budget_bytes(trainer->preset().engine.frame_budget_mb));
+  start_over(std::move(trainer));
+}
+
+void Branch::start_over(std::unique_ptr<Trainer> trainer) {
+  trainer_ = std::move(trainer);
+  inspect_ = trainer_->model()->initial_state(1);
+  cursor_ = {};
+  sequence_loaded_ = -1;
+  detectors_ = Detectors(preset().detect);
+  keyframes_.clear();
+  log_.clear();
+  step_ = 0;
+  ring_->truncate_after(0);
+  ring_->set_budget(budget_bytes(preset().engine.frame_budget_mb));
+  take_keyframe();
+}
+
+std::shared_ptr<const Frame> Branch::advance(std::vector<Event>& events) {
+  const EngineConfig& e = preset().engine;
+  const bool inspecting = e.mode == EngineMode::Inspect || (e.mode == EngineMode::TrainInspect && cursor_.remaining > 0);
+  std::shared_ptr<Frame> frame = inspecting ? inspect_frame() : train_frame();
+  if (!inspecting && e.mode == EngineMode::TrainInspect && due(e.inspect_every, trainer_->step())) {
+    // Re-step the probe sequence from its start with the weights just trained.
+    ensure_sequence_loaded(0);
+    cursor_ = {0, 0, e.inspect_tokens > 0 ? e.inspect_tokens : sequence_tokens_.size(0)};
+  }
+  ++step_;
+  for (Event& event : detectors_.observe(*frame)) events.push_back(std::move(event));
+  ring_->push(frame);
+  if (due(e.keyframe_every, step_)) take_keyframe();
+  return frame;
+}
+
+void Branch::ensure_sequence_loaded(int64_t sequence) {
+  if (sequence_loaded_ == sequence) return;
+  const uint64_t seed = Rng::mix(static_cast<uint64_t>(preset().engine.probe_seed) ^ kProbeStream,
+                                 static_cast<uint64_t>(sequence));
+  const Batch batch = trainer_->task().sample(1, seed);
+  const auto device = trainer_->model()->embedding.device();
+  const at::Tensor tokens = batch.tokens[0].to(at::kCPU).contiguous();
+  const at::Tensor targets = batch.targets[0].to(at::kCPU).contiguous();
+  host_tokens_.assign(tokens.data_ptr<int64_t>(), tokens.data_ptr<int64_t>() + tokens.numel());
+  host_targets_.assign(targets.data_ptr<int64_t>(), targets.data_ptr<int64_t>() + targets.numel());
+  for (auto& t : host_targets_)
+    if (t == kIgnoreIndex) t = -1;
+  sequence_tokens_ = tokens.to(device);
+  sequence_loaded_ = sequence;
+}
+
+std::shared_ptr<Frame> Branch::inspect_frame() {
+  at::NoGradGuard no_grad;
+  const int64_t step = step_ + 1;
+  const ProbeConfig& p = preset().probe;
+  const LanguageModel& model = trainer_->model();
+  ensure_sequence_loaded(cursor_.sequence);
+  if (cursor_.token_index == 0) inspect_ = model->initial_state(1);
+
+  auto frame = std::make_shared<Frame>();
+  frame->step = step;
+  frame->timeline = id_;
+  frame->kind = FrameKind::Inspect;
+  frame->train_step = trainer_->step();
+  frame->sequence = cursor_.sequence;
+  frame->token_index = cursor_.token_index;
+  const at::Tensor token = sequence_tokens_.narrow(0, cursor_.token_index, 1);
+  frame->token = host_tokens_[static_cast<size_t>(cursor_.token_index)];
+  frame->target = host_targets_[static_cast<size_t>(cursor_.token_index)];
+
+  const bool probe = due(p.every, step);
+  std::vector<std::vector<at::Tensor>> before;
+  if (probe)
+    for (const auto& b : inspect_.blocks) before.push_back(b.memory.memory);  // the step replaces, never edits, them
+
+  const auto start = std::chrono::steady_clock::now();
+  const LmStepOutput out = model->step(token, inspect_);
+  if (probe) {
+    ProbeInputs in;
+    in.model = &model;
+    in.state = &inspect_;
+    in.memory_before = &before;
+    in.records = &out.records;
+    in.matrices = due(p.matrices_every, step);
+    const at::Tensor logits = out.logits[0];
+    in.extra.push_back(logits.argmax());
+    if (frame->target >= 0) in.extra.push_back(-at::log_softmax(logits.to(at::kDouble), 0)[frame->target]);
+    const std::vector<double> extra = collect_probes(*frame, in, p);
+    frame->predicted = static_cast<int64_t>(extra[0]);
+    if (frame->target >= 0) frame->loss = extra[1];
+  }
+  frame->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  frame->tokens_per_s = 1.0 / std::max(frame->seconds, 1e-9);
+
+  ++cursor_.token_index;
+  if (cursor_.remaining > 0) --cursor_.remaining;
+  if (cursor_.token_index >= sequence_tokens_.size(0)) {
+    ++cursor_.sequence;
+    cursor_.token_index = 0;
+  }
+  return frame;
+}
+
+std::shared_ptr<Frame> Branch::train_frame() {
+  const int64_t step = step_ + 1;
+  const ProbeConfig& p = preset().probe;
+  const auto start = std::chrono::steady_clock::now();
+  const TrainStepResult r = trainer_->train_step();
+  auto frame = std::make_shared<Frame>();
+  frame->step = step;
+  frame->timeline = id_;
+  frame->kind = FrameKind::Train;
+  frame->train_step = r.step;
+  frame->loss = r.loss;
+  frame->acc = r.acc;
+  frame->grad_norm = r.grad_norm;
+  frame->lr = r.lr;
+  frame->tokens_per_s = r.tokens_per_s;
+  if (due(p.every, step)) {
+    ProbeInputs in;
+    in.model = &trainer_->model();
+    in.state = &trainer_->last_state();
+    in.matrices = due(p.matrices_every, step);
+    collect_probes(*frame, in, p);
+  }
+  frame->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return frame;
+}
+
+std::vector<int64_t> Branch::layer_heads(int layer, int head) const {
+  const LanguageModel& model = trainer_->model();
+  if (!model->config().has_memory()) throw UserError("this model (model.block = swa) has no memory to reset");
+  if (layer >= model->layers())
+    throw UserError("layer " + std::to_string(layer) + " does not exist (the model has " +
+                    std::to_string(model->layers()) + ")");
+  const int64_t heads = model->config().memory_heads;
+  if (head >= heads)
+    throw UserError("head " + std::to_string(head) + " does not exist (layers have " + std::to_string(heads) + ")");
+  if (head >= 0) return {head};
+  return {};
+}
+
+void Branch::apply(const Command& c) {
+  using K = Command::Kind;
+  const LanguageModel& model = trainer_->model();
+  auto each_layer = [&](int layer, const std::function<void(int64_t, MemoryState&)>& f) {
+    for (int64_t l = 0; l < model->layers(); ++l)
+      if (layer < 0 || layer == l) f(l, inspect_.blocks[static_cast<size_t>(l)].memory);
+  };
+  switch (c.kind) {
+    case K::SetKnob:
+      if (set_knobs({c.knob + "=" + c.value})) return;  // a new run: nothing to log for rewinds
+      break;
+    case K::ResetMomentum: {
+      const auto heads = layer_heads(c.layer, c.head);
+      each_layer(c.layer, [&](int64_t, MemoryState& s) { s.reset_momentum(heads); });
+      break;
+    }
+    case K::ResetMemory: {
+      const auto heads = layer_heads(c.layer, c.head);
+      each_layer(c.layer, [&](int64_t l, MemoryState& s) { model->block(l)->memory->reset(s, heads); });
+      break;
+    }
+    case K::InjectNan: {
+      const auto heads = layer_heads(c.layer, c.head);
+      each_layer(c.layer, [&](int64_t, MemoryState& s) {
+        at::Tensor m = s.memory.front().clone();
+        if (heads.empty()) m.fill_(std::numeric_limits<double>::quiet_NaN());
+        else m.select(1, heads.front()).fill_(std::numeric_limits<double>::quiet_NaN());
+        s.memory.front() = m;
+      });
+      break;
+    }
+    default: throw std::logic_error("Branch::apply: not a state command: " + describe(c));
+  }
+  log_.push_back({step_, c});
+}
+
+bool Branch::set_knobs(const std::vector<std::string>& sets) {
+  Preset next = parse_preset(preset().toml, preset().name, sets);
+  bool restart = false;
+  for (const auto& name : changed_knobs(preset(), next)) {
+    const Knob* knob = find_knob(name);
+    restart = restart || knob == nullptr || knob->apply == KnobApply::Restart;
+  }
+  if (restart) {
+    // A restart knob changes the model's shape or data: the run starts over (step 0).
+    start_over(std::make_unique<Trainer>(next));
+    return true;
+  }
+  trainer_->apply_live(next);
+  detectors_.set_config(next.detect);
+  ring_->set_budget(budget_bytes(next.engine.frame_budget_mb));
+  return false;
+}
+
+void Branch::take_keyframe() {
+  Keyframe k;
+  k.step = step_;
+  k.preset = preset();
+  k.trainer = trainer_->snapshot();
+  k.inspect = clone_state(inspect_);
+  k.cursor = cursor_;
+  k.detectors = detectors_;
+  k.bytes = k.trainer.bytes() + state_bytes(k.inspect);
+  if (!keyframes_.empty() && keyframes_.back().step == step_) keyframes_.back() = std::move(k);
+  else keyframes_.push_back(std::move(k));
+
+  // Over budget: drop the keyframe closest to its predecessor (never the first or the newest), so
+  // the survivors thin out evenly and a rewind re-runs at most a few intervals.
+  const int64_t budget = budget_bytes(preset().engine.keyframe_budget_mb);
+  while (keyframes_.size() > 2 && keyframe_bytes() > budget) {
+    size_t drop = 1;
+    for (size_t i = 2; i + 1 < keyframes_.size(); ++i)
+      if (keyframes_[i].step - keyframes_[i - 1].step < keyframes_[drop].step - keyframes_[drop - 1].step) drop = i;
+    keyframes_.erase(keyframes_.begin() + static_cast<std::ptrdiff_t>(drop));
+  }
+}
+
+int64_t Branch::keyframe_bytes() const {
+  int64_t total = 0;
+  for (const auto& k : keyframes_) total += k.bytes;
+  return total;
+}
+
+int64_t Branch::earliest_keyframe() const { return keyframes_.empty() ? step_ : keyframes_.front().step; }
+
+const Keyframe& Branch::keyframe_at_or_before(int64_t step) const {
+  const Keyframe* best = nullptr;
+  for (const auto& k : keyframes_)
+    if (k.step <= step) best = &k;
+  if (!best) throw UserError("no keyframe at or before step " + std::to_string(step));
+  return *best;
+}
+
+void Branch::restore(const Keyframe& k) {
+  const bool same_shape = [&] {
+    for (const auto& name : changed_knobs(preset(), k.preset)) {
+      const Knob* knob = find_knob(name);
+      if (!knob || knob->apply == KnobApply::Restart) return false;
+    }
+    return true;
+  }();
+  if (!same_shape) trainer_ = std::make_unique<Trainer>(k.preset);
+  else trainer_->apply_live(k.preset);
+  trainer_->restore(k.trainer);
+  inspect_ = clone_state(k.inspect);
+  cursor_ = k.cursor;
+  detectors_ = k.detectors;
+  step_ = k.step;
+  ring_->truncate_after(k.step);
+  ring_->set_budget(budget_bytes(k.preset.engine.frame_budget_mb));
+}
+
+void Branch::replay_to(int64_t step, std::vector<Event>& events, const std::function<void(const Frame&)>& on_frame) {
+  // The logged commands after `step` belong to the abandoned future.
+  std::vector<LoggedCommand> log;
+  for (auto& entry : log_)
+    if (entry.step < step) log.push_back(std::move(entry));
+  log_.clear();
+  size_t next = 0;
+  while (next < log.size() && log[next].step < step_) log_.push_back(log[next++]);
+  while (step_ < step) {
+    while (next < log.size() && log[next].step == step_) apply(log[next++].command);
+    const auto frame = advance(events);
+    if (on_frame) on_frame(*frame);
+  }
+}
+
+int64_t Branch::rewind(int64_t step, std::vector<Event>& events, const std::function<void(const Frame&)>& on_frame) {
+  if (step < 0 || step > step_)
+    throw UserError("rewind: step " + std::to_string(step) + " is outside this timeline (0.." + std::to_string(step_) + ")");
+  const int64_t from = keyframe_at_or_before(step).step;
+  restore(keyframe_at_or_before(step));
+  replay_to(step, events, on_frame);
+  return from;
+}
+
+std::unique_ptr<Branch> Branch::fork(int id, int64_t step, const std::vector<std::string>& sets,
+                                     std::vector<Event>& events, const std::function<void(const Frame&)>& on_frame) const {
+  if (step < 0 || step > step_)
+    throw UserError("fork: step " + std::to_string(step) + " is outside this timeline (0.." + std::to_string(step_) + ")");
+  const Keyframe& k = keyframe_at_or_before(step);
+  auto branch = std::make_unique<Branch>(id, k.preset);
+  branch->restore(k);
+  branch->keyframes_ = {k};
+  for (const auto& entry : log_)
+    if (entry.step >= k.step && entry.step < step) branch->log_.push_back(entry);
+  branch->replay_to(step, events, on_frame);
+  // The fork's own change: live knobs only, or the two timelines would not share a past.
+  const Preset changed = parse_preset(branch->preset().toml, branch->preset().name, sets);
+  for (const auto& name : changed_knobs(branch->preset(), changed)) {
+    const Knob* knob = find_knob(name);
+    if (!knob || knob->apply == KnobApply::Restart)
+      throw UserError("fork: " + name + " needs a restart; a fork can change live knobs only");
+  }
+  for (const auto& set : sets) {
+    const auto eq = set.find('=');
+    branch->apply(Command::set_knob(set.substr(0, eq), set.substr(eq + 1)));
+  }
+  return branch;
+}
+
+}  // namespace memscope::model

@@ -1,0 +1,111 @@
+// Branch: one timeline the engine runs (DESIGN "Rewind and fork"). It owns the trainer (model,
+// optimiser, task), the inspect stream and its memory state, the probes and detectors, the
+// keyframes and the frame ring. Only the engine thread touches a branch; readers see its ring.
+//
+// A step is one training step (engine.mode = train), one token of the probe stream (inspect), or
+// either (train+inspect: every engine.inspect_every training steps the probe sequence is stepped
+// again with the current weights). Step numbers count from 1; keyframe k holds the state after k
+// steps, and rewinding to s restores the newest keyframe at or before s, then re-runs the steps and
+// re-applies the logged state commands up to s. With the same preset, seed and commands, the
+// frames are bit-identical on CPU (their wall-clock fields aside).
+#pragma once
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/config/preset.h"
+#include "model/engine/command.h"
+#include "model/engine/frame_ring.h"
+#include "model/nn/language_model.h"
+#include "model/probe/detectors.h"
+#include "model/probe/event.h"
+#include "model/train/trainer.h"
+
+namespace memscope::model {
+
+// Where the inspect stream is.
+struct InspectCursor {
+  int64_t sequence = 0;     // probe sequence number (its seed is mixed from engine.probe_seed)
+  int64_t token_index = 0;  // next token to feed inside it
+  int64_t remaining = 0;    // train+inspect: tokens left in the current re-step (0: training)
+};
+
+struct Keyframe {
+  int64_t step = 0;
+  Preset preset;  // the knobs in force
+  TrainerSnapshot trainer;
+  LmState inspect;  // cloned
+  InspectCursor cursor;
+  Detectors detectors;
+  int64_t bytes = 0;
+};
+
+class Branch {
+ public:
+  // A fresh run of `preset`, or the run saved in `checkpoint` (with `sets` on its stored preset).
+  Branch(int id, const Preset& preset);
+  Branch(int id, const std::filesystem::path& checkpoint, const std::vector<std::string>& sets);
+
+  int id() const { return id_; }
+  int64_t step() const { return step_; }
+  const Preset& preset() const { return trainer_->preset(); }
+  const Trainer& trainer() const { return *trainer_; }
+  std::shared_ptr<FrameRing> ring() const { return ring_; }
+
+  // One step; its frame goes to the ring and is returned, its detector events to `events`.
+  std::shared_ptr<const Frame> advance(std::vector<Event>& events);
+
+  // A state command between steps (set knob, resets, NaN injection); logged for rewinds.
+  // Restart knobs start the run over. Throws UserError for a bad knob, layer or head.
+  void apply(const Command& command);
+
+  // Back to `step` (≤ step()): the frames after the keyframe are dropped and re-made. Returns the
+  // keyframe's step (everything after it was re-run).
+  int64_t rewind(int64_t step, std::vector<Event>& events, const std::function<void(const Frame&)>& on_frame);
+
+  // A new branch `id` equal to this one at `step`, with `sets` (live knobs only) applied there.
+  std::unique_ptr<Branch> fork(int id, int64_t step, const std::vector<std::string>& sets, std::vector<Event>& events,
+                               const std::function<void(const Frame&)>& on_frame) const;
+
+  // The oldest step a rewind can reach and the keyframes' memory.
+  int64_t earliest_keyframe() const;
+  int64_t keyframe_bytes() const;
+  size_t keyframes() const { return keyframes_.size(); }
+
+ private:
+  struct LoggedCommand {
+    int64_t step;
+    Command command;
+  };
+
+  void start_over(std::unique_ptr<Trainer> trainer);
+  void take_keyframe();
+  void restore(const Keyframe& k);
+  void replay_to(int64_t step, std::vector<Event>& events, const std::function<void(const Frame&)>& on_frame);
+  const Keyframe& keyframe_at_or_before(int64_t step) const;
+  // Returns true when a restart knob changed and the run started over.
+  bool set_knobs(const std::vector<std::string>& sets);
+  void ensure_sequence_loaded(int64_t sequence);
+
+  std::shared_ptr<Frame> train_frame();
+  std::shared_ptr<Frame> inspect_frame();
+  std::vector<int64_t> layer_heads(int layer, int head) const;  // checks the indices
+
+  int id_;
+  std::unique_ptr<Trainer> trainer_;
+  LmState inspect_;
+  InspectCursor cursor_;
+  at::Tensor sequence_tokens_;                  // the current probe sequence, [T] on the model's device
+  std::vector<int64_t> host_tokens_, host_targets_;  // the same on the host (targets −1: not scored)
+  int64_t sequence_loaded_ = -1;
+  Detectors detectors_;
+  std::vector<Keyframe> keyframes_;
+  std::vector<LoggedCommand> log_;
+  std::shared_ptr<FrameRing> ring_;
+  int64_t step_ = 0;
+};
+
+}  // namespace memscope::model

@@ -1,0 +1,148 @@
+#include "model/probe/detectors.h"
+
+#include <cmath>
+#include <sstream>
+
+namespace memscope::model {
+
+namespace {
+
+// Below this a norm is "about zero" (e.g. M_0 = 0) and growth from it is not a warning.
+constexpr double kNormFloor = 1e-3;
+
+std::string place(int layer, int head, const std::string& tensor) {
+  return "layer " + std::to_string(layer) + " head " + std::to_string(head) + " " + tensor;
+}
+
+std::string format(double v) {
+  std::ostringstream s;
+  s.precision(4);
+  s << v;
+  return s.str();
+}
+
+Event make_event(const Frame& f, EventKind kind, std::string message, int layer, int head, std::string tensor,
+                 double value) {
+  Event e;
+  e.step = f.step;
+  e.timeline = f.timeline;
+  e.kind = kind;
+  e.message = std::move(message);
+  e.layer = layer;
+  e.head = head;
+  e.tensor = std::move(tensor);
+  e.value = value;
+  return e;
+}
+
+}  // namespace
+
+const char* to_string(EventKind kind) {
+  switch (kind) {
+    case EventKind::Spike: return "spike";
+    case EventKind::NonFinite: return "nonfinite";
+    case EventKind::NsError: return "ns_error";
+    case EventKind::NormGrowth: return "norm_growth";
+    case EventKind::Command: return "command";
+    case EventKind::Breakpoint: return "breakpoint";
+    case EventKind::Error: return "error";
+  }
+  return "?";
+}
+
+Detectors::Detectors(DetectConfig config) : config_(config) {}
+
+void Detectors::set_config(const DetectConfig& config) {
+  config_ = config;
+  for (auto& [key, d] : spikes_) d.set_config({config_.spike_threshold, config_.spike_half_life, static_cast<int>(config_.spike_warmup)});
+}
+
+void Detectors::reset() {
+  spikes_.clear();
+  last_norm_.clear();
+  nonfinite_.clear();
+}
+
+SpikeDetector& Detectors::series(const std::string& key) {
+  auto it = spikes_.find(key);
+  if (it == spikes_.end())
+    it = spikes_.emplace(key, SpikeDetector({config_.spike_threshold, config_.spike_half_life,
+                                             static_cast<int>(config_.spike_warmup)})).first;
+  return it->second;
+}
+
+std::vector<Event> Detectors::observe(const Frame& f) {
+  std::vector<Event> events;
+  const std::string stream = to_string(f.kind);  // train and inspect frames are separate series
+
+  auto spike = [&](const std::string& key, double value, int layer, int head, const std::string& tensor,
+                   const std::string& what) {
+    if (const auto s = series(stream + "/" + key).observe(f.step, value))
+      events.push_back(make_event(f, EventKind::Spike,
+                                  "spike in " + what + ": " + format(value) + " is " + format(s->z) +
+                                      " standard deviations above its moving mean",
+                                  layer, head, tensor, value));
+  };
+  if (f.kind == FrameKind::Train) {
+    if (!std::isfinite(f.loss) || !std::isfinite(f.grad_norm)) {
+      const std::string what = !std::isfinite(f.loss) ? "loss" : "grad_norm";
+      events.push_back(make_event(f, EventKind::NonFinite, "the outer " + what + " is not finite", -1, -1, what,
+                                  !std::isfinite(f.loss) ? f.loss : f.grad_norm));
+    }
+    spike("loss", f.loss, -1, -1, "loss", "the training loss");
+    spike("grad_norm", f.grad_norm, -1, -1, "grad_norm", "the gradient norm");
+  }
+
+  const int W = static_cast<int>(f.weights.size());
+  for (int l = 0; l < f.layers; ++l)
+    for (int h = 0; h < f.heads; ++h) {
+      for (int w = 0; w < W; ++w) {
+        const std::string& name = f.weights[static_cast<size_t>(w)];
+        const std::string key = "l" + std::to_string(l) + "/h" + std::to_string(h) + "/" + name;
+
+        // NaN/Inf: one event per place when it turns bad, naming the tensor.
+        const int bad = static_cast<int>(f.weight(l, h, w, WeightMetric::NonFinite));
+        const std::vector<std::pair<int, std::string>> tensors{{1, name}, {2, "S(" + name + ")"}};
+        for (const auto& [bit, tensor] : tensors) {
+          bool& reported = nonfinite_[key + "/" + tensor];
+          if ((bad & bit) && !reported)
+            events.push_back(make_event(f, EventKind::NonFinite, place(l, h, tensor) + " has NaN or Inf values", l, h,
+                                        tensor, std::numeric_limits<double>::quiet_NaN()));
+          reported = (bad & bit) != 0;
+        }
+
+        const double norm = f.weight(l, h, w, WeightMetric::NormM);
+        spike(key + "/norm", norm, l, h, name, "‖" + name + "‖ of layer " + std::to_string(l) + " head " + std::to_string(h));
+
+        const double ns = f.weight(l, h, w, WeightMetric::NsError);
+        if (config_.ns_error > 0 && std::isfinite(ns) && ns > config_.ns_error)
+          events.push_back(make_event(f, EventKind::NsError,
+                                      place(l, h, "NS(S)") + " orthogonality error " + format(ns) + " > " +
+                                          format(config_.ns_error),
+                                      l, h, name, ns));
+
+        double& last = last_norm_[stream + "/" + key];
+        if (config_.norm_growth > 0 && std::isfinite(norm) && last > kNormFloor && norm / last > config_.norm_growth)
+          events.push_back(make_event(f, EventKind::NormGrowth,
+                                      place(l, h, "‖" + name + "‖") + " grew ×" + format(norm / last) + " (" +
+                                          format(last) + " → " + format(norm) + ")",
+                                      l, h, name, norm / last));
+        if (std::isfinite(norm)) last = norm;
+      }
+      // The step's gates and surprise (inspect frames).
+      if (f.kind == FrameKind::Inspect && W > 0 && (static_cast<int>(f.weight(l, h, 0, WeightMetric::NonFinite)) & 4)) {
+        for (int k = 0; k < kHeadMetricCount; ++k) {
+          const auto m = static_cast<HeadMetric>(k);
+          bool& reported = nonfinite_["l" + std::to_string(l) + "/h" + std::to_string(h) + "/" + to_string(m)];
+          const bool is_bad = !std::isfinite(f.head(l, h, m));
+          if (is_bad && !reported)
+            events.push_back(make_event(f, EventKind::NonFinite, place(l, h, to_string(m)) + " is NaN or Inf", l, h,
+                                        to_string(m), f.head(l, h, m)));
+          reported = is_bad;
+        }
+      }
+    }
+  return events;
+}
+
+}  // namespace memscope::model

@@ -1,0 +1,39 @@
+// The detectors of SPEC §8 over a stream of frames: spikes (z-score against an EMA) of the outer
+// loss, the gradient norm and each head's state norm; NaN/Inf naming the layer, head and tensor;
+// NS orthogonality error above a threshold; and state norm growing too fast. Plain C++ on the
+// scalars the probes already brought to the host; copyable, so keyframes can save it.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/probe/event.h"
+#include "model/probe/frame.h"
+#include "model/probe/probe_config.h"
+#include "model/probe/spike_detector.h"
+
+namespace memscope::model {
+
+class Detectors {
+ public:
+  explicit Detectors(DetectConfig config = {});
+
+  // Live knob change: thresholds apply from the next frame; spike statistics are kept.
+  void set_config(const DetectConfig& config);
+
+  // The events `frame` fires, in a stable order.
+  std::vector<Event> observe(const Frame& frame);
+
+  // Forget the statistics (a new model, a memory reset).
+  void reset();
+
+ private:
+  SpikeDetector& series(const std::string& key);
+
+  DetectConfig config_;
+  std::map<std::string, SpikeDetector> spikes_;  // by series: "train/loss", "inspect/l0/h1/M/norm", …
+  std::map<std::string, double> last_norm_;      // the previous probe's ‖M‖ per head, for norm growth
+  std::map<std::string, bool> nonfinite_;        // places already reported non-finite (one event each)
+};
+
+}  // namespace memscope::model

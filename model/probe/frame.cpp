@@ -1,0 +1,25 @@
+#include "model/probe/frame.h"
+
+namespace memscope::model {
+
+const char* to_string(HeadMetric m) {
+  static constexpr std::array<const char*, kHeadMetricCount> names{
+      "retain", "lr", "momentum", "gamma", "retain_min", "retain_max", "surprise_before", "surprise_after", "gain"};
+  return names.at(static_cast<size_t>(m));
+}
+
+const char* to_string(WeightMetric m) {
+  static constexpr std::array<const char*, kWeightMetricCount> names{
+      "norm_M", "norm_S", "norm_dM", "erank", "ns_error", "ns_smin", "ns_smax", "nonfinite"};
+  return names.at(static_cast<size_t>(m));
+}
+
+const char* to_string(FrameKind kind) { return kind == FrameKind::Train ? "train" : "inspect"; }
+
+int64_t Frame::bytes() const {
+  int64_t total = static_cast<int64_t>(sizeof(Frame) + (head_metrics.size() + weight_metrics.size()) * sizeof(float));
+  for (const auto& m : matrices) total += static_cast<int64_t>(sizeof(MatrixSnapshot) + m.values.size() * sizeof(float));
+  return total;
+}
+
+}  // namespace memscope::model

@@ -1,0 +1,98 @@
+// Frame: what one engine step measured (SPEC §8), as plain host data. No torch here: the GUI,
+// the session writer and the frame ring read frames without LibTorch (DESIGN principles 1 and 6).
+//
+// Metrics are flat float arrays with a fixed layout so that a frame is one device-to-host copy and
+// a session chunk is a handful of dense tensors. NaN means "not measured at this step" (e.g. the
+// gates of a training frame, which has no single token).
+#pragma once
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace memscope::model {
+
+// Per layer and head: what the step did to this head (inspect frames only).
+enum class HeadMetric {
+  Retain,          // α_t (SPEC §1), after any override
+  Lr,              // η_t
+  Momentum,        // β_t
+  Gamma,           // this token's own window gate γ_t
+  RetainMin,       // effective retention: the smallest eigenvalue of the retention map (dgd:
+  RetainMax,       //   αI − ηφφᵀ; otherwise both are α_t), SPEC §8
+  SurpriseBefore,  // L_t(M_{t−1})
+  SurpriseAfter,   // L_t(M_t)
+  Gain,            // SurpriseBefore − SurpriseAfter: the memorisation gain
+  kCount
+};
+inline constexpr int kHeadMetricCount = static_cast<int>(HeadMetric::kCount);
+
+// Per layer, head and memory weight (linear: "M"; mlp: "W1", "W2").
+enum class WeightMetric {
+  NormM,      // ‖M‖_F
+  NormS,      // ‖S‖_F (momentum buffer)
+  NormDM,     // ‖M_t − M_{t−1}‖_F (inspect frames)
+  Erank,      // effective rank of M (Roy & Vetterli)
+  NsError,    // ‖UᵀU − I‖_F/√r for U = NS_k(S_t) (muon only)
+  NsSmin,     // U's smallest singular value
+  NsSmax,     // U's largest
+  NonFinite,  // bit 1: M has NaN/Inf, bit 2: S has, bit 4: the step's gates or surprise have
+  kCount
+};
+inline constexpr int kWeightMetricCount = static_cast<int>(WeightMetric::kCount);
+
+const char* to_string(HeadMetric m);    // "retain", "lr", …, the names of SPEC §8 and the CLI
+const char* to_string(WeightMetric m);  // "norm_M", "norm_S", "norm_dM", "erank", …
+
+enum class FrameKind { Train, Inspect };
+const char* to_string(FrameKind kind);
+
+// A matrix for display: M, S or ΔM of one head, area-averaged down to at most probe.downsample
+// per side (or full size with probe.full_matrices).
+struct MatrixSnapshot {
+  int layer = 0, head = 0;
+  std::string weight;  // "M", "W1", "W2"
+  std::string tensor;  // "M", "S", "dM"
+  int rows = 0, cols = 0;            // of `values`, row-major
+  int full_rows = 0, full_cols = 0;  // of the matrix it shows
+  std::vector<float> values;
+};
+
+inline constexpr double kNotMeasured = std::numeric_limits<double>::quiet_NaN();
+
+struct Frame {
+  int64_t step = 0;        // engine steps completed on this timeline, counting from 1
+  int timeline = 0;        // 0: the main timeline; forks count from 1
+  FrameKind kind = FrameKind::Inspect;
+  int64_t train_step = 0;  // optimiser steps completed
+  // Inspect frames: the probe stream position.
+  int64_t sequence = -1;     // which probe sequence
+  int64_t token_index = -1;  // position inside it
+  int64_t token = -1;        // the token fed
+  int64_t target = -1;       // the token it should predict next (-1: not scored)
+  int64_t predicted = -1;    // the model's argmax
+  // Outer numbers: train frames have all of them; inspect frames have loss (−log p(target)).
+  double loss = kNotMeasured, acc = kNotMeasured, grad_norm = kNotMeasured, lr = kNotMeasured;
+  double tokens_per_s = kNotMeasured;
+  double seconds = 0;  // wall time of the step itself
+
+  int layers = 0, heads = 0;
+  std::vector<std::string> weights;  // memory weight names, the W axis
+  std::vector<float> head_metrics;   // [layers, heads, kHeadMetricCount]
+  std::vector<float> weight_metrics; // [layers, heads, weights, kWeightMetricCount]
+  std::vector<MatrixSnapshot> matrices;
+
+  float head(int layer, int h, HeadMetric m) const {
+    return head_metrics[(static_cast<size_t>(layer) * heads + h) * kHeadMetricCount + static_cast<int>(m)];
+  }
+  float weight(int layer, int h, int w, WeightMetric m) const {
+    return weight_metrics[((static_cast<size_t>(layer) * heads + h) * weights.size() + w) * kWeightMetricCount +
+                          static_cast<int>(m)];
+  }
+  // Host memory the frame holds (the frame ring's budget counts this).
+  int64_t bytes() const;
+};
+
+}  // namespace memscope::model

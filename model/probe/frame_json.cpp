@@ -1,0 +1,77 @@
+#include "model/probe/frame_json.h"
+
+#include <cmath>
+
+namespace memscope::model {
+
+namespace {
+
+nlohmann::json number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+nlohmann::json weight_fields(const Frame& f, int l, int h, int w) {
+  nlohmann::json out = nlohmann::json::object();
+  for (int k = 0; k < kWeightMetricCount; ++k) {
+    const auto m = static_cast<WeightMetric>(k);
+    const float v = f.weight(l, h, w, m);
+    out[to_string(m)] = m == WeightMetric::NonFinite ? nlohmann::json(static_cast<int>(v)) : number(v);
+  }
+  return out;
+}
+
+}  // namespace
+
+nlohmann::json frame_to_json(const Frame& f) {
+  nlohmann::json j;
+  j["step"] = f.step;
+  j["timeline"] = f.timeline;
+  j["kind"] = to_string(f.kind);
+  j["train_step"] = f.train_step;
+  if (f.kind == FrameKind::Inspect) {
+    j["sequence"] = f.sequence;
+    j["token_index"] = f.token_index;
+    j["token"] = f.token;
+    j["target"] = f.target >= 0 ? nlohmann::json(f.target) : nlohmann::json(nullptr);
+    j["predicted"] = f.predicted >= 0 ? nlohmann::json(f.predicted) : nlohmann::json(nullptr);
+  }
+  j["loss"] = number(f.loss);
+  if (f.kind == FrameKind::Train) {
+    j["acc"] = number(f.acc);
+    j["grad_norm"] = number(f.grad_norm);
+    j["lr"] = number(f.lr);
+  }
+  j["tokens_per_s"] = number(f.tokens_per_s);
+  nlohmann::json layers = nlohmann::json::array();
+  for (int l = 0; l < f.layers; ++l) {
+    nlohmann::json heads = nlohmann::json::array();
+    for (int h = 0; h < f.heads; ++h) {
+      nlohmann::json head;
+      head["head"] = h;
+      for (int k = 0; k < kHeadMetricCount; ++k)
+        head[to_string(static_cast<HeadMetric>(k))] = number(f.head(l, h, static_cast<HeadMetric>(k)));
+      for (size_t w = 0; w < f.weights.size(); ++w) {
+        nlohmann::json fields = weight_fields(f, l, h, static_cast<int>(w));
+        if (w == 0) head.update(fields);
+        else head[f.weights[w]] = fields;
+      }
+      heads.push_back(std::move(head));
+    }
+    layers.push_back({{"layer", l}, {"heads", std::move(heads)}});
+  }
+  j["layers"] = std::move(layers);
+  return j;
+}
+
+nlohmann::json event_to_json(const Event& e) {
+  nlohmann::json j;
+  j["event"] = to_string(e.kind);
+  j["step"] = e.step;
+  j["timeline"] = e.timeline;
+  j["message"] = e.message;
+  if (e.layer >= 0) j["layer"] = e.layer;
+  if (e.head >= 0) j["head"] = e.head;
+  if (!e.tensor.empty()) j["tensor"] = e.tensor;
+  if (std::isfinite(e.value)) j["value"] = e.value;
+  return j;
+}
+
+}  // namespace memscope::model

@@ -1,0 +1,35 @@
+// Probe collection (SPEC §8): turns a model state and, for a token step, the layers' StepRecords
+// into a Frame's metrics. Every metric is computed on the model's device and the results leave it
+// in one transfer (pinned and non-blocking on CUDA), never one per tensor.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+#include <vector>
+
+#include "model/nn/language_model.h"
+#include "model/probe/frame.h"
+#include "model/probe/probe_config.h"
+
+namespace memscope::model {
+
+struct ProbeInputs {
+  const LanguageModel* model = nullptr;
+  const LmState* state = nullptr;  // after the step; batch row 0 is measured
+  // Per layer, the memory weights before the step (for ΔM); null when unknown (train frames).
+  const std::vector<std::vector<at::Tensor>>* memory_before = nullptr;
+  // Per layer, what the token step did; null for train frames.
+  const std::vector<std::optional<StepRecord>>* records = nullptr;
+  bool matrices = false;  // also take M, S, ΔM snapshots
+  // More 0-d tensors to bring back in the same transfer (e.g. the token's loss); their values are
+  // returned by collect_probes in order.
+  std::vector<at::Tensor> extra;
+};
+
+// Fills frame.layers/heads/weights/head_metrics/weight_metrics/matrices and returns the extras.
+std::vector<double> collect_probes(Frame& frame, const ProbeInputs& in, const ProbeConfig& config);
+
+// M, S or ΔM [H,a,b] area-averaged so that its larger side is at most `largest` (aspect kept).
+at::Tensor downsample_matrix(const at::Tensor& m, int64_t largest);
+
+}  // namespace memscope::model

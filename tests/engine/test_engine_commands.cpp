@@ -1,0 +1,196 @@
+// The engine thread: commands between steps, NaN and errors pause it without killing it,
+// breakpoints, restart knobs, and every probed frame carrying SPEC §8's metrics.
+#include <cmath>
+#include <thread>
+
+#include "engine/engine_test_support.h"
+#include "model/probe/event.h"
+
+using namespace memscope;
+using namespace memscope::model;
+using test::FrameLog;
+
+namespace {
+
+bool has_event(const std::vector<Event>& events, EventKind kind) {
+  for (const auto& e : events)
+    if (e.kind == kind) return true;
+  return false;
+}
+
+Command at(Command::Kind kind, int layer, int head) {
+  Command c{kind};
+  c.layer = layer;
+  c.head = head;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("inspect frames carry every probe of SPEC §8 for each layer and head", "[engine]") {
+  Engine engine(test::small_engine());
+  auto log = std::make_shared<FrameLog>();
+  engine.add_sink(log);
+  engine.start();
+  engine.post(Command::steps(4));
+  engine.wait_idle();
+  REQUIRE(log->frames.size() == 4);
+  const Frame& f = log->frames.back();
+  CHECK(f.step == 4);
+  CHECK(f.kind == FrameKind::Inspect);
+  CHECK(f.layers == 2);
+  CHECK(f.heads == 2);
+  REQUIRE(f.weights == std::vector<std::string>{"M"});
+  for (int l = 0; l < f.layers; ++l)
+    for (int h = 0; h < f.heads; ++h) {
+      for (int k = 0; k < kHeadMetricCount; ++k) CHECK(std::isfinite(f.head(l, h, static_cast<HeadMetric>(k))));
+      CHECK(f.weight(l, h, 0, WeightMetric::NormM) > 0);
+      CHECK(f.weight(l, h, 0, WeightMetric::NormDM) > 0);
+      CHECK(f.weight(l, h, 0, WeightMetric::Erank) >= 1.0f);
+      CHECK(f.weight(l, h, 0, WeightMetric::Erank) <= 16.0f);
+      CHECK(std::isfinite(f.weight(l, h, 0, WeightMetric::NsError)));  // demo-mqar is atlas: muon
+      CHECK(f.weight(l, h, 0, WeightMetric::NsSmin) <= f.weight(l, h, 0, WeightMetric::NsSmax));
+      CHECK(f.weight(l, h, 0, WeightMetric::NonFinite) == 0);
+      CHECK(f.head(l, h, HeadMetric::Retain) > 0);
+      CHECK(f.head(l, h, HeadMetric::Retain) <= 1);
+      CHECK(f.head(l, h, HeadMetric::Gain) ==
+            Approx(f.head(l, h, HeadMetric::SurpriseBefore) - f.head(l, h, HeadMetric::SurpriseAfter)).margin(1e-6));
+    }
+  // probe.matrices_every = 2: step 4 has M, S and ΔM for each layer and head, step 3 none.
+  CHECK(f.matrices.size() == 2 * 2 * 3);
+  CHECK(log->frames[2].matrices.empty());
+  CHECK(engine.ring()->latest()->step == 4);
+}
+
+TEST_CASE("a NaN injected into one head pauses the engine with an event naming it; commands still work", "[engine]") {
+  Engine engine(test::small_engine());
+  auto log = std::make_shared<FrameLog>();
+  engine.add_sink(log);
+  engine.start();
+  engine.post(Command::steps(2));
+  engine.post(at(Command::Kind::InjectNan, 1, 0));
+  engine.post(Command::run());
+  engine.wait_idle();  // returns only because the NaN paused the run
+
+  const Event* nan = nullptr;
+  for (const auto& e : engine.events())
+    if (e.kind == EventKind::NonFinite && !nan) nan = &e;
+  REQUIRE(nan != nullptr);
+  CHECK(nan->layer == 1);
+  CHECK(nan->head == 0);
+  CHECK(nan->tensor == "M");
+  CHECK(nan->step == 3);
+  CHECK(nan->message.find("layer 1 head 0 M") != std::string::npos);
+  CHECK(has_event(engine.events(), EventKind::Error));
+  CHECK_FALSE(engine.status().running);
+  CHECK(engine.status().steps.front() == 3);
+
+  // Still alive: reset the broken head and step on, with finite memories again.
+  engine.post(at(Command::Kind::ResetMemory, 1, 0));
+  engine.post(Command::steps(2));
+  engine.wait_idle();
+  CHECK(engine.status().steps.front() == 5);
+  CHECK(log->frames.back().weight(1, 0, 0, WeightMetric::NonFinite) == 0);
+}
+
+TEST_CASE("bad commands give one-line error events and the engine keeps going", "[engine]") {
+  Engine engine(test::small_engine());
+  engine.start();
+  engine.post(Command::set_knob("train.lrr", "1"));
+  engine.post(Command::set_knob("train.lr", "99"));
+  engine.post(at(Command::Kind::ResetMemory, 7, 0));
+  Command load{Command::Kind::LoadCheckpoint};
+  load.path = "/nonexistent/run.safetensors";
+  engine.post(load);
+  engine.post(Command::steps(1));
+  engine.wait_idle();
+  std::vector<std::string> errors;
+  for (const auto& e : engine.events())
+    if (e.kind == EventKind::Error) errors.push_back(e.message);
+  REQUIRE(errors.size() == 4);
+  CHECK(errors[0].find("train.lrr") != std::string::npos);
+  CHECK(errors[1].find("train.lr") != std::string::npos);
+  CHECK(errors[2].find("layer 7") != std::string::npos);
+  CHECK(errors[3].find("/nonexistent/run.safetensors") != std::string::npos);
+  for (const auto& m : errors) CHECK(m.find('\n') == std::string::npos);
+  CHECK(engine.status().steps.front() == 1);
+}
+
+TEST_CASE("a knob set while running lands between two steps: the run equals one paused there", "[engine]") {
+  // Live: the command is posted while the engine runs, after a few steps.
+  Engine engine(test::small_engine());
+  auto log = std::make_shared<FrameLog>();
+  engine.add_sink(log);
+  engine.start();
+  engine.post(Command::steps(16));
+  while (!engine.ring()->latest() || engine.ring()->latest()->step < 3) std::this_thread::yield();
+  engine.post(Command::set_knob("memory.lr.max", "0.25"));
+  engine.wait_idle();
+  int64_t landed = -1;
+  for (const auto& e : engine.events())
+    if (e.kind == EventKind::Command && e.message == "set memory.lr.max = 0.25") landed = e.step;
+  REQUIRE(landed >= 3);
+  REQUIRE(landed <= 16);
+
+  // Reference: pause at that step, set the knob, go on. Wherever it landed, it landed whole.
+  Engine check(test::small_engine());
+  auto check_log = std::make_shared<FrameLog>();
+  check.add_sink(check_log);
+  check.start();
+  check.post(Command::steps(landed));
+  check.wait_idle();
+  check.post(Command::set_knob("memory.lr.max", "0.25"));
+  if (landed < 16) check.post(Command::steps(16 - landed));
+  check.wait_idle();
+  REQUIRE(check_log->frames.size() == 16);
+  REQUIRE(log->frames.size() == 16);
+  for (size_t i = 0; i < 16; ++i) CHECK(test::same_frame(log->frames[i], check_log->frames[i]));
+  // The knob is live: from the step after it landed the lr gate is capped by max_lr = 0.25.
+  if (landed < 16) {
+    const Frame& after = log->frames[static_cast<size_t>(landed)];
+    CHECK(after.head(0, 0, HeadMetric::Lr) < 0.26f);
+  }
+}
+
+TEST_CASE("a step breakpoint stops the run at that step; a restart knob starts over", "[engine]") {
+  Engine engine(test::small_engine());
+  engine.start();
+  Command b{Command::Kind::AddBreakpoint};
+  b.breakpoint = parse_breakpoint("step==5");
+  engine.post(b);
+  engine.post(Command::run());
+  engine.wait_idle();
+  CHECK(engine.status().steps.front() == 5);
+  CHECK(has_event(engine.events(), EventKind::Breakpoint));
+
+  engine.post(Command::set_knob("model.layers", "1"));
+  engine.post(Command::steps(2));
+  engine.wait_idle();
+  CHECK(engine.status().steps.front() == 2);
+  CHECK(engine.status().preset.model.layers == 1);
+  CHECK(engine.ring()->latest()->layers == 1);
+}
+
+TEST_CASE("train and train+inspect modes make train frames and re-step the probe sequence", "[engine]") {
+  Engine engine(test::small_engine({"engine.mode=train+inspect", "engine.inspect_every=2", "engine.inspect_tokens=3"}));
+  auto log = std::make_shared<FrameLog>();
+  engine.add_sink(log);
+  engine.start();
+  engine.post(Command::steps(8));
+  engine.wait_idle();
+  std::string kinds;
+  for (const auto& f : log->frames) kinds += f.kind == FrameKind::Train ? 'T' : 'I';
+  CHECK(kinds == "TTIIITTI");
+  const Frame& train = log->frames[1];
+  CHECK(train.train_step == 2);
+  CHECK(std::isfinite(train.loss));
+  CHECK(train.grad_norm > 0);
+  CHECK(train.lr > 0);
+  CHECK(train.layers == 2);
+  CHECK(std::isnan(train.head(0, 0, HeadMetric::Retain)));  // no single token in a training step
+  CHECK(train.weight(0, 0, 0, WeightMetric::NormM) > 0);
+  // Each re-step starts the probe sequence again.
+  CHECK(log->frames[2].token_index == 0);
+  CHECK(log->frames[7].token_index == 0);
+  CHECK(log->frames[2].token == log->frames[7].token);
+}

@@ -1,0 +1,200 @@
+// The probes of SPEC §8 as the engine collects them (model/probe/probe_collector.cpp), checked
+// against direct computations on the state and the step record; and the frame-level detectors.
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "model/config/preset.h"
+#include "model/nn/language_model.h"
+#include "model/probe/detectors.h"
+#include "model/probe/matrix_metrics.h"
+#include "model/probe/probe_collector.h"
+
+namespace {
+
+using namespace memscope::model;
+
+LanguageModel small_lm(const std::string& memory, std::vector<std::string> sets = {}) {
+  sets.insert(sets.begin(), {"model.d_model=16", "model.layers=2", "model.memory_heads=2", "model.attention_heads=2",
+                             "model.window=4", "model.persistent=2", "memory.lr.max=4"});
+  const Preset p = load_preset(memory, sets);
+  LmConfig config = p.model;
+  config.vocab = 13;
+  torch::manual_seed(7);
+  return LanguageModel(config, p.memory);
+}
+
+struct Stepped {
+  LanguageModel lm{nullptr};
+  LmState state;
+  std::vector<std::vector<at::Tensor>> before;
+  LmStepOutput out;
+};
+
+// Steps 5 tokens, keeping the memories before the last one.
+Stepped step_five(const std::string& memory, std::vector<std::string> sets = {}) {
+  torch::NoGradGuard no_grad;
+  Stepped s;
+  s.lm = small_lm(memory, std::move(sets));
+  s.state = s.lm->initial_state(1);
+  for (int64_t t = 0; t < 5; ++t) {
+    s.before.clear();
+    for (const auto& b : s.state.blocks) s.before.push_back(b.memory.memory);
+    s.out = s.lm->step(torch::full({1}, (t * 5) % 13, torch::kLong), s.state);
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("probe collector: norms, ΔM, erank, NS error, gates and surprise equal direct computations", "[probe]") {
+  for (const std::string memory : {"atlas-linear", "titans-lmm", "dgd"}) {
+    INFO(memory);
+    // dgd (SPEC §7) on the delta rule: titans-lmm's linear memory with the dgd optimiser.
+    Stepped s = memory == "dgd" ? step_five("titans-lmm", {"memory.optimiser=dgd"}) : step_five(memory);
+    Frame frame;
+    ProbeInputs in;
+    in.model = &s.lm;
+    in.state = &s.state;
+    in.memory_before = &s.before;
+    in.records = &s.out.records;
+    in.matrices = true;
+    in.extra = {torch::tensor(2.5)};
+    const auto extra = collect_probes(frame, in, ProbeConfig{});
+    REQUIRE(extra == std::vector<double>{2.5});
+    REQUIRE(frame.layers == 2);
+    REQUIRE(frame.heads == 2);
+    for (int l = 0; l < 2; ++l) {
+      const MemoryState& ms = s.state.blocks[static_cast<size_t>(l)].memory;
+      const StepRecord& rec = *s.out.records[static_cast<size_t>(l)];
+      for (int h = 0; h < 2; ++h) {
+        const at::Tensor m = ms.memory[0][0][h];
+        CHECK(frame.weight(l, h, 0, WeightMetric::NormM) == Approx(m.norm().item<double>()).epsilon(1e-5));
+        CHECK(frame.weight(l, h, 0, WeightMetric::NormS) ==
+              Approx(ms.momentum[0][0][h].norm().item<double>()).epsilon(1e-5).margin(1e-7));
+        CHECK(frame.weight(l, h, 0, WeightMetric::NormDM) ==
+              Approx((m - s.before[static_cast<size_t>(l)][0][0][h]).norm().item<double>()).epsilon(1e-5));
+        // erank from numpy-style SVD written out here, not through effective_rank().
+        const at::Tensor sigma = at::linalg_svdvals(m);
+        const at::Tensor p = sigma / sigma.sum();
+        const double erank = std::exp(-(p * p.clamp_min(1e-30).log()).sum().item<double>());
+        CHECK(frame.weight(l, h, 0, WeightMetric::Erank) == Approx(erank).epsilon(1e-4));
+        CHECK(frame.head(l, h, HeadMetric::Retain) == Approx(rec.retain[0][h].item<double>()).epsilon(1e-6));
+        CHECK(frame.head(l, h, HeadMetric::Lr) == Approx(rec.lr[0][h].item<double>()).epsilon(1e-6));
+        CHECK(frame.head(l, h, HeadMetric::SurpriseBefore) == Approx(rec.loss_before[0][h].item<double>()).epsilon(1e-5));
+        CHECK(frame.head(l, h, HeadMetric::SurpriseAfter) == Approx(rec.loss_after[0][h].item<double>()).epsilon(1e-5));
+        if (memory == "atlas-linear") {
+          const at::Tensor u = rec.ns_output[0][0][h];
+          const at::Tensor gram = u.t().mm(u);  // tall or square: 16×16 here
+          const double e = (gram - torch::eye(gram.size(0))).norm().item<double>() / std::sqrt(16.0);
+          CHECK(frame.weight(l, h, 0, WeightMetric::NsError) == Approx(e).epsilon(1e-4));
+        } else {
+          CHECK(std::isnan(frame.weight(l, h, 0, WeightMetric::NsError)));
+        }
+        if (memory == "dgd") {
+          // Eigenvalues of αI − ηφφᵀ: α and α − η‖φ‖².
+          const double a = rec.retain[0][h].item<double>(), eta = rec.lr[0][h].item<double>();
+          const double along = a - eta * rec.phi_k[0][h].pow(2).sum().item<double>();
+          CHECK(frame.head(l, h, HeadMetric::RetainMin) == Approx(std::min(a, along)).epsilon(1e-5));
+          CHECK(frame.head(l, h, HeadMetric::RetainMax) == Approx(std::max(a, along)).epsilon(1e-5));
+        }
+      }
+    }
+    // Snapshots: M, S and ΔM of every head; 16×16 is below the default downsample, so full size.
+    REQUIRE(frame.matrices.size() == 2 * 2 * 3);
+    const MatrixSnapshot& snap = frame.matrices[1];  // layer 0, head 1, M
+    CHECK(snap.tensor == "M");
+    CHECK(snap.head == 1);
+    CHECK(snap.rows == 16);
+    CHECK(snap.values[17] == Approx(s.state.blocks[0].memory.memory[0][0][1][1][1].item<double>()));
+  }
+}
+
+TEST_CASE("downsampled snapshots are area means with the aspect kept", "[probe]") {
+  const at::Tensor m = torch::arange(64 * 32, torch::kFloat).reshape({1, 64, 32});
+  const at::Tensor small = downsample_matrix(m, 16);
+  REQUIRE(small.sizes() == at::IntArrayRef({1, 16, 8}));
+  CHECK(small[0][0][0].item<double>() == Approx(m[0].narrow(0, 0, 4).narrow(1, 0, 4).mean().item<double>()));
+  CHECK(downsample_matrix(m, 0).sizes() == m.sizes());
+}
+
+TEST_CASE("probes of a NaN head report it without failing the SVDs", "[probe]") {
+  Stepped s = step_five("atlas-linear");
+  s.state.blocks[1].memory.memory[0][0][1].fill_(std::nan(""));
+  Frame frame;
+  ProbeInputs in;
+  in.model = &s.lm;
+  in.state = &s.state;
+  collect_probes(frame, in, ProbeConfig{});
+  CHECK(frame.weight(1, 1, 0, WeightMetric::NonFinite) == 1);
+  CHECK(std::isnan(frame.weight(1, 1, 0, WeightMetric::Erank)));
+  CHECK(frame.weight(1, 0, 0, WeightMetric::NonFinite) == 0);
+  CHECK(std::isfinite(frame.weight(1, 0, 0, WeightMetric::Erank)));
+
+  Detectors detectors;
+  frame.step = 9;
+  const auto events = detectors.observe(frame);
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].kind == EventKind::NonFinite);
+  CHECK(events[0].layer == 1);
+  CHECK(events[0].head == 1);
+  CHECK(events[0].tensor == "M");
+  CHECK(events[0].step == 9);
+  CHECK(detectors.observe(frame).empty());  // reported once, not every step
+}
+
+namespace {
+
+// A train frame with one layer, one head: loss, gradient norm and ‖M‖ as given.
+Frame synthetic(int64_t step, double loss, double grad, float norm, float ns = 0.1f) {
+  Frame f;
+  f.step = step;
+  f.kind = FrameKind::Train;
+  f.loss = loss;
+  f.grad_norm = grad;
+  f.layers = 1;
+  f.heads = 1;
+  f.weights = {"M"};
+  f.head_metrics.assign(kHeadMetricCount, std::nanf(""));
+  f.weight_metrics.assign(kWeightMetricCount, 0.0f);
+  f.weight_metrics[static_cast<int>(WeightMetric::NormM)] = norm;
+  f.weight_metrics[static_cast<int>(WeightMetric::NsError)] = ns;
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("detectors: a planted loss spike fires at its step, a smooth run gives nothing", "[probe]") {
+  Detectors detectors;
+  std::vector<Event> fired;
+  for (int64_t step = 1; step <= 400; ++step) {
+    const double smooth = 3.0 * std::exp(-step / 150.0) + 0.05 * std::sin(step * 0.7);
+    const double loss = step == 300 ? smooth + 2.0 : smooth;
+    for (auto& e : detectors.observe(synthetic(step, loss, 1.0 + 0.01 * std::cos(step), 2.0f + 0.001f * step)))
+      fired.push_back(e);
+  }
+  REQUIRE(fired.size() == 1);
+  CHECK(fired[0].kind == EventKind::Spike);
+  CHECK(fired[0].step == 300);
+  CHECK(fired[0].tensor == "loss");
+}
+
+TEST_CASE("detectors: NS error and norm growth fire above their thresholds", "[probe]") {
+  DetectConfig config;
+  config.ns_error = 0.5;
+  config.norm_growth = 1.5;
+  Detectors detectors(config);
+  CHECK(detectors.observe(synthetic(1, 1.0, 1.0, 1.0f, 0.4f)).empty());
+  const auto ns = detectors.observe(synthetic(2, 1.0, 1.0, 1.2f, 0.7f));
+  REQUIRE(ns.size() == 1);
+  CHECK(ns[0].kind == EventKind::NsError);
+  CHECK(ns[0].value == Approx(0.7));
+  const auto grow = detectors.observe(synthetic(3, 1.0, 1.0, 2.0f, 0.1f));
+  REQUIRE(grow.size() == 1);
+  CHECK(grow[0].kind == EventKind::NormGrowth);
+  CHECK(grow[0].value == Approx(2.0 / 1.2));
+  config.norm_growth = 0;  // off
+  detectors.set_config(config);
+  CHECK(detectors.observe(synthetic(4, 1.0, 1.0, 8.0f, 0.1f)).empty());
+}
