@@ -90,7 +90,7 @@ void register_memory_trace(CLI::App& app) {
   auto* cmd = app.add_subcommand("memory-trace",
                                  "Run one memory layer on a seeded random input and write its full trace (safetensors)");
   cmd->add_option("--preset", o->preset, "Preset name (assets/presets/NAME.toml) or a .toml path")->required();
-  cmd->add_option("--set", o->sets, "Override a knob, KEY=VALUE (e.g. memory.window.c=8); repeatable");
+  cmd->add_option("--set,-s", o->sets, "Override a knob, KEY=VALUE (e.g. memory.window.c=8); repeatable");
   cmd->add_option("--tokens", o->tokens, "Number of tokens T")->capture_default_str();
   cmd->add_option("--heads", o->heads, "Number of heads H")->capture_default_str();
   cmd->add_option("--dim", o->dim, "Model width D (head dimension D/H)")->capture_default_str();

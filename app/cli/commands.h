@@ -10,5 +10,6 @@ void register_memory_trace(CLI::App& app);  // cmd_memory_trace.cpp: one memory 
 void register_train(CLI::App& app);         // cmd_train.cpp: outer-loop training, checkpoints, resume
 void register_eval(CLI::App& app);          // cmd_eval.cpp: a checkpoint's accuracy per task
 void register_step(CLI::App& app);          // cmd_step.cpp: step a probe stream and print the probes
+void register_knobs(CLI::App& app);         // cmd_knobs.cpp: the knob registry, defaults or a preset's values
 
 }  // namespace memscope::app

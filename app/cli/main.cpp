@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   memscope::app::register_train(app);
   memscope::app::register_eval(app);
   memscope::app::register_step(app);
+  memscope::app::register_knobs(app);
 
   try {
     app.parse(argc, argv);

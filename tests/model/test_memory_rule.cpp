@@ -107,7 +107,7 @@ TEST_CASE("memory rule: a malformed preset or knob is a clear error naming the k
   };
   for (const Bad& bad : std::vector<Bad>{
            {{"memory.windw.c=3"}, {"memory.windw", "unknown key"}},
-           {{"memory.window.c=0"}, {"memory.window.c", "at least 1"}},
+           {{"memory.window.c=0"}, {"memory.window.c", "must be in [1, 4096], got 0"}},
            {{"memory.window.c=abc"}, {"memory.window.c", "integer"}},
            {{"memory.bias=l3"}, {"memory.bias", "l3", "l2, lp, huber, dot"}},
            {{"memory.feature_map.kind=tensor2"}, {"memory.structure", "d_v = d_phi"}},
