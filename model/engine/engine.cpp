@@ -113,11 +113,18 @@ void Engine::loop() {
       std::unique_lock<std::mutex> lock(queue_mutex_);
       wake_.wait(lock, [&] { return stopping_ || !queue_.empty() || running_ || pending_steps_ > 0; });
       if (stopping_) break;
-      // Commands first: they land between steps, never inside one.
+      // Commands land between steps, never inside one. A Step(n) in progress finishes before the
+      // commands queued after it (scripts read in order); only a Pause cuts it short. While
+      // running freely, each command lands before the next step.
       if (!queue_.empty()) {
-        command = std::move(queue_.front());
-        queue_.pop_front();
-        have_command = true;
+        auto next = queue_.begin();
+        if (pending_steps_ > 0)
+          next = std::find_if(queue_.begin(), queue_.end(), [](const Command& c) { return c.kind == Command::Kind::Pause; });
+        if (next != queue_.end()) {
+          command = std::move(*next);
+          queue_.erase(next);
+          have_command = true;
+        }
       }
       busy_ = true;
     }

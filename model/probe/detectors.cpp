@@ -61,6 +61,7 @@ void Detectors::reset() {
   spikes_.clear();
   last_norm_.clear();
   nonfinite_.clear();
+  ns_high_.clear();
 }
 
 SpikeDetector& Detectors::series(const std::string& key) {
@@ -115,7 +116,10 @@ std::vector<Event> Detectors::observe(const Frame& f) {
         spike(key + "/norm", norm, l, h, name, "‖" + name + "‖ of layer " + std::to_string(l) + " head " + std::to_string(h));
 
         const double ns = f.weight(l, h, w, WeightMetric::NsError);
-        if (config_.ns_error > 0 && std::isfinite(ns) && ns > config_.ns_error)
+        bool& high = ns_high_[stream + "/" + key];
+        const bool was_high = high;
+        high = config_.ns_error > 0 && std::isfinite(ns) && ns > config_.ns_error;
+        if (high && !was_high)  // on crossing, not at every step above
           events.push_back(make_event(f, EventKind::NsError,
                                       place(l, h, "NS(S)") + " orthogonality error " + format(ns) + " > " +
                                           format(config_.ns_error),

@@ -34,6 +34,7 @@ class Detectors {
   std::map<std::string, SpikeDetector> spikes_;  // by series: "train/loss", "inspect/l0/h1/M/norm", …
   std::map<std::string, double> last_norm_;      // the previous probe's ‖M‖ per head, for norm growth
   std::map<std::string, bool> nonfinite_;        // places already reported non-finite (one event each)
+  std::map<std::string, bool> ns_high_;          // heads whose NS error is above the threshold (fires on crossing)
 };
 
 }  // namespace memscope::model

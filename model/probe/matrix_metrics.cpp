@@ -6,7 +6,10 @@ namespace memscope::model {
 
 at::Tensor effective_rank(const at::Tensor& m) {
   TORCH_CHECK(m.dim() >= 2, "effective_rank: expected a matrix, got shape ", m.sizes());
-  const at::Tensor sigma = at::linalg_svdvals(m);
+  return effective_rank_from_singular_values(at::linalg_svdvals(m));
+}
+
+at::Tensor effective_rank_from_singular_values(const at::Tensor& sigma) {
   const at::Tensor total = sigma.sum(-1, /*keepdim=*/true);
   const at::Tensor p = sigma / total.clamp_min(std::numeric_limits<double>::min());
   // 0 · log 0 = 0: zero singular values add nothing to the entropy.
@@ -24,6 +27,15 @@ OrthogonalityError orthogonality_error(const at::Tensor& u) {
   OrthogonalityError out;
   out.error = at::linalg_vector_norm(gram - eye, 2, {-2, -1}, false) / std::sqrt(static_cast<double>(r));
   const at::Tensor sigma = at::linalg_svdvals(u);  // descending, r values
+  out.sigma_max = sigma.select(-1, 0);
+  out.sigma_min = sigma.select(-1, r - 1);
+  return out;
+}
+
+OrthogonalityError orthogonality_error_from_singular_values(const at::Tensor& sigma) {
+  const int64_t r = sigma.size(-1);
+  OrthogonalityError out;
+  out.error = (sigma * sigma - 1.0).pow(2).sum(-1).sqrt() / std::sqrt(static_cast<double>(r));
   out.sigma_max = sigma.select(-1, 0);
   out.sigma_min = sigma.select(-1, r - 1);
   return out;

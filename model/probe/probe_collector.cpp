@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <limits>
 
 #ifdef MEMSCOPE_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -30,15 +32,6 @@ std::vector<float> to_host(const at::Tensor& flat) {
   return {values.data_ptr<float>(), values.data_ptr<float>() + values.numel()};
 }
 
-at::Tensor not_measured(int64_t heads, const at::TensorOptions& options) {
-  return at::full({heads}, std::numeric_limits<double>::quiet_NaN(), options);
-}
-
-// 1 per head whose tensor [H,…] holds a NaN or Inf.
-at::Tensor nonfinite_per_head(const at::Tensor& t) {
-  return at::logical_not(at::isfinite(t)).flatten(1).any(1).to(t.scalar_type());
-}
-
 }  // namespace
 
 at::Tensor downsample_matrix(const at::Tensor& m, int64_t largest) {
@@ -61,128 +54,151 @@ std::vector<double> collect_probes(Frame& frame, const ProbeInputs& in, const Pr
   frame.weight_metrics.clear();
   frame.matrices.clear();
 
-  std::vector<at::Tensor> rows;  // each [H]: per layer, kHeadMetricCount head rows, then per weight kWeightMetricCount
-  std::vector<at::Tensor> matrices;
+  const bool has_memory = model->config().has_memory() && !in.state->blocks.empty();
+  const int64_t layers = has_memory ? model->layers() : 0;
+  std::vector<at::Tensor> parts;  // everything for the host, flattened, in frame layout
   struct Pending {
     MatrixSnapshot snapshot;
     int64_t numel;
   };
   std::vector<Pending> pending;
-  const bool has_memory = model->config().has_memory() && !in.state->blocks.empty();
-  const int64_t layers = has_memory ? model->layers() : 0;
   int64_t heads = 0;
 
-  for (int64_t l = 0; l < layers; ++l) {
-    const MemoryState& ms = in.state->blocks[static_cast<size_t>(l)].memory;
-    heads = ms.memory.front().size(1);
-    const auto options = ms.memory.front().options();
-    if (l == 0) frame.weights = ms.names;
+  if (layers > 0) {
+    // Every layer has the same memory shapes: stack them to [L,H,…] so that each metric is one
+    // batched op (one SVD per weight for erank and NS error together) rather than one per layer.
+    const MemoryState& first = in.state->blocks.front().memory;
+    heads = first.memory.front().size(1);
+    frame.weights = first.names;
+    const auto options = first.memory.front().options();
+    auto stacked = [&](const std::function<at::Tensor(int64_t)>& of_layer) {
+      std::vector<at::Tensor> per_layer;
+      for (int64_t l = 0; l < layers; ++l) per_layer.push_back(of_layer(l));
+      return at::stack(per_layer);
+    };
+    auto state_of = [&](int64_t l) -> const MemoryState& { return in.state->blocks[static_cast<size_t>(l)].memory; };
+    auto record_of = [&](int64_t l) -> const StepRecord* {
+      if (!in.records || static_cast<size_t>(l) >= in.records->size() || !(*in.records)[static_cast<size_t>(l)])
+        return nullptr;
+      return &*(*in.records)[static_cast<size_t>(l)];
+    };
+    bool all_records = in.records != nullptr;
+    for (int64_t l = 0; l < layers; ++l) all_records = all_records && record_of(l);
+    const auto nan = std::numeric_limits<double>::quiet_NaN();
+    auto nonfinite = [](const at::Tensor& t) {  // [L,H,…] → [L,H] 1 where any NaN/Inf
+      return at::logical_not(at::isfinite(t)).flatten(2).any(2).to(t.scalar_type());
+    };
 
-    // Head metrics: the gates and surprise of this token (SPEC §8), row 0 of the batch.
-    const StepRecord* rec = nullptr;
-    if (in.records && static_cast<size_t>(l) < in.records->size() && (*in.records)[static_cast<size_t>(l)])
-      rec = &*(*in.records)[static_cast<size_t>(l)];
-    at::Tensor record_nonfinite = at::zeros({heads}, options);
-    if (rec) {
-      const at::Tensor retain = rule.retention == Retention::None ? at::ones({heads}, options) : rec->retain[0].to(options);
-      const at::Tensor lr = rec->lr[0].to(options);
+    // Head metrics [L,H,kHeadMetricCount]: the gates and surprise of this token (SPEC §8).
+    at::Tensor head_bad = at::zeros({layers, heads}, options);
+    at::Tensor head_metrics;
+    if (all_records) {
+      auto row = [&](const std::function<at::Tensor(const StepRecord&)>& f) {
+        return stacked([&](int64_t l) { return f(*record_of(l)).select(0, 0).to(options); });
+      };
+      const at::Tensor lr = row([](const StepRecord& r) { return r.lr; });
+      const at::Tensor retain =
+          rule.retention == Retention::None ? at::ones_like(lr) : row([](const StepRecord& r) { return r.retain; });
       at::Tensor lo = retain, hi = retain;
       if (rule.optimiser == Optimiser::Dgd) {
         // (αI − ηφφᵀ) has eigenvalue α − η‖φ‖² along φ and α on φ's complement.
-        const at::Tensor along = retain - lr * rec->phi_k[0].to(options).pow(2).sum(-1);
+        const at::Tensor along = retain - lr * row([](const StepRecord& r) { return r.phi_k.pow(2).sum(-1); });
         lo = at::minimum(retain, along);
         hi = at::maximum(retain, along);
       }
-      const at::Tensor before = rec->loss_before[0].to(options), after = rec->loss_after[0].to(options);
-      const std::vector<at::Tensor> head_rows{retain, lr, rec->momentum[0].to(options), rec->token_gamma[0].to(options),
-                                              lo, hi, before, after, before - after};
-      for (const auto& r : head_rows) rows.push_back(r);
-      record_nonfinite = nonfinite_per_head(at::stack(head_rows, 1));
+      const at::Tensor before = row([](const StepRecord& r) { return r.loss_before; });
+      const at::Tensor after = row([](const StepRecord& r) { return r.loss_after; });
+      head_metrics = at::stack({retain, lr, row([](const StepRecord& r) { return r.momentum; }),
+                                row([](const StepRecord& r) { return r.token_gamma; }), lo, hi, before, after,
+                                before - after},
+                               -1);
+      head_bad = nonfinite(head_metrics.unsqueeze(-1));
     } else {
-      for (int k = 0; k < kHeadMetricCount; ++k) rows.push_back(not_measured(heads, options));
+      head_metrics = at::full({layers, heads, kHeadMetricCount}, nan, options);
     }
+    parts.push_back(head_metrics.to(at::kFloat).flatten());
 
-    for (size_t w = 0; w < ms.memory.size(); ++w) {
-      const at::Tensor m = ms.memory[w][0];    // [H,a,b]
-      const at::Tensor s = ms.momentum[w][0];  // [H,a,b]
-      const at::Tensor bad_m = nonfinite_per_head(m), bad_s = nonfinite_per_head(s);
-      // SVDs fail on NaN input: measure a zeroed copy and report NaN for the broken heads.
+    // Weight metrics [L,H,W,kWeightMetricCount].
+    std::vector<at::Tensor> per_weight;
+    std::vector<at::Tensor> shown;  // matrices, in snapshot order
+    for (size_t w = 0; w < frame.weights.size(); ++w) {
+      const at::Tensor m = stacked([&](int64_t l) { return state_of(l).memory[w].select(0, 0); });    // [L,H,a,b]
+      const at::Tensor s = stacked([&](int64_t l) { return state_of(l).momentum[w].select(0, 0); });  // [L,H,a,b]
+      const at::Tensor bad_m = nonfinite(m), bad_s = nonfinite(s);
+      // SVDs fail on NaN input: measure zeroed copies and report NaN for the broken heads.
       auto finite = [](const at::Tensor& t) { return at::nan_to_num(t, 0.0, 0.0, 0.0); };
       auto mask = [&](const at::Tensor& value, const at::Tensor& bad) {
-        return at::where(bad > 0, at::full_like(value, std::numeric_limits<double>::quiet_NaN()), value);
+        return at::where(bad > 0, at::full_like(value, nan), value);
       };
-      rows.push_back(at::linalg_vector_norm(m, 2, {-2, -1}, false));
-      rows.push_back(at::linalg_vector_norm(s, 2, {-2, -1}, false));
-      at::Tensor dm;
-      if (in.memory_before && static_cast<size_t>(l) < in.memory_before->size()) {
-        dm = m - (*in.memory_before)[static_cast<size_t>(l)][w][0];
-        rows.push_back(at::linalg_vector_norm(dm, 2, {-2, -1}, false));
-      } else {
-        rows.push_back(not_measured(heads, options));
+      const at::Tensor none = at::full({layers, heads}, nan, options);
+      at::Tensor dm, norm_dm = none;
+      if (in.memory_before && static_cast<int64_t>(in.memory_before->size()) == layers) {
+        dm = m - stacked([&](int64_t l) { return (*in.memory_before)[static_cast<size_t>(l)][w].select(0, 0); });
+        norm_dm = at::linalg_vector_norm(dm, 2, {-2, -1}, false);
       }
-      rows.push_back(mask(effective_rank(finite(m)), bad_m));
-      if (rule.optimiser == Optimiser::Muon) {
-        const at::Tensor u = rec && w < rec->ns_output.size() ? rec->ns_output[w][0] : newton_schulz(finite(s), rule.ns);
-        const OrthogonalityError e = orthogonality_error(finite(u));
-        const at::Tensor bad_u = at::maximum(bad_s, nonfinite_per_head(u));
-        rows.push_back(mask(e.error, bad_u));
-        rows.push_back(mask(e.sigma_min, bad_u));
-        rows.push_back(mask(e.sigma_max, bad_u));
-      } else {
-        for (int k = 0; k < 3; ++k) rows.push_back(not_measured(heads, options));
+      const bool muon = rule.optimiser == Optimiser::Muon;
+      at::Tensor u, bad_u;
+      if (muon) {
+        u = all_records && w < record_of(0)->ns_output.size()
+                ? stacked([&](int64_t l) { return record_of(l)->ns_output[w].select(0, 0); })
+                : newton_schulz(finite(s), rule.ns);
+        bad_u = at::maximum(bad_s, nonfinite(u));
       }
-      rows.push_back(bad_m + 2 * bad_s + 4 * record_nonfinite);
+      const at::Tensor sigma = at::linalg_svdvals(muon ? at::cat({finite(m), finite(u)}) : finite(m));
+      const at::Tensor erank = mask(effective_rank_from_singular_values(sigma.narrow(0, 0, layers)), bad_m);
+      at::Tensor ns_error = none, ns_min = none, ns_max = none;
+      if (muon) {
+        const OrthogonalityError e = orthogonality_error_from_singular_values(sigma.narrow(0, layers, layers));
+        ns_error = mask(e.error, bad_u);
+        ns_min = mask(e.sigma_min, bad_u);
+        ns_max = mask(e.sigma_max, bad_u);
+      }
+      per_weight.push_back(at::stack({at::linalg_vector_norm(m, 2, {-2, -1}, false),
+                                      at::linalg_vector_norm(s, 2, {-2, -1}, false), norm_dm, erank, ns_error, ns_min,
+                                      ns_max, bad_m + 2 * bad_s + 4 * head_bad},
+                                     -1));  // [L,H,K]
 
       if (in.matrices) {
         const int64_t largest = config.full_matrices ? 0 : config.downsample;
-        const std::vector<std::pair<const char*, at::Tensor>> shown{{"M", m}, {"S", s}, {"dM", dm}};
-        for (const auto& [name, t] : shown) {
+        const std::vector<std::pair<const char*, at::Tensor>> kinds{{"M", m}, {"S", s}, {"dM", dm}};
+        for (const auto& [name, t] : kinds) {
           if (!t.defined()) continue;
-          const at::Tensor small = downsample_matrix(t, largest);
-          for (int64_t h = 0; h < heads; ++h) {
-            MatrixSnapshot snap;
-            snap.layer = static_cast<int>(l);
-            snap.head = static_cast<int>(h);
-            snap.weight = ms.names[w];
-            snap.tensor = name;
-            snap.rows = static_cast<int>(small.size(-2));
-            snap.cols = static_cast<int>(small.size(-1));
-            snap.full_rows = static_cast<int>(t.size(-2));
-            snap.full_cols = static_cast<int>(t.size(-1));
-            pending.push_back({std::move(snap), small.size(-2) * small.size(-1)});
-          }
-          matrices.push_back(small.flatten());
+          const at::Tensor small = downsample_matrix(t.flatten(0, 1), largest);  // [L·H, r, c]
+          shown.push_back(small.flatten());
+          for (int64_t l = 0; l < layers; ++l)
+            for (int64_t h = 0; h < heads; ++h) {
+              MatrixSnapshot snap;
+              snap.layer = static_cast<int>(l);
+              snap.head = static_cast<int>(h);
+              snap.weight = frame.weights[w];
+              snap.tensor = name;
+              snap.rows = static_cast<int>(small.size(-2));
+              snap.cols = static_cast<int>(small.size(-1));
+              snap.full_rows = static_cast<int>(t.size(-2));
+              snap.full_cols = static_cast<int>(t.size(-1));
+              pending.push_back({std::move(snap), small.size(-2) * small.size(-1)});
+            }
         }
       }
     }
+    parts.push_back(at::stack(per_weight, 2).to(at::kFloat).flatten());  // [L,H,W,K]
+    for (auto& m : shown) parts.push_back(m.to(at::kFloat));
   }
-
-  // One transfer: scalar rows, then matrices, then the caller's extras.
-  std::vector<at::Tensor> parts;
-  for (const auto& r : rows) parts.push_back(r.to(at::kFloat).flatten());
-  for (const auto& m : matrices) parts.push_back(m.to(at::kFloat));
   for (const auto& e : in.extra) parts.push_back(e.detach().to(at::kFloat).reshape({1}));
-  std::vector<float> host;
-  if (!parts.empty()) {
-    at::Tensor flat = at::cat(parts);
-    host = to_host(flat);
-  }
 
+  // One transfer for the whole frame.
+  const std::vector<float> host = parts.empty() ? std::vector<float>{} : to_host(at::cat(parts));
   frame.layers = static_cast<int>(layers);
   frame.heads = static_cast<int>(heads);
-  const size_t W = frame.weights.size();
-  frame.head_metrics.assign(static_cast<size_t>(layers * heads) * kHeadMetricCount, 0.0f);
-  frame.weight_metrics.assign(static_cast<size_t>(layers * heads) * W * kWeightMetricCount, 0.0f);
+  const size_t head_count = static_cast<size_t>(layers * heads) * kHeadMetricCount;
+  const size_t weight_count = static_cast<size_t>(layers * heads) * frame.weights.size() * kWeightMetricCount;
   size_t at = 0;
-  for (int64_t l = 0; l < layers; ++l) {
-    for (int k = 0; k < kHeadMetricCount; ++k, at += static_cast<size_t>(heads))
-      for (int64_t h = 0; h < heads; ++h)
-        frame.head_metrics[static_cast<size_t>(l * heads + h) * kHeadMetricCount + k] = host[at + h];
-    for (size_t w = 0; w < W; ++w)
-      for (int k = 0; k < kWeightMetricCount; ++k, at += static_cast<size_t>(heads))
-        for (int64_t h = 0; h < heads; ++h)
-          frame.weight_metrics[(static_cast<size_t>(l * heads + h) * W + w) * kWeightMetricCount + k] = host[at + h];
-  }
+  frame.head_metrics.assign(host.begin(), host.begin() + static_cast<std::ptrdiff_t>(head_count));
+  at += head_count;
+  frame.weight_metrics.assign(host.begin() + static_cast<std::ptrdiff_t>(at),
+                              host.begin() + static_cast<std::ptrdiff_t>(at + weight_count));
+  at += weight_count;
+  // Snapshots come per weight, tensor, layer, head, matching `pending`.
   for (auto& p : pending) {
     p.snapshot.values.assign(host.begin() + static_cast<std::ptrdiff_t>(at),
                              host.begin() + static_cast<std::ptrdiff_t>(at + p.numel));

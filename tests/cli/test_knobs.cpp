@@ -86,7 +86,7 @@ TEST_CASE("an unknown or out-of-range knob in --set is one line naming it, exit 
   };
   for (const auto& c : std::vector<Case>{
            {{MEMSCOPE_CLI_BINARY, "knobs", "--set", "train.lrr=1"}, "train.lrr: unknown key"},
-           {{MEMSCOPE_CLI_BINARY, "knobs", "--preset", "atlas", "--set", "probe.every=0"}, "probe.every: must be in [1,"},
+           {{MEMSCOPE_CLI_BINARY, "knobs", "--preset", "atlas", "--set", "probe.every=-1"}, "probe.every: must be in [0,"},
            {{MEMSCOPE_CLI_BINARY, "train", "--steps", "1", "--set", "train.lrr=1"}, "train.lrr"},
            {{MEMSCOPE_CLI_BINARY, "train", "--steps", "1", "-s", "engine.mode=replay"}, "engine.mode"},
            {{MEMSCOPE_CLI_BINARY, "memory-trace", "--preset", "atlas", "--out", trace, "--set", "memory.window.c=0"},

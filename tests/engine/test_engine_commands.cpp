@@ -18,7 +18,7 @@ bool has_event(const std::vector<Event>& events, EventKind kind) {
   return false;
 }
 
-Command at(Command::Kind kind, int layer, int head) {
+Command targeted(Command::Kind kind, int layer, int head) {
   Command c{kind};
   c.layer = layer;
   c.head = head;
@@ -68,12 +68,13 @@ TEST_CASE("a NaN injected into one head pauses the engine with an event naming i
   engine.add_sink(log);
   engine.start();
   engine.post(Command::steps(2));
-  engine.post(at(Command::Kind::InjectNan, 1, 0));
+  engine.post(targeted(Command::Kind::InjectNan, 1, 0));
   engine.post(Command::run());
   engine.wait_idle();  // returns only because the NaN paused the run
 
+  const std::vector<Event> events = engine.events();
   const Event* nan = nullptr;
-  for (const auto& e : engine.events())
+  for (const auto& e : events)
     if (e.kind == EventKind::NonFinite && !nan) nan = &e;
   REQUIRE(nan != nullptr);
   CHECK(nan->layer == 1);
@@ -81,12 +82,12 @@ TEST_CASE("a NaN injected into one head pauses the engine with an event naming i
   CHECK(nan->tensor == "M");
   CHECK(nan->step == 3);
   CHECK(nan->message.find("layer 1 head 0 M") != std::string::npos);
-  CHECK(has_event(engine.events(), EventKind::Error));
+  CHECK(has_event(events, EventKind::Error));
   CHECK_FALSE(engine.status().running);
   CHECK(engine.status().steps.front() == 3);
 
   // Still alive: reset the broken head and step on, with finite memories again.
-  engine.post(at(Command::Kind::ResetMemory, 1, 0));
+  engine.post(targeted(Command::Kind::ResetMemory, 1, 0));
   engine.post(Command::steps(2));
   engine.wait_idle();
   CHECK(engine.status().steps.front() == 5);
@@ -98,7 +99,7 @@ TEST_CASE("bad commands give one-line error events and the engine keeps going", 
   engine.start();
   engine.post(Command::set_knob("train.lrr", "1"));
   engine.post(Command::set_knob("train.lr", "99"));
-  engine.post(at(Command::Kind::ResetMemory, 7, 0));
+  engine.post(targeted(Command::Kind::ResetMemory, 7, 0));
   Command load{Command::Kind::LoadCheckpoint};
   load.path = "/nonexistent/run.safetensors";
   engine.post(load);
@@ -122,7 +123,10 @@ TEST_CASE("a knob set while running lands between two steps: the run equals one 
   auto log = std::make_shared<FrameLog>();
   engine.add_sink(log);
   engine.start();
-  engine.post(Command::steps(16));
+  Command stop_at{Command::Kind::AddBreakpoint};
+  stop_at.breakpoint = parse_breakpoint("step==16");
+  engine.post(stop_at);
+  engine.post(Command::run());
   while (!engine.ring()->latest() || engine.ring()->latest()->step < 3) std::this_thread::yield();
   engine.post(Command::set_knob("memory.lr.max", "0.25"));
   engine.wait_idle();
