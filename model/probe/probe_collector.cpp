@@ -93,25 +93,24 @@ std::vector<double> collect_probes(Frame& frame, const ProbeInputs& in, const Pr
     at::Tensor head_bad = at::zeros({layers, heads}, options);
     at::Tensor head_metrics;
     if (all_records) {
-      auto row = [&](const std::function<at::Tensor(const StepRecord&)>& f) {
-        return stacked([&](int64_t l) { return f(*record_of(l)).select(0, 0).to(options); });
-      };
-      const at::Tensor lr = row([](const StepRecord& r) { return r.lr; });
-      const at::Tensor retain =
-          rule.retention == Retention::None ? at::ones_like(lr) : row([](const StepRecord& r) { return r.retain; });
+      // One stack per layer of what the step recorded, then one across layers: [L,H,6].
+      const at::Tensor recorded = stacked([&](int64_t l) {
+        const StepRecord& r = *record_of(l);
+        return at::stack({r.retain, r.lr, r.momentum, r.token_gamma, r.loss_before, r.loss_after}, -1).select(0, 0);
+      }).to(options);
+      const auto column = [&](int i) { return recorded.select(-1, i); };
+      const at::Tensor lr = column(1);
+      const at::Tensor retain = rule.retention == Retention::None ? at::ones_like(lr) : column(0);
       at::Tensor lo = retain, hi = retain;
       if (rule.optimiser == Optimiser::Dgd) {
         // (αI − ηφφᵀ) has eigenvalue α − η‖φ‖² along φ and α on φ's complement.
-        const at::Tensor along = retain - lr * row([](const StepRecord& r) { return r.phi_k.pow(2).sum(-1); });
+        const at::Tensor phi_sq = stacked([&](int64_t l) { return record_of(l)->phi_k.select(0, 0).pow(2).sum(-1); });
+        const at::Tensor along = retain - lr * phi_sq.to(options);
         lo = at::minimum(retain, along);
         hi = at::maximum(retain, along);
       }
-      const at::Tensor before = row([](const StepRecord& r) { return r.loss_before; });
-      const at::Tensor after = row([](const StepRecord& r) { return r.loss_after; });
-      head_metrics = at::stack({retain, lr, row([](const StepRecord& r) { return r.momentum; }),
-                                row([](const StepRecord& r) { return r.token_gamma; }), lo, hi, before, after,
-                                before - after},
-                               -1);
+      const at::Tensor before = column(4), after = column(5);
+      head_metrics = at::stack({retain, lr, column(2), column(3), lo, hi, before, after, before - after}, -1);
       head_bad = nonfinite(head_metrics.unsqueeze(-1));
     } else {
       head_metrics = at::full({layers, heads, kHeadMetricCount}, nan, options);
