@@ -508,6 +508,12 @@ std::vector<std::string> changed_knobs(const Preset& a, const Preset& b) {
   return names;  // knobs() is sorted, so these are too
 }
 
+std::string restart_knob_changed(const Preset& a, const Preset& b) {
+  for (const auto& k : knobs())
+    if (k.apply == KnobApply::Restart && k.get(a) != k.get(b)) return k.name;
+  return {};
+}
+
 std::vector<std::string> knob_keys(const std::string& table) {
   const std::string prefix = table.empty() ? "" : table + ".";
   std::set<std::string> keys;

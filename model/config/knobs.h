@@ -83,6 +83,10 @@ std::string knob_value_error(const Knob& knob, const KnobValue& value);
 // Names of the knobs whose values differ between a and b, sorted.
 std::vector<std::string> changed_knobs(const Preset& a, const Preset& b);
 
+// The first knob that differs between a and b and needs a restart (changes the model's shape or
+// its parameters' meaning); empty when b can be applied to a running model live.
+std::string restart_knob_changed(const Preset& a, const Preset& b);
+
 // The keys that may follow `table` in a dotted name, sorted: knob_keys("memory.window") gives
 // {"c", "decay", "gamma"}, knob_keys("") the top-level tables {"detect", "engine", ...}.
 std::vector<std::string> knob_keys(const std::string& table);

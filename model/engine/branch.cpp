@@ -243,12 +243,7 @@ void Branch::apply(const Command& c) {
 
 bool Branch::set_knobs(const std::vector<std::string>& sets) {
   Preset next = parse_preset(preset().toml, preset().name, sets);
-  bool restart = false;
-  for (const auto& name : changed_knobs(preset(), next)) {
-    const Knob* knob = find_knob(name);
-    restart = restart || knob == nullptr || knob->apply == KnobApply::Restart;
-  }
-  if (restart) {
+  if (!restart_knob_changed(preset(), next).empty()) {
     // A restart knob changes the model's shape or data: the run starts over (step 0).
     start_over(std::make_unique<Trainer>(next));
     return true;
@@ -299,14 +294,7 @@ const Keyframe& Branch::keyframe_at_or_before(int64_t step) const {
 }
 
 void Branch::restore(const Keyframe& k) {
-  const bool same_shape = [&] {
-    for (const auto& name : changed_knobs(preset(), k.preset)) {
-      const Knob* knob = find_knob(name);
-      if (!knob || knob->apply == KnobApply::Restart) return false;
-    }
-    return true;
-  }();
-  if (!same_shape) trainer_ = std::make_unique<Trainer>(k.preset);
+  if (!restart_knob_changed(preset(), k.preset).empty()) trainer_ = std::make_unique<Trainer>(k.preset);
   else trainer_->apply_live(k.preset);
   trainer_->restore(k.trainer);
   inspect_ = clone_state(k.inspect);
@@ -335,8 +323,9 @@ void Branch::replay_to(int64_t step, std::vector<Event>& events, const std::func
 int64_t Branch::rewind(int64_t step, std::vector<Event>& events, const std::function<void(const Frame&)>& on_frame) {
   if (step < 0 || step > step_)
     throw UserError("rewind: step " + std::to_string(step) + " is outside this timeline (0.." + std::to_string(step_) + ")");
-  const int64_t from = keyframe_at_or_before(step).step;
-  restore(keyframe_at_or_before(step));
+  const Keyframe& k = keyframe_at_or_before(step);
+  const int64_t from = k.step;
+  restore(k);
   replay_to(step, events, on_frame);
   return from;
 }
@@ -345,6 +334,11 @@ std::unique_ptr<Branch> Branch::fork(int id, int64_t step, const std::vector<std
                                      std::vector<Event>& events, const std::function<void(const Frame&)>& on_frame) const {
   if (step < 0 || step > step_)
     throw UserError("fork: step " + std::to_string(step) + " is outside this timeline (0.." + std::to_string(step_) + ")");
+  // The fork's own change: live knobs only, or the two timelines would not share a past. Checked
+  // before the re-run, which a refused fork need not pay for.
+  const Preset changed = parse_preset(preset().toml, preset().name, sets);
+  const std::string restart = restart_knob_changed(preset(), changed);
+  if (!restart.empty()) throw UserError("fork: " + restart + " needs a restart; a fork can change live knobs only");
   const Keyframe& k = keyframe_at_or_before(step);
   auto branch = std::make_unique<Branch>(id, k.preset);
   branch->restore(k);
@@ -352,13 +346,6 @@ std::unique_ptr<Branch> Branch::fork(int id, int64_t step, const std::vector<std
   for (const auto& entry : log_)
     if (entry.step >= k.step && entry.step < step) branch->log_.push_back(entry);
   branch->replay_to(step, events, on_frame);
-  // The fork's own change: live knobs only, or the two timelines would not share a past.
-  const Preset changed = parse_preset(branch->preset().toml, branch->preset().name, sets);
-  for (const auto& name : changed_knobs(branch->preset(), changed)) {
-    const Knob* knob = find_knob(name);
-    if (!knob || knob->apply == KnobApply::Restart)
-      throw UserError("fork: " + name + " needs a restart; a fork can change live knobs only");
-  }
   for (const auto& set : sets) {
     const auto eq = set.find('=');
     branch->apply(Command::set_knob(set.substr(0, eq), set.substr(eq + 1)));

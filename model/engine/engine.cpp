@@ -161,8 +161,7 @@ void Engine::pause_with(Event event) {
 }
 
 void Engine::step_all() {
-  std::vector<Event> fired;
-  bool stop = false;
+  std::vector<Event> fired;  // breakpoints and NaN pauses, emitted after the step's own events
   for (auto& branch : branches_) {
     std::vector<Event> events;
     try {
@@ -178,17 +177,15 @@ void Engine::step_all() {
                                                                    " failed: " + message, EventKind::Error));
       return;
     }
-    for (auto& e : events) {
-      if (e.kind == EventKind::NonFinite) stop = true;
+    for (const auto& e : events) {
+      emit(e);
       for (const auto& b : breakpoints_)
-        if (breakpoint_fires(b, e)) fired.push_back(command_event(e.step, e.timeline, "break on " + describe(b) + ": " + e.message, EventKind::Breakpoint));
-      const bool nonfinite = e.kind == EventKind::NonFinite;
-      const std::string message = e.message;
-      const int64_t step = e.step;
-      const int timeline = e.timeline;
-      emit(std::move(e));
-      if (nonfinite)
-        fired.push_back(command_event(step, timeline, "paused: " + message, EventKind::Error));
+        if (breakpoint_fires(b, e))
+          fired.push_back(command_event(e.step, e.timeline, "break on " + describe(b) + ": " + e.message,
+                                        EventKind::Breakpoint));
+      // A NaN always pauses (issue 5 "Errors"), breakpoint or not.
+      if (e.kind == EventKind::NonFinite)
+        fired.push_back(command_event(e.step, e.timeline, "paused: " + e.message, EventKind::Error));
     }
     for (const auto& b : breakpoints_)
       if (b.kind == Breakpoint::Kind::Step && branch->id() == 0 && branch->step() == b.step)
@@ -203,7 +200,7 @@ void Engine::step_all() {
     std::lock_guard<std::mutex> lock(queue_mutex_);
     if (pending_steps_ > 0) --pending_steps_;
   }
-  if (stop || !fired.empty()) {
+  if (!fired.empty()) {
     {
       std::lock_guard<std::mutex> lock(queue_mutex_);
       running_ = false;

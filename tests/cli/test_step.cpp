@@ -5,18 +5,13 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "support/json_lines.h"
 #include "support/run_process.h"
 
 namespace {
 
+using memscope::test::json_lines;
 using memscope::test::run_process;
-
-std::vector<nlohmann::json> json_lines(const std::string& text) {
-  std::vector<nlohmann::json> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));  // throws if not JSON
-  return out;
-}
 
 }  // namespace
 

@@ -7,10 +7,12 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "support/json_lines.h"
 #include "support/run_process.h"
 
 namespace {
 
+using memscope::test::json_lines;
 using memscope::test::run_process;
 namespace fs = std::filesystem;
 
@@ -22,13 +24,6 @@ std::vector<std::string> small(std::vector<std::string> args) {
     args.push_back(set);
   }
   return args;
-}
-
-std::vector<nlohmann::json> json_lines(const std::string& text) {
-  std::vector<nlohmann::json> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));  // throws if not JSON
-  return out;
 }
 
 }  // namespace

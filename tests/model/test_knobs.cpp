@@ -12,19 +12,12 @@
 #include "model/config/knobs.h"
 #include "model/config/preset.h"
 #include "model/util/errors.h"
+#include "support/user_error_text.h"
 
 using namespace memscope::model;
+using memscope::test::error_of;
 
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 // A preset built from defaults and overrides only.
 Preset defaults_with(const std::vector<std::string>& sets) { return parse_preset("", "knobs-test.toml", sets); }

@@ -7,20 +7,12 @@
 
 #include "memory_test_support.h"
 #include "model/util/errors.h"
+#include "support/user_error_text.h"
 
 using namespace memscope::model;
 using namespace memscope::test;
 
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 // Every leaf of the rule's JSON as a dotted path and a TOML literal.
 void leaves(const nlohmann::json& j, const std::string& path, std::vector<std::string>& out) {
