@@ -24,6 +24,7 @@ struct StepOptions {
   int64_t tokens = 64;
   int64_t probe_every = 0;
   std::string break_on;
+  std::string record;
   bool json = false;
   int threads = 0;
 };
@@ -108,8 +109,25 @@ void run_step(const StepOptions& o) {
     c.breakpoint = b;
     engine.post(c);
   }
+  // A recording that cannot start (the directory is taken) stops here, before any step runs.
+  auto post_and_check = [&](Command c) {
+    engine.post(std::move(c));
+    engine.wait_idle();
+    const std::string error = engine.status().last_error;
+    if (!error.empty()) throw UserError(error);
+  };
+  if (!o.record.empty()) {
+    Command start{Command::Kind::StartRecording};
+    start.path = o.record;
+    post_and_check(start);
+  }
   engine.post(Command::steps(o.tokens));
   engine.wait_idle();
+  if (!o.record.empty()) {
+    const std::string dir = engine.status().recording;
+    post_and_check(Command{Command::Kind::StopRecording});
+    std::cerr << "recorded " << dir << " (memscope-cli inspect " << dir << ")\n";
+  }
   engine.stop();
   std::cout.flush();
   // A failed step (not a breakpoint) is an error for scripts.
@@ -129,6 +147,7 @@ void register_step(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   cmd->add_option("--break-on", o->break_on,
                   "Stop at the first of these, comma-separated: nan, spike, ns_error, ns_error>X, norm_growth, any, step==N");
+  cmd->add_option("--record", o->record, "Record the session to DIR (NAME.memscope; see memscope-cli inspect/export)");
   cmd->add_flag("--json", o->json, "One JSON object per probed step (and per event)");
   cmd->add_option("--threads", o->threads, "Torch CPU threads")->check(CLI::Range(1, 1024));
   cmd->callback([o] { run_step(*o); });

@@ -35,7 +35,7 @@ StTensorInfo parse_entry(const std::string& name, const nlohmann::json& entry, c
   t.name = name;
   const auto dtype = entry.find("dtype");
   if (dtype == entry.end() || !dtype->is_string() || !parse_st_dtype(dtype->get<std::string>(), t.dtype))
-    fail(where, "tensor '" + name + "': missing or unsupported dtype (F32, F16, BF16, I32, I64, U8)");
+    fail(where, "tensor '" + name + "': missing or unsupported dtype (F32, F16, BF16, I32, I64, U8, F64)");
   const auto shape = entry.find("shape");
   if (shape == entry.end() || !shape->is_array()) fail(where, "tensor '" + name + "': missing shape");
   for (const auto& d : *shape) {
@@ -69,7 +69,8 @@ StTensorInfo parse_entry(const std::string& name, const nlohmann::json& entry, c
 bool parse_st_dtype(std::string_view text, StDtype& out) {
   static const std::pair<std::string_view, StDtype> kNames[] = {{"F32", StDtype::F32}, {"F16", StDtype::F16},
                                                                  {"BF16", StDtype::BF16}, {"I32", StDtype::I32},
-                                                                 {"I64", StDtype::I64}, {"U8", StDtype::U8}};
+                                                                 {"I64", StDtype::I64}, {"U8", StDtype::U8},
+                                                                 {"F64", StDtype::F64}};
   for (const auto& [name, dtype] : kNames)
     if (name == text) return out = dtype, true;
   return false;
@@ -79,7 +80,7 @@ std::size_t st_dtype_size(StDtype dtype) {
   switch (dtype) {
     case StDtype::F32: case StDtype::I32: return 4;
     case StDtype::F16: case StDtype::BF16: return 2;
-    case StDtype::I64: return 8;
+    case StDtype::I64: case StDtype::F64: return 8;
     case StDtype::U8: return 1;
   }
   return 1;
@@ -93,6 +94,7 @@ const char* st_dtype_name(StDtype dtype) {
     case StDtype::I32: return "I32";
     case StDtype::I64: return "I64";
     case StDtype::U8: return "U8";
+    case StDtype::F64: return "F64";
   }
   return "?";
 }

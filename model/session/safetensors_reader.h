@@ -10,7 +10,8 @@
 
 namespace memscope::model {
 
-enum class StDtype { F32, F16, BF16, I32, I64, U8 };
+// F64 is not in the list but is in the published format: sessions keep the outer loss in it.
+enum class StDtype { F32, F16, BF16, I32, I64, U8, F64 };
 
 // "F32" → F32; false for a dtype this reader does not take.
 bool parse_st_dtype(std::string_view text, StDtype& out);

@@ -1,0 +1,369 @@
+#include "model/session/frame_chunk.h"
+
+#include <cmath>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "model/session/half_float.h"
+#include "model/session/safetensors_blob_writer.h"
+#include "model/util/errors.h"
+
+namespace memscope::model {
+
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// The scalar columns, in file order. Kept in one table so encode and decode cannot drift apart.
+struct IntColumn {
+  const char* name;
+  int64_t Frame::*field;
+};
+constexpr std::array<IntColumn, 7> kIntColumns{{{"step", &Frame::step},
+                                                 {"train_step", &Frame::train_step},
+                                                 {"sequence", &Frame::sequence},
+                                                 {"token_index", &Frame::token_index},
+                                                 {"token", &Frame::token},
+                                                 {"target", &Frame::target},
+                                                 {"predicted", &Frame::predicted}}};
+struct RealColumn {
+  const char* name;
+  double Frame::*field;
+};
+constexpr std::array<RealColumn, 6> kRealColumns{{{"loss", &Frame::loss},
+                                                   {"acc", &Frame::acc},
+                                                   {"grad_norm", &Frame::grad_norm},
+                                                   {"lr", &Frame::lr},
+                                                   {"tokens_per_s", &Frame::tokens_per_s},
+                                                   {"seconds", &Frame::seconds}}};
+
+StDtype storage_dtype(MatrixDtype d) {
+  switch (d) {
+    case MatrixDtype::F16: return StDtype::F16;
+    case MatrixDtype::BF16: return StDtype::BF16;
+    case MatrixDtype::F32: break;
+  }
+  return StDtype::F32;
+}
+
+[[noreturn]] void bad(const SafetensorsFile& file, const std::string& what) {
+  throw UserError(file.path() + ": " + what);
+}
+
+// The tensor `name` checked to have `dtype` and `shape`; its bytes.
+std::vector<unsigned char> read_checked(const SafetensorsFile& file, const std::string& name, StDtype dtype,
+                                        const std::vector<int64_t>& shape) {
+  const StTensorInfo* t = file.find(name);
+  if (!t) bad(file, "tensor '" + name + "' is missing");
+  if (t->dtype != dtype || t->shape != shape) {
+    std::string want;
+    for (auto d : shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
+    bad(file, "tensor '" + name + "' should be " + st_dtype_name(dtype) + " [" + want + "]");
+  }
+  return file.read(*t);
+}
+
+template <typename T>
+std::vector<T> read_column(const SafetensorsFile& file, const std::string& name, StDtype dtype, int64_t rows) {
+  const auto bytes = read_checked(file, name, dtype, {rows});
+  std::vector<T> out(static_cast<size_t>(rows));
+  if (!bytes.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
+  return out;
+}
+
+int64_t metadata_int(const SafetensorsFile& file, const std::string& key) {
+  const auto it = file.header().metadata.find(key);
+  if (it == file.header().metadata.end()) bad(file, "__metadata__ has no '" + key + "'");
+  try {
+    size_t used = 0;
+    const long long v = std::stoll(it->second, &used);
+    if (used != it->second.size()) throw std::invalid_argument("trailing text");
+    return v;
+  } catch (const std::exception&) {
+    bad(file, "__metadata__['" + key + "'] is not an integer");
+  }
+}
+
+template <typename T>
+void append(std::vector<StBlob>& blobs, const std::string& name, StDtype dtype, const std::vector<T>& column) {
+  blobs.push_back({name, dtype, {static_cast<int64_t>(column.size())}, column.data()});
+}
+
+}  // namespace
+
+std::string chunk_tensor_name(int layer, int head, const std::string& weight, const std::string& name) {
+  std::string out = "layer" + std::to_string(layer) + "/head" + std::to_string(head) + "/";
+  if (weight != "M") out += weight + "/";
+  return out + name;
+}
+
+bool ChunkBuilder::Snapshot::operator==(const Snapshot& o) const {
+  return layer == o.layer && head == o.head && weight == o.weight && tensor == o.tensor && rows == o.rows &&
+         cols == o.cols && full_rows == o.full_rows && full_cols == o.full_cols;
+}
+
+std::vector<ChunkBuilder::Snapshot> ChunkBuilder::snapshots_of(const Frame& frame) {
+  std::vector<Snapshot> out;
+  for (const auto& m : frame.matrices)
+    out.push_back({m.layer, m.head, m.weight, m.tensor, m.rows, m.cols, m.full_rows, m.full_cols});
+  return out;
+}
+
+bool ChunkBuilder::keeps_matrices(const Frame& frame) const {
+  return !frame.matrices.empty() && config_.matrix_every > 0 && frame.step % config_.matrix_every == 0;
+}
+
+bool ChunkBuilder::fits(const Frame& frame) const {
+  if (have_layout_ && !frame.head_metrics.empty() &&
+      (frame.layers != layers_ || frame.heads != heads_ || frame.weights != weights_))
+    return false;
+  return !(have_snapshots_ && keeps_matrices(frame) && snapshots_of(frame) != snapshots_);
+}
+
+void ChunkBuilder::add(const Frame& frame) {
+  const bool probed = !frame.head_metrics.empty();
+  if (probed && !have_layout_) {
+    layers_ = frame.layers;
+    heads_ = frame.heads;
+    weights_ = frame.weights;
+    have_layout_ = true;
+    // Rows added before the first probed frame had no probes: fill their blocks with NaN.
+    head_block_.assign(kinds_.size() * static_cast<size_t>(layers_ * heads_ * kHeadMetricCount), kNaN);
+    weight_block_.assign(kinds_.size() * static_cast<size_t>(layers_ * heads_) * weights_.size() * kWeightMetricCount, kNaN);
+  }
+  for (size_t i = 0; i < ints_.size(); ++i) ints_[i].push_back(frame.*kIntColumns[i].field);
+  for (size_t i = 0; i < reals_.size(); ++i) reals_[i].push_back(frame.*kRealColumns[i].field);
+  timelines_.push_back(frame.timeline);
+  kinds_.push_back(frame.kind == FrameKind::Train ? 0 : 1);
+  has_probes_.push_back(probed ? 1 : 0);
+  if (have_layout_) {
+    const size_t h = static_cast<size_t>(layers_ * heads_ * kHeadMetricCount);
+    const size_t w = static_cast<size_t>(layers_ * heads_) * weights_.size() * kWeightMetricCount;
+    if (probed) {
+      head_block_.insert(head_block_.end(), frame.head_metrics.begin(), frame.head_metrics.end());
+      weight_block_.insert(weight_block_.end(), frame.weight_metrics.begin(), frame.weight_metrics.end());
+    } else {
+      head_block_.insert(head_block_.end(), h, kNaN);
+      weight_block_.insert(weight_block_.end(), w, kNaN);
+    }
+  }
+  if (keeps_matrices(frame)) {
+    if (!have_snapshots_) {
+      snapshots_ = snapshots_of(frame);
+      matrix_values_.assign(snapshots_.size(), {});
+      have_snapshots_ = true;
+    }
+    matrix_rows_.push_back(static_cast<int32_t>(kinds_.size() - 1));
+    for (size_t s = 0; s < snapshots_.size(); ++s) {
+      const auto& v = frame.matrices[s].values;
+      matrix_values_[s].insert(matrix_values_[s].end(), v.begin(), v.end());
+    }
+  }
+}
+
+void ChunkBuilder::clear() { *this = ChunkBuilder(config_); }
+
+std::string ChunkBuilder::encode(const std::string& where, double wall_time) const {
+  const int64_t k = rows();
+  std::vector<StBlob> blobs;
+  for (size_t i = 0; i < ints_.size(); ++i) append(blobs, kIntColumns[i].name, StDtype::I64, ints_[i]);
+  append(blobs, "timeline", StDtype::I32, timelines_);
+  append(blobs, "kind", StDtype::U8, kinds_);
+  append(blobs, "has_probes", StDtype::U8, has_probes_);
+  for (size_t i = 0; i < reals_.size(); ++i) append(blobs, kRealColumns[i].name, StDtype::F64, reals_[i]);
+
+  // Metric series: the row-major blocks transposed into one [K] column per (layer, head, metric).
+  std::vector<std::vector<float>> series;
+  series.reserve(static_cast<size_t>(layers_ * heads_) * (kHeadMetricCount + weights_.size() * kWeightMetricCount));
+  std::vector<std::string> names;
+  auto transpose = [&](const std::vector<float>& block, size_t width, size_t index, std::string name) {
+    std::vector<float> column(static_cast<size_t>(k));
+    for (int64_t r = 0; r < k; ++r) column[static_cast<size_t>(r)] = block[static_cast<size_t>(r) * width + index];
+    series.push_back(std::move(column));
+    names.push_back(std::move(name));
+  };
+  if (have_layout_) {
+    const size_t hw = static_cast<size_t>(layers_ * heads_ * kHeadMetricCount);
+    const size_t ww = static_cast<size_t>(layers_ * heads_) * weights_.size() * kWeightMetricCount;
+    for (int l = 0; l < layers_; ++l)
+      for (int h = 0; h < heads_; ++h) {
+        const size_t lh = static_cast<size_t>(l * heads_ + h);
+        for (int m = 0; m < kHeadMetricCount; ++m)
+          transpose(head_block_, hw, lh * kHeadMetricCount + m,
+                    chunk_tensor_name(l, h, "M", to_string(static_cast<HeadMetric>(m))));
+        for (size_t w = 0; w < weights_.size(); ++w)
+          for (int m = 0; m < kWeightMetricCount; ++m)
+            transpose(weight_block_, ww, (lh * weights_.size() + w) * kWeightMetricCount + m,
+                      chunk_tensor_name(l, h, weights_[w], to_string(static_cast<WeightMetric>(m))));
+      }
+  }
+  for (size_t i = 0; i < series.size(); ++i) append(blobs, names[i], StDtype::F32, series[i]);
+
+  // Snapshots, converted to the storage dtype.
+  const StDtype mdtype = storage_dtype(config_.matrix_dtype);
+  std::vector<std::vector<uint16_t>> narrow;
+  nlohmann::json snapshots = nlohmann::json::array();
+  if (have_snapshots_) {
+    append(blobs, "matrix_row", StDtype::I32, matrix_rows_);
+    narrow.reserve(snapshots_.size());
+    for (size_t s = 0; s < snapshots_.size(); ++s) {
+      const Snapshot& p = snapshots_[s];
+      const std::vector<float>& values = matrix_values_[s];
+      const void* data = values.data();
+      if (mdtype != StDtype::F32) {
+        std::vector<uint16_t> half(values.size());
+        for (size_t i = 0; i < values.size(); ++i)
+          half[i] = mdtype == StDtype::F16 ? float_to_half(values[i]) : float_to_bf16(values[i]);
+        narrow.push_back(std::move(half));
+        data = narrow.back().data();
+      }
+      const std::string name = chunk_tensor_name(p.layer, p.head, p.weight, p.tensor);
+      blobs.push_back({name, mdtype, {static_cast<int64_t>(matrix_rows_.size()), p.rows, p.cols}, data});
+      snapshots.push_back({{"name", name}, {"layer", p.layer}, {"head", p.head}, {"weight", p.weight},
+                           {"tensor", p.tensor}, {"full_rows", p.full_rows}, {"full_cols", p.full_cols}});
+    }
+  }
+  const std::map<std::string, std::string> metadata{
+      {"format", kChunkFormat},
+      {"first_step", std::to_string(first_step())},
+      {"last_step", std::to_string(last_step())},
+      {"rows", std::to_string(k)},
+      {"wall_time", std::to_string(wall_time)},
+      {"layers", std::to_string(layers_)},
+      {"heads", std::to_string(heads_)},
+      {"weights", nlohmann::json(weights_).dump()},
+      {"snapshots", snapshots.dump()}};
+  return encode_safetensors(blobs, metadata, where);
+}
+
+void read_chunk_steps(const SafetensorsFile& file, std::vector<int64_t>& steps, std::vector<int32_t>& timelines) {
+  const auto& meta = file.header().metadata;
+  const auto format = meta.find("format");
+  if (format == meta.end() || format->second != kChunkFormat)
+    bad(file, std::string("not a memscope frames chunk (expected __metadata__ format ") + kChunkFormat + ")");
+  const int64_t rows = metadata_int(file, "rows");
+  if (rows < 0 || rows > (int64_t{1} << 31)) bad(file, "__metadata__ rows is out of range");
+  steps = read_column<int64_t>(file, "step", StDtype::I64, rows);
+  timelines = read_column<int32_t>(file, "timeline", StDtype::I32, rows);
+}
+
+std::vector<Frame> decode_chunk(const SafetensorsFile& file) {
+  std::vector<int64_t> steps;
+  std::vector<int32_t> timelines;
+  read_chunk_steps(file, steps, timelines);
+  const auto rows = static_cast<int64_t>(steps.size());
+  std::vector<Frame> frames(steps.size());
+  for (const auto& c : kIntColumns) {
+    const auto column = read_column<int64_t>(file, c.name, StDtype::I64, rows);
+    for (size_t r = 0; r < frames.size(); ++r) frames[r].*c.field = column[r];
+  }
+  for (const auto& c : kRealColumns) {
+    const auto column = read_column<double>(file, c.name, StDtype::F64, rows);
+    for (size_t r = 0; r < frames.size(); ++r) frames[r].*c.field = column[r];
+  }
+  const auto kinds = read_column<uint8_t>(file, "kind", StDtype::U8, rows);
+  const auto probed = read_column<uint8_t>(file, "has_probes", StDtype::U8, rows);
+  for (size_t r = 0; r < frames.size(); ++r) {
+    if (kinds[r] > 1) bad(file, "tensor 'kind' holds " + std::to_string(kinds[r]) + " (0 train, 1 inspect)");
+    frames[r].timeline = timelines[r];
+    frames[r].kind = kinds[r] == 0 ? FrameKind::Train : FrameKind::Inspect;
+  }
+
+  // Layout: bounded before it sizes anything, so a forged header cannot ask for huge buffers.
+  const int64_t layers = metadata_int(file, "layers"), heads = metadata_int(file, "heads");
+  if (layers < 0 || heads < 0 || layers > 4096 || heads > 4096) bad(file, "__metadata__ layers/heads out of range");
+  const auto& meta = file.header().metadata;
+  auto parse_json = [&](const char* key) {
+    const auto it = meta.find(key);
+    if (it == meta.end()) bad(file, std::string("__metadata__ has no '") + key + "'");
+    auto j = nlohmann::json::parse(it->second, nullptr, false);
+    if (j.is_discarded() || !j.is_array()) bad(file, std::string("__metadata__['") + key + "'] is not a JSON array");
+    return j;
+  };
+  std::vector<std::string> weights;
+  for (const auto& w : parse_json("weights")) {
+    if (!w.is_string()) bad(file, "__metadata__ weights must be strings");
+    weights.push_back(w.get<std::string>());
+  }
+  if (weights.size() > 64) bad(file, "__metadata__ lists too many weights");
+  const bool any_probed = std::find(probed.begin(), probed.end(), 1) != probed.end();
+  if (any_probed && (layers == 0 || heads == 0 || weights.empty())) bad(file, "probed rows but no probe layout");
+  if (any_probed) {
+    const size_t lh = static_cast<size_t>(layers * heads);
+    std::vector<std::vector<float>> head_columns(lh * kHeadMetricCount), weight_columns(lh * weights.size() * kWeightMetricCount);
+    for (int l = 0; l < layers; ++l)
+      for (int h = 0; h < heads; ++h) {
+        const size_t i = static_cast<size_t>(l * heads + h);
+        for (int m = 0; m < kHeadMetricCount; ++m)
+          head_columns[i * kHeadMetricCount + m] = read_column<float>(
+              file, chunk_tensor_name(l, h, "M", to_string(static_cast<HeadMetric>(m))), StDtype::F32, rows);
+        for (size_t w = 0; w < weights.size(); ++w)
+          for (int m = 0; m < kWeightMetricCount; ++m)
+            weight_columns[(i * weights.size() + w) * kWeightMetricCount + m] = read_column<float>(
+                file, chunk_tensor_name(l, h, weights[w], to_string(static_cast<WeightMetric>(m))), StDtype::F32, rows);
+      }
+    for (size_t r = 0; r < frames.size(); ++r) {
+      if (!probed[r]) continue;
+      Frame& f = frames[r];
+      f.layers = static_cast<int>(layers);
+      f.heads = static_cast<int>(heads);
+      f.weights = weights;
+      f.head_metrics.resize(head_columns.size());
+      f.weight_metrics.resize(weight_columns.size());
+      for (size_t c = 0; c < head_columns.size(); ++c) f.head_metrics[c] = head_columns[c][r];
+      for (size_t c = 0; c < weight_columns.size(); ++c) f.weight_metrics[c] = weight_columns[c][r];
+    }
+  }
+
+  // Snapshots.
+  const auto snapshots = parse_json("snapshots");
+  if (snapshots.empty()) return frames;
+  const StTensorInfo* row_info = file.find("matrix_row");
+  if (!row_info || row_info->dtype != StDtype::I32 || row_info->shape.size() != 1)
+    bad(file, "tensor 'matrix_row' should be I32 [Km]");
+  const int64_t km = row_info->shape[0];
+  const auto matrix_rows = read_column<int32_t>(file, "matrix_row", StDtype::I32, km);
+  for (int32_t r : matrix_rows)
+    if (r < 0 || r >= rows) bad(file, "tensor 'matrix_row' points past the chunk's rows");
+  for (const auto& s : snapshots) {
+    if (!s.is_object() || !s.contains("name") || !s["name"].is_string() || !s.contains("layer") ||
+        !s["layer"].is_number_integer() || !s.contains("head") || !s["head"].is_number_integer() ||
+        !s.contains("weight") || !s["weight"].is_string() || !s.contains("tensor") || !s["tensor"].is_string() ||
+        !s.contains("full_rows") || !s["full_rows"].is_number_integer() || !s.contains("full_cols") ||
+        !s["full_cols"].is_number_integer())
+      bad(file, "__metadata__ snapshots entries need name, layer, head, weight, tensor, full_rows, full_cols");
+    const std::string name = s["name"].get<std::string>();
+    const StTensorInfo* t = file.find(name);
+    if (!t || t->shape.size() != 3 || t->shape[0] != km ||
+        (t->dtype != StDtype::F32 && t->dtype != StDtype::F16 && t->dtype != StDtype::BF16))
+      bad(file, "snapshot tensor '" + name + "' should be F32/F16/BF16 [Km, rows, cols]");
+    const auto bytes = file.read(*t);
+    const size_t cells = static_cast<size_t>(t->shape[1] * t->shape[2]);
+    for (size_t i = 0; i < matrix_rows.size(); ++i) {
+      MatrixSnapshot m;
+      m.layer = s["layer"].get<int>();
+      m.head = s["head"].get<int>();
+      m.weight = s["weight"].get<std::string>();
+      m.tensor = s["tensor"].get<std::string>();
+      m.rows = static_cast<int>(t->shape[1]);
+      m.cols = static_cast<int>(t->shape[2]);
+      m.full_rows = s["full_rows"].get<int>();
+      m.full_cols = s["full_cols"].get<int>();
+      m.values.resize(cells);
+      const unsigned char* base = bytes.data() + i * cells * st_dtype_size(t->dtype);
+      if (t->dtype == StDtype::F32) {
+        if (cells) std::memcpy(m.values.data(), base, cells * 4);
+      } else {
+        for (size_t c = 0; c < cells; ++c) {
+          uint16_t bits;
+          std::memcpy(&bits, base + 2 * c, 2);
+          m.values[c] = t->dtype == StDtype::F16 ? half_to_float(bits) : bf16_to_float(bits);
+        }
+      }
+      frames[static_cast<size_t>(matrix_rows[i])].matrices.push_back(std::move(m));
+    }
+  }
+  return frames;
+}
+
+}  // namespace memscope::model
