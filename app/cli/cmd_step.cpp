@@ -3,6 +3,7 @@
 // breakpoints stop the run and print the event that fired.
 #include <torch/torch.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -69,13 +70,15 @@ class Printer : public model::FrameSink {
   }
 
   void on_event(const model::Event& e) override {
-    if (e.kind == model::EventKind::Command) return;
+    if (e.kind == model::EventKind::Command || !show_events_) return;
     if (json_) std::cout << model::event_to_json(e).dump() << '\n';
     else std::cout << "[" << model::to_string(e.kind) << "] step " << e.step << ": " << e.message << '\n';
     if (e.kind == model::EventKind::Error) error_ = e.message;
   }
 
   const std::string& error() const { return error_; }
+  // Off while a command's own failure is about to be reported as the CLI's error line.
+  void show_events(bool show) { show_events_ = show; }
 
  private:
   static std::string format(double v) {
@@ -85,6 +88,7 @@ class Printer : public model::FrameSink {
     return s;
   }
   bool json_;
+  std::atomic<bool> show_events_{true};  // set by the main thread, read on the engine thread
   std::string error_;
 };
 
@@ -111,8 +115,10 @@ void run_step(const StepOptions& o) {
   }
   // A recording that cannot start (the directory is taken) stops here, before any step runs.
   auto post_and_check = [&](Command c) {
+    printer->show_events(false);
     engine.post(std::move(c));
     engine.wait_idle();
+    printer->show_events(true);
     const std::string error = engine.status().last_error;
     if (!error.empty()) throw UserError(error);
   };

@@ -1,5 +1,6 @@
 #include "model/session/frame_chunk.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -97,16 +98,10 @@ std::string chunk_tensor_name(int layer, int head, const std::string& weight, co
   return out + name;
 }
 
-bool ChunkBuilder::Snapshot::operator==(const Snapshot& o) const {
-  return layer == o.layer && head == o.head && weight == o.weight && tensor == o.tensor && rows == o.rows &&
-         cols == o.cols && full_rows == o.full_rows && full_cols == o.full_cols;
-}
-
-std::vector<ChunkBuilder::Snapshot> ChunkBuilder::snapshots_of(const Frame& frame) {
-  std::vector<Snapshot> out;
-  for (const auto& m : frame.matrices)
-    out.push_back({m.layer, m.head, m.weight, m.tensor, m.rows, m.cols, m.full_rows, m.full_cols});
-  return out;
+const ChunkBuilder::Series* ChunkBuilder::find_series(const std::string& name) const {
+  for (const auto& s : series_)
+    if (s.name == name) return &s;
+  return nullptr;
 }
 
 bool ChunkBuilder::keeps_matrices(const Frame& frame) const {
@@ -117,7 +112,13 @@ bool ChunkBuilder::fits(const Frame& frame) const {
   if (have_layout_ && !frame.head_metrics.empty() &&
       (frame.layers != layers_ || frame.heads != heads_ || frame.weights != weights_))
     return false;
-  return !(have_snapshots_ && keeps_matrices(frame) && snapshots_of(frame) != snapshots_);
+  if (!keeps_matrices(frame)) return true;
+  for (const auto& m : frame.matrices) {
+    const Series* s = find_series(chunk_tensor_name(m.layer, m.head, m.weight, m.tensor));
+    if (s && (s->rows != m.rows || s->cols != m.cols || s->full_rows != m.full_rows || s->full_cols != m.full_cols))
+      return false;
+  }
+  return true;
 }
 
 void ChunkBuilder::add(const Frame& frame) {
@@ -148,15 +149,17 @@ void ChunkBuilder::add(const Frame& frame) {
     }
   }
   if (keeps_matrices(frame)) {
-    if (!have_snapshots_) {
-      snapshots_ = snapshots_of(frame);
-      matrix_values_.assign(snapshots_.size(), {});
-      have_snapshots_ = true;
-    }
-    matrix_rows_.push_back(static_cast<int32_t>(kinds_.size() - 1));
-    for (size_t s = 0; s < snapshots_.size(); ++s) {
-      const auto& v = frame.matrices[s].values;
-      matrix_values_[s].insert(matrix_values_[s].end(), v.begin(), v.end());
+    const auto row = static_cast<int32_t>(kinds_.size() - 1);
+    size_t previous = 0;  // where the frame's previous snapshot sits, +1
+    for (const auto& m : frame.matrices) {
+      const std::string name = chunk_tensor_name(m.layer, m.head, m.weight, m.tensor);
+      auto it = std::find_if(series_.begin(), series_.end(), [&](const Series& s) { return s.name == name; });
+      if (it == series_.end())  // a new series goes right after the frame's previous one
+        it = series_.insert(series_.begin() + static_cast<std::ptrdiff_t>(previous),
+                            Series{name, m.layer, m.head, m.weight, m.tensor, m.rows, m.cols, m.full_rows, m.full_cols, {}, {}});
+      it->at_rows.push_back(row);
+      it->values.insert(it->values.end(), m.values.begin(), m.values.end());
+      previous = static_cast<size_t>(it - series_.begin()) + 1;
     }
   }
 }
@@ -202,26 +205,21 @@ std::string ChunkBuilder::encode(const std::string& where, double wall_time) con
   // Snapshots, converted to the storage dtype.
   const StDtype mdtype = storage_dtype(config_.matrix_dtype);
   std::vector<std::vector<uint16_t>> narrow;
+  narrow.reserve(series_.size());
   nlohmann::json snapshots = nlohmann::json::array();
-  if (have_snapshots_) {
-    append(blobs, "matrix_row", StDtype::I32, matrix_rows_);
-    narrow.reserve(snapshots_.size());
-    for (size_t s = 0; s < snapshots_.size(); ++s) {
-      const Snapshot& p = snapshots_[s];
-      const std::vector<float>& values = matrix_values_[s];
-      const void* data = values.data();
-      if (mdtype != StDtype::F32) {
-        std::vector<uint16_t> half(values.size());
-        for (size_t i = 0; i < values.size(); ++i)
-          half[i] = mdtype == StDtype::F16 ? float_to_half(values[i]) : float_to_bf16(values[i]);
-        narrow.push_back(std::move(half));
-        data = narrow.back().data();
-      }
-      const std::string name = chunk_tensor_name(p.layer, p.head, p.weight, p.tensor);
-      blobs.push_back({name, mdtype, {static_cast<int64_t>(matrix_rows_.size()), p.rows, p.cols}, data});
-      snapshots.push_back({{"name", name}, {"layer", p.layer}, {"head", p.head}, {"weight", p.weight},
-                           {"tensor", p.tensor}, {"full_rows", p.full_rows}, {"full_cols", p.full_cols}});
+  for (const Series& p : series_) {
+    const void* data = p.values.data();
+    if (mdtype != StDtype::F32) {
+      std::vector<uint16_t> half(p.values.size());
+      for (size_t i = 0; i < p.values.size(); ++i)
+        half[i] = mdtype == StDtype::F16 ? float_to_half(p.values[i]) : float_to_bf16(p.values[i]);
+      narrow.push_back(std::move(half));
+      data = narrow.back().data();
     }
+    blobs.push_back({p.name, mdtype, {static_cast<int64_t>(p.at_rows.size()), p.rows, p.cols}, data});
+    append(blobs, p.name + ".row", StDtype::I32, p.at_rows);
+    snapshots.push_back({{"name", p.name}, {"layer", p.layer}, {"head", p.head}, {"weight", p.weight},
+                         {"tensor", p.tensor}, {"full_rows", p.full_rows}, {"full_cols", p.full_cols}});
   }
   const std::map<std::string, std::string> metadata{
       {"format", kChunkFormat},
@@ -315,17 +313,8 @@ std::vector<Frame> decode_chunk(const SafetensorsFile& file) {
     }
   }
 
-  // Snapshots.
-  const auto snapshots = parse_json("snapshots");
-  if (snapshots.empty()) return frames;
-  const StTensorInfo* row_info = file.find("matrix_row");
-  if (!row_info || row_info->dtype != StDtype::I32 || row_info->shape.size() != 1)
-    bad(file, "tensor 'matrix_row' should be I32 [Km]");
-  const int64_t km = row_info->shape[0];
-  const auto matrix_rows = read_column<int32_t>(file, "matrix_row", StDtype::I32, km);
-  for (int32_t r : matrix_rows)
-    if (r < 0 || r >= rows) bad(file, "tensor 'matrix_row' points past the chunk's rows");
-  for (const auto& s : snapshots) {
+  // Snapshots, series by series in file order, which is each frame's own order.
+  for (const auto& s : parse_json("snapshots")) {
     if (!s.is_object() || !s.contains("name") || !s["name"].is_string() || !s.contains("layer") ||
         !s["layer"].is_number_integer() || !s.contains("head") || !s["head"].is_number_integer() ||
         !s.contains("weight") || !s["weight"].is_string() || !s.contains("tensor") || !s["tensor"].is_string() ||
@@ -334,12 +323,15 @@ std::vector<Frame> decode_chunk(const SafetensorsFile& file) {
       bad(file, "__metadata__ snapshots entries need name, layer, head, weight, tensor, full_rows, full_cols");
     const std::string name = s["name"].get<std::string>();
     const StTensorInfo* t = file.find(name);
-    if (!t || t->shape.size() != 3 || t->shape[0] != km ||
+    if (!t || t->shape.size() != 3 ||
         (t->dtype != StDtype::F32 && t->dtype != StDtype::F16 && t->dtype != StDtype::BF16))
       bad(file, "snapshot tensor '" + name + "' should be F32/F16/BF16 [Km, rows, cols]");
+    const auto at_rows = read_column<int32_t>(file, name + ".row", StDtype::I32, t->shape[0]);
+    for (int32_t r : at_rows)
+      if (r < 0 || r >= rows) bad(file, "tensor '" + name + ".row' points past the chunk's rows");
     const auto bytes = file.read(*t);
     const size_t cells = static_cast<size_t>(t->shape[1] * t->shape[2]);
-    for (size_t i = 0; i < matrix_rows.size(); ++i) {
+    for (size_t i = 0; i < at_rows.size(); ++i) {
       MatrixSnapshot m;
       m.layer = s["layer"].get<int>();
       m.head = s["head"].get<int>();
@@ -360,7 +352,7 @@ std::vector<Frame> decode_chunk(const SafetensorsFile& file) {
           m.values[c] = t->dtype == StDtype::F16 ? half_to_float(bits) : bf16_to_float(bits);
         }
       }
-      frames[static_cast<size_t>(matrix_rows[i])].matrices.push_back(std::move(m));
+      frames[static_cast<size_t>(at_rows[i])].matrices.push_back(std::move(m));
     }
   }
   return frames;

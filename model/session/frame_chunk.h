@@ -7,8 +7,10 @@
 //   loss, acc, grad_norm, lr, tokens_per_s, seconds                     [K] F64
 //   layer{L}/head{H}/{head metric}                                      [K] F32 (NaN: not measured)
 //   layer{L}/head{H}/[{weight}/]{weight metric}                         [K] F32
-//   matrix_row [Km] I32: the rows whose snapshots were kept
 //   layer{L}/head{H}/[{weight}/]{M|S|dM}                                [Km, rows, cols] F32/F16/BF16
+//   layer{L}/head{H}/[{weight}/]{M|S|dM}.row                            [Km] I32: the rows it was kept at
+//
+// Each snapshot has its own rows: train frames snapshot M and S, inspect frames also ΔM.
 //
 // The weight folder is left out for the linear memory's single weight "M". `__metadata__` holds
 // first_step, last_step, rows, wall_time and the layout (layers, heads, weights, snapshots).
@@ -48,14 +50,17 @@ class ChunkBuilder {
   void clear();
 
  private:
-  struct Snapshot {
+  // One snapshot series: its shape, the rows it was kept at and their values.
+  struct Series {
+    std::string name;  // chunk_tensor_name(layer, head, weight, tensor)
     int layer, head;
     std::string weight, tensor;
     int rows, cols, full_rows, full_cols;
-    bool operator==(const Snapshot& o) const;
+    std::vector<int32_t> at_rows;
+    std::vector<float> values;  // [at_rows, rows·cols]
   };
   bool keeps_matrices(const Frame& frame) const;
-  static std::vector<Snapshot> snapshots_of(const Frame& frame);
+  const Series* find_series(const std::string& name) const;
 
   RecordConfig config_;
   // Columns, one entry per row: the integer and real fields in frame_chunk.cpp's column tables
@@ -69,10 +74,8 @@ class ChunkBuilder {
   std::vector<std::string> weights_;
   bool have_layout_ = false;
   std::vector<float> head_block_, weight_block_;  // [rows, L·H·Kh], [rows, L·H·W·Kw]
-  std::vector<Snapshot> snapshots_;
-  bool have_snapshots_ = false;
-  std::vector<int32_t> matrix_rows_;
-  std::vector<std::vector<float>> matrix_values_;  // per snapshot: [Km, rows·cols]
+  // In the order frames list their snapshots (a frame's order is kept when it reads back).
+  std::vector<Series> series_;
 };
 
 // The frames of a chunk, in row order. Snapshots stored as f16/bf16 come back widened. Throws

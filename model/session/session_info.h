@@ -21,7 +21,7 @@ struct SessionInfo {
   std::string device;   // e.g. "cpu (LibTorch 1.13.1, threads 2)"
   std::string preset_name;
   std::string preset_toml;  // the resolved preset: parse_preset gives the run's knobs back
-  std::map<std::string, std::string> knobs;  // every registered knob, as formatted by the registry
+  std::map<std::string, std::string> knobs;  // every registered knob as a TOML literal (what --set takes)
   // Model shape.
   std::string block, structure;
   int64_t layers = 0, memory_heads = 0, d_model = 0, vocab = 0;

@@ -61,7 +61,7 @@ TEST_CASE("a recording of the default demo opens with inspect, and exports", "[c
   CHECK(j["heads"] == 4);
   CHECK(j["intact"] == true);
   CHECK(j["events"]["by_kind"]["command"].get<int>() >= 2);
-  CHECK(j["config"]["knobs"]["memory.optimiser"] == "muon");
+  CHECK(j["config"]["knobs"]["memory.optimiser"] == "\"muon\"");  // TOML literals, as --set takes them
 
   const auto exported = run_process({MEMSCOPE_CLI_BINARY, "export", session.string(), "--out", (dir / "demo.safetensors").string(),
                                      "--csv", (dir / "demo.csv").string()});
@@ -70,7 +70,8 @@ TEST_CASE("a recording of the default demo opens with inspect, and exports", "[c
   const auto file = run_process({MEMSCOPE_CLI_BINARY, "inspect", "--json", (dir / "demo.safetensors").string()});
   REQUIRE(file.exit_code == 0);
   bool found = false;
-  for (const auto& t : nlohmann::json::parse(file.output)["tensors"])
+  const auto tensors = nlohmann::json::parse(file.output)["tensors"];
+  for (const auto& t : tensors)
     if (t["name"] == "layer1/head3/erank") found = t["shape"] == nlohmann::json::array({40});
   CHECK(found);
   CHECK(count_lines(read(dir / "demo.csv")) == 41);

@@ -37,7 +37,7 @@ def main():
         "loss": [None if np.isnan(v) else float(v) for v in tensors["loss"]],
         "erank": [None if np.isnan(v) else float(v) for v in tensors["layer1/head0/erank"]],
         "norm_M_shape": list(tensors["layer0/head1/norm_M"].shape),
-        "matrix_row": tensors["matrix_row"].tolist(),
+        "matrix_row": tensors["layer0/head1/M.row"].tolist(),
         "M_shape": list(tensors["layer0/head1/M"].shape),
         "M_first": tensors["layer0/head1/M"][0].astype(np.float64).ravel().tolist(),
         "preset": session["preset"]["name"],
