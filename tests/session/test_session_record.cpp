@@ -167,7 +167,7 @@ TEST_CASE("rewinds and forks inside a recording read back as the engine left eac
   CHECK(session.steps(0).back() == 11);  // rewound to 6, then 3 steps and 2 more
 }
 
-TEST_CASE("f16 and bf16 snapshots store each value rounded once; record.matrix_every thins them", "[session]") {
+TEST_CASE("f16 and bf16 snapshots store each value rounded once, record.matrix_every thins them", "[session]") {
   for (const char* dtype : {"f16", "bf16"}) {
     INFO(dtype);
     const auto dir = test::fresh_dir(std::string("dtype-") + dtype) / "run.memscope";
