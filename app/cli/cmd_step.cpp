@@ -11,6 +11,7 @@
 
 #include "app/cli/commands.h"
 #include "model/engine/engine.h"
+#include "model/session/replay.h"
 #include "model/probe/frame_json.h"
 #include "model/util/errors.h"
 
@@ -26,6 +27,8 @@ struct StepOptions {
   int64_t probe_every = 0;
   std::string break_on;
   std::string record;
+  std::string replay;
+  bool tokens_given = false;
   bool json = false;
   int threads = 0;
 };
@@ -104,7 +107,11 @@ void run_step(const StepOptions& o) {
   std::vector<Breakpoint> breakpoints;
   for (const auto& text : split(o.break_on, ',')) breakpoints.push_back(parse_breakpoint(text));
 
-  Engine engine(options);
+  // A recorded session plays through the same interface as the live engine (DESIGN principle 1).
+  std::unique_ptr<TimelineSource> source;
+  if (o.replay.empty()) source = std::make_unique<Engine>(options);
+  else source = std::make_unique<Replay>(o.replay);
+  TimelineSource& engine = *source;
   auto printer = std::make_shared<Printer>(o.json);
   engine.add_sink(printer);
   engine.start();
@@ -127,7 +134,8 @@ void run_step(const StepOptions& o) {
     start.path = o.record;
     post_and_check(start);
   }
-  engine.post(Command::steps(o.tokens));
+  // A replay without --tokens plays to the end of the recording.
+  engine.post(!o.replay.empty() && !o.tokens_given ? Command::run() : Command::steps(o.tokens));
   engine.wait_idle();
   if (!o.record.empty()) {
     const std::string dir = engine.status().recording;
@@ -148,11 +156,14 @@ void register_step(CLI::App& app) {
   cmd->add_option("--preset,-p", o->preset, "Preset name or .toml path (default demo-mqar)");
   cmd->add_option("--ckpt,-c", o->ckpt, "Step with the weights of this checkpoint (its preset; --preset is ignored)");
   cmd->add_option("--set,-s", o->sets, "Knob override KEY=VALUE (repeatable; see `memscope-cli knobs`)");
-  cmd->add_option("--tokens,-n", o->tokens, "Tokens to step")->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  cmd->add_option("--tokens,-n", o->tokens, "Tokens to step (a replay: all of them)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
+      ->each([o](const std::string&) { o->tokens_given = true; });
   cmd->add_option("--probe-every", o->probe_every, "Probe every K tokens (default: probe.every)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   cmd->add_option("--break-on", o->break_on,
                   "Stop at the first of these, comma-separated: nan, spike, ns_error, ns_error>X, norm_growth, any, step==N");
+  cmd->add_option("--replay", o->replay, "Step a recorded session (NAME.memscope) instead of a model; same output and breakpoints");
   cmd->add_option("--record", o->record, "Record the session to DIR (NAME.memscope; see memscope-cli inspect/export)");
   cmd->add_flag("--json", o->json, "One JSON object per probed step (and per event)");
   cmd->add_option("--threads", o->threads, "Torch CPU threads")->check(CLI::Range(1, 1024));

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "support/run_process.h"
 
@@ -154,4 +155,34 @@ TEST_CASE("inspect: each kind of corrupt file is one line and exit 1, never a cr
     CHECK(s.exit_code == 1);
     CHECK(last_json_line(s.output.substr(0, s.output.rfind("memscope-cli:")))["damage"].size() == 1);
   }
+}
+
+TEST_CASE("step --replay prints the recorded frames exactly as the live run did, and breaks", "[cli][session]") {
+  const auto dir = fresh("replay");
+  const auto session = (dir / "r.memscope").string();
+  const auto live = run_process({MEMSCOPE_CLI_BINARY, "step", "--tokens", "20", "--threads", "1", "--json", "--record", session});
+  REQUIRE(live.exit_code == 0);
+  const auto replay = run_process({MEMSCOPE_CLI_BINARY, "step", "--replay", session, "--json"});
+  INFO(replay.output);
+  REQUIRE(replay.exit_code == 0);
+  auto frames = [](const std::string& output) {
+    std::vector<std::string> out;
+    std::istringstream in(output);
+    for (std::string line; std::getline(in, line);)
+      if (line.find("\"layers\"") != std::string::npos) out.push_back(line);
+    return out;
+  };
+  const auto a = frames(live.output), b = frames(replay.output);
+  REQUIRE(a.size() == 20);
+  CHECK(a == b);
+
+  const auto stopped = run_process({MEMSCOPE_CLI_BINARY, "step", "--replay", session, "--json", "--break-on", "step==7"});
+  REQUIRE(stopped.exit_code == 0);
+  const auto c = frames(stopped.output);
+  REQUIRE(c.size() == 7);
+  CHECK(c.back() == a[6]);
+  // Read-only, and one line when the session is not there.
+  const auto missing = run_process({MEMSCOPE_CLI_BINARY, "step", "--replay", (dir / "nope").string()});
+  CHECK(missing.exit_code == 1);
+  CHECK(count_lines(missing.output) == 1);
 }
