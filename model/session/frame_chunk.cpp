@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "model/session/half_float.h"
 #include "model/session/safetensors_blob_writer.h"
@@ -55,11 +57,11 @@ StDtype storage_dtype(MatrixDtype d) {
 std::vector<unsigned char> read_checked(const SafetensorsFile& file, const std::string& name, StDtype dtype,
                                         const std::vector<int64_t>& shape) {
   const StTensorInfo* t = file.find(name);
-  if (!t) bad(file, "tensor '" + name + "' is missing");
+  if (!t) bad(file, "tensor " + st_quote(name) + " is missing");
   if (t->dtype != dtype || t->shape != shape) {
     std::string want;
     for (auto d : shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
-    bad(file, "tensor '" + name + "' should be " + st_dtype_name(dtype) + " [" + want + "]");
+    bad(file, "tensor " + st_quote(name) + " should be " + st_dtype_name(dtype) + " [" + want + "]");
   }
   return file.read(*t);
 }
@@ -263,6 +265,7 @@ std::vector<Frame> decode_chunk(const SafetensorsFile& file) {
   const auto probed = read_column<uint8_t>(file, "has_probes", StDtype::U8, rows);
   for (size_t r = 0; r < frames.size(); ++r) {
     if (kinds[r] > 1) bad(file, "tensor 'kind' holds " + std::to_string(kinds[r]) + " (0 train, 1 inspect)");
+    if (probed[r] > 1) bad(file, "tensor 'has_probes' holds " + std::to_string(probed[r]) + " (0 or 1)");
     frames[r].timeline = timelines[r];
     frames[r].kind = kinds[r] == 0 ? FrameKind::Train : FrameKind::Inspect;
   }
@@ -314,23 +317,31 @@ std::vector<Frame> decode_chunk(const SafetensorsFile& file) {
   }
 
   // Snapshots, series by series in file order, which is each frame's own order.
+  auto small_int = [](const nlohmann::json& v) {  // a non-negative integer that fits an int
+    return v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= std::numeric_limits<int>::max();
+  };
+  std::set<std::string> seen;
   for (const auto& s : parse_json("snapshots")) {
     if (!s.is_object() || !s.contains("name") || !s["name"].is_string() || !s.contains("layer") ||
-        !s["layer"].is_number_integer() || !s.contains("head") || !s["head"].is_number_integer() ||
+        !small_int(s["layer"]) || !s.contains("head") || !small_int(s["head"]) ||
         !s.contains("weight") || !s["weight"].is_string() || !s.contains("tensor") || !s["tensor"].is_string() ||
-        !s.contains("full_rows") || !s["full_rows"].is_number_integer() || !s.contains("full_cols") ||
-        !s["full_cols"].is_number_integer())
-      bad(file, "__metadata__ snapshots entries need name, layer, head, weight, tensor, full_rows, full_cols");
+        !s.contains("full_rows") || !small_int(s["full_rows"]) || !s.contains("full_cols") ||
+        !small_int(s["full_cols"]))
+      bad(file, "__metadata__ snapshots entries need name, layer, head, weight, tensor, full_rows, full_cols "
+                "(non-negative integers)");
     const std::string name = s["name"].get<std::string>();
+    if (!seen.insert(name).second) bad(file, "__metadata__ snapshots lists " + st_quote(name) + " twice");
     const StTensorInfo* t = file.find(name);
-    if (!t || t->shape.size() != 3 ||
+    // Rows and columns bounded first: with Km = 0 the reader lets any shape through.
+    if (!t || t->shape.size() != 3 || t->shape[1] > std::numeric_limits<int>::max() ||
+        t->shape[2] > std::numeric_limits<int>::max() ||
         (t->dtype != StDtype::F32 && t->dtype != StDtype::F16 && t->dtype != StDtype::BF16))
-      bad(file, "snapshot tensor '" + name + "' should be F32/F16/BF16 [Km, rows, cols]");
+      bad(file, "snapshot tensor " + st_quote(name) + " should be F32/F16/BF16 [Km, rows, cols]");
     const auto at_rows = read_column<int32_t>(file, name + ".row", StDtype::I32, t->shape[0]);
     for (int32_t r : at_rows)
-      if (r < 0 || r >= rows) bad(file, "tensor '" + name + ".row' points past the chunk's rows");
+      if (r < 0 || r >= rows) bad(file, "tensor " + st_quote(name + ".row") + " points past the chunk's rows");
     const auto bytes = file.read(*t);
-    const size_t cells = static_cast<size_t>(t->shape[1] * t->shape[2]);
+    const size_t cells = static_cast<size_t>(t->shape[1]) * static_cast<size_t>(t->shape[2]);
     for (size_t i = 0; i < at_rows.size(); ++i) {
       MatrixSnapshot m;
       m.layer = s["layer"].get<int>();

@@ -87,6 +87,8 @@ StTensorInfo parse_entry(const std::string& name, const nlohmann::json& entry, c
 
 }  // namespace
 
+std::string st_quote(const std::string& name) { return shown(name); }
+
 bool parse_st_dtype(std::string_view text, StDtype& out) {
   static const std::pair<std::string_view, StDtype> kNames[] = {{"F32", StDtype::F32}, {"F16", StDtype::F16},
                                                                  {"BF16", StDtype::BF16}, {"I32", StDtype::I32},

@@ -18,6 +18,10 @@ bool parse_st_dtype(std::string_view text, StDtype& out);
 std::size_t st_dtype_size(StDtype dtype);
 const char* st_dtype_name(StDtype dtype);
 
+// A tensor name from a file, quoted for an error message: control bytes escaped (the message stays
+// one line), a long name cut.
+std::string st_quote(const std::string& name);
+
 struct StTensorInfo {
   std::string name;
   StDtype dtype = StDtype::F32;
