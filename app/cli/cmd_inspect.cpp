@@ -109,7 +109,7 @@ void run_inspect(const InspectOptions& o) {
   else print_session(s);
   std::cout.flush();
   if (!s["intact"].get<bool>())
-    throw UserError(session.dir().string() + " is damaged: " + std::to_string(session.damage().size()) +
+    throw UserError(session.dir().string() + " is damaged: " + std::to_string(s["damage"].size()) +
                     " problem(s) listed above; everything else reads");
 }
 

@@ -28,7 +28,7 @@ struct StepOptions {
   std::string break_on;
   std::string record;
   std::string replay;
-  bool tokens_given = false;
+  bool tokens_given = false, preset_given = false;
   bool json = false;
   int threads = 0;
 };
@@ -109,8 +109,17 @@ void run_step(const StepOptions& o) {
 
   // A recorded session plays through the same interface as the live engine (DESIGN principle 1).
   std::unique_ptr<TimelineSource> source;
-  if (o.replay.empty()) source = std::make_unique<Engine>(options);
-  else source = std::make_unique<Replay>(o.replay);
+  if (o.replay.empty()) {
+    source = std::make_unique<Engine>(options);
+  } else {
+    if (!o.ckpt.empty() || !o.sets.empty() || o.probe_every > 0 || o.preset_given)
+      throw UserError("step --replay plays what was recorded; --preset, --ckpt, --set and --probe-every do not apply");
+    auto replay = std::make_unique<Replay>(o.replay);
+    for (const auto& d : replay->reader().damage())
+      std::cerr << "memscope-cli: warning: " << replay->reader().dir().string() << "/" << d.file << ": " << d.reason
+                << " (skipped)\n";
+    source = std::move(replay);
+  }
   TimelineSource& engine = *source;
   auto printer = std::make_shared<Printer>(o.json);
   engine.add_sink(printer);
@@ -144,8 +153,8 @@ void run_step(const StepOptions& o) {
   }
   engine.stop();
   std::cout.flush();
-  // A failed step (not a breakpoint) is an error for scripts.
-  if (printer->error().find(" failed: ") != std::string::npos) throw UserError(printer->error());
+  // A failed step (not a breakpoint) is an error for scripts; a replay only shows recorded ones.
+  if (o.replay.empty() && printer->error().find(" failed: ") != std::string::npos) throw UserError(printer->error());
 }
 
 }  // namespace
@@ -153,7 +162,8 @@ void run_step(const StepOptions& o) {
 void register_step(CLI::App& app) {
   auto o = std::make_shared<StepOptions>();
   CLI::App* cmd = app.add_subcommand("step", "Step a probe stream token by token and print the memory probes");
-  cmd->add_option("--preset,-p", o->preset, "Preset name or .toml path (default demo-mqar)");
+  cmd->add_option("--preset,-p", o->preset, "Preset name or .toml path (default demo-mqar)")
+      ->each([o](const std::string&) { o->preset_given = true; });
   cmd->add_option("--ckpt,-c", o->ckpt, "Step with the weights of this checkpoint (its preset; --preset is ignored)");
   cmd->add_option("--set,-s", o->sets, "Knob override KEY=VALUE (repeatable; see `memscope-cli knobs`)");
   cmd->add_option("--tokens,-n", o->tokens, "Tokens to step (a replay: all of them)")

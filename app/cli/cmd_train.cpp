@@ -62,14 +62,19 @@ void run_train(const TrainOptions& o) {
         session_info_for(trainer.preset(), describe_device(trainer.model()->embedding.device()), trainer.task().vocab_size()));
     progress.message("recording " + recording->path());
   }
-  int64_t frame_step = 0;
+  int64_t frame_step = trainer.step();  // a resumed run's frames go on from its step
   while (!trainer.done() && !g_interrupted) {
     const auto start = std::chrono::steady_clock::now();
     const TrainStepResult r = trainer.train_step();
     if (recording) {
       auto frame = train_frame(trainer, r, ++frame_step, 0, trainer.preset().probe);
       frame->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      recording->on_frame(*frame);
+      try {
+        recording->on_frame(*frame);
+      } catch (const UserError&) {
+        save();  // the disk failed for the recording: keep the training before saying so
+        throw;
+      }
       for (const Event& e : detectors.observe(*frame)) recording->on_event(e);
       for (const Event& e : recording->take_notices()) progress.message(e.message);
     }

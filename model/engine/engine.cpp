@@ -1,5 +1,6 @@
 #include "model/engine/engine.h"
 
+#include "model/config/knobs.h"
 #include "model/engine/branch.h"
 #include "model/session/session_writer.h"
 #include "model/util/device.h"
@@ -64,12 +65,20 @@ void Engine::apply(const Command& c, std::vector<Event>& events) {
   Branch* target = branches_[static_cast<size_t>(c.timeline)].get();
   auto on_frame = [this](const Frame& f) { emit_frame(f); };
   switch (c.kind) {
-    case K::SetKnob:
+    case K::SetKnob: {
+      const Preset before = target->preset();
+      target->apply(c);
+      const std::string restart = restart_knob_changed(before, target->preset());
+      if (!restart.empty()) end_recording("the run started over (" + restart + " is a restart knob)");
+      break;
+    }
     case K::ResetMomentum:
     case K::ResetMemory:
     case K::InjectNan: target->apply(c); break;
     case K::LoadPreset:
     case K::LoadCheckpoint: {
+      end_recording(std::string("a new run was loaded (") + (c.kind == K::LoadPreset ? "preset " : "checkpoint ") +
+                    c.path + ")");
       auto branch = c.kind == K::LoadPreset ? std::make_unique<Branch>(0, load_preset(c.path, c.sets))
                                             : std::make_unique<Branch>(0, std::filesystem::path(c.path), c.sets);
       branches_.clear();
@@ -82,6 +91,13 @@ void Engine::apply(const Command& c, std::vector<Event>& events) {
       const int64_t from = target->rewind(c.step, events, on_frame);
       // The detector events after the keyframe were re-made by the re-run: keep one copy.
       erase_events([&](const Event& e) { return e.timeline == c.timeline && e.is_detector() && e.step > from; });
+      // A recording keeps everything it was given; this marker tells its reader where the
+      // timeline was cut back to (even when the keyframe was the step itself and nothing re-ran).
+      Event marker = source_event(c.step, c.timeline,
+                                  "timeline " + std::to_string(c.timeline) + " continues from step " + std::to_string(c.step) +
+                                      " (re-run from the keyframe at " + std::to_string(from) + ")");
+      marker.tensor = kRewindMarker;
+      events.push_back(std::move(marker));
       break;
     }
     case K::Fork:

@@ -1,6 +1,7 @@
 #include "model/engine/timeline_source.h"
 
 #include <algorithm>
+#include <iostream>
 
 #include "model/util/errors.h"
 
@@ -53,8 +54,11 @@ void TimelineSource::stop_thread() {
   if (recorder_) {
     try {
       stop_recording();
-    } catch (const std::exception&) {
-      // The recorder reported what it lost on its own; a destructor cannot.
+    } catch (const std::exception& e) {
+      // Nobody is left to read an event: say what the recording lost where a user sees it.
+      const std::string message = one_line(e.what());
+      set_last_error(message);
+      std::cerr << "memscope: " << message << "\n";
     }
   }
 }
@@ -250,6 +254,15 @@ void TimelineSource::start_recording(const Command& c) {
   for (const auto& ring : rings)
     for (const auto& frame : ring->frames()) recorder_->on_frame(*frame);
   for (const auto& e : events) recorder_->on_event(e);
+}
+
+void TimelineSource::end_recording(const std::string& why) {
+  if (!recorder_) return;
+  const std::vector<int64_t> now = steps();
+  emit(source_event(now.empty() ? 0 : now.front(), 0,
+                    "recording " + recorder_->path() + " stopped: " + why + "; start a new one for the new run"));
+  stop_recording();
+  refresh_status();
 }
 
 void TimelineSource::stop_recording() {

@@ -90,6 +90,8 @@ class TimelineSource {
   void set_rings(std::vector<std::shared_ptr<FrameRing>> rings);
   void erase_events(const std::function<bool(const Event&)>& drop);
   void set_last_error(const std::string& message);
+  // A command started a new run: the recording of the old one ends here, with an event saying why.
+  void end_recording(const std::string& why);
   // Subclass destructors call this first: the thread must not run a step on a half-destroyed object.
   void stop_thread();
 

@@ -17,7 +17,11 @@ enum class EventKind {
   Breakpoint,  // a breakpoint paused the engine
   Error,       // a step threw; the engine paused and is still alive
 };
-const char* to_string(EventKind kind);  // "spike", "nonfinite", "ns_error", "norm_growth", …
+const char* to_string(EventKind kind);
+
+// Event::tensor of the command event a rewind logs (a recording's marker): the timeline keeps the
+// steps <= Event::step and re-runs from there.
+inline constexpr const char* kRewindMarker = "rewind";  // "spike", "nonfinite", "ns_error", "norm_growth", …
 
 struct Event {
   int64_t step = 0;  // the timeline step it belongs to (commands: applied before step + 1)
@@ -28,6 +32,9 @@ struct Event {
   int layer = -1, head = -1;
   std::string tensor;  // "M", "S", "retain", "loss", "grad_norm", …
   double value = std::numeric_limits<double>::quiet_NaN();
+  // In a recording: how many frames the session held when the event was logged, which places it
+  // among the frames (−1: not from a recording).
+  int64_t order = -1;
 
   bool is_detector() const {
     return kind == EventKind::Spike || kind == EventKind::NonFinite || kind == EventKind::NsError ||

@@ -71,6 +71,7 @@ nlohmann::json event_to_json(const Event& e) {
   if (e.head >= 0) j["head"] = e.head;
   if (!e.tensor.empty()) j["tensor"] = e.tensor;
   if (std::isfinite(e.value)) j["value"] = e.value;
+  if (e.order >= 0) j["order"] = e.order;
   return j;
 }
 
@@ -105,6 +106,10 @@ bool event_from_json(const nlohmann::json& j, Event& out) {
   if (j.contains("value")) {
     if (!j["value"].is_number()) return false;
     e.value = j["value"].get<double>();
+  }
+  if (j.contains("order")) {
+    if (!integer("order") || j["order"].get<int64_t>() < 0) return false;
+    e.order = j["order"].get<int64_t>();
   }
   out = std::move(e);
   return true;

@@ -123,7 +123,7 @@ bool ChunkBuilder::fits(const Frame& frame) const {
   return true;
 }
 
-void ChunkBuilder::add(const Frame& frame) {
+void ChunkBuilder::add(const Frame& frame, int64_t seq) {
   const bool probed = !frame.head_metrics.empty();
   if (probed && !have_layout_) {
     layers_ = frame.layers;
@@ -136,6 +136,7 @@ void ChunkBuilder::add(const Frame& frame) {
   }
   for (size_t i = 0; i < ints_.size(); ++i) ints_[i].push_back(frame.*kIntColumns[i].field);
   for (size_t i = 0; i < reals_.size(); ++i) reals_[i].push_back(frame.*kRealColumns[i].field);
+  seqs_.push_back(seq >= 0 ? seq : static_cast<int64_t>(kinds_.size()));
   timelines_.push_back(frame.timeline);
   kinds_.push_back(frame.kind == FrameKind::Train ? 0 : 1);
   has_probes_.push_back(probed ? 1 : 0);
@@ -172,6 +173,7 @@ std::string ChunkBuilder::encode(const std::string& where, double wall_time) con
   const int64_t k = rows();
   std::vector<StBlob> blobs;
   for (size_t i = 0; i < ints_.size(); ++i) append(blobs, kIntColumns[i].name, StDtype::I64, ints_[i]);
+  append(blobs, "seq", StDtype::I64, seqs_);
   append(blobs, "timeline", StDtype::I32, timelines_);
   append(blobs, "kind", StDtype::U8, kinds_);
   append(blobs, "has_probes", StDtype::U8, has_probes_);
@@ -236,7 +238,8 @@ std::string ChunkBuilder::encode(const std::string& where, double wall_time) con
   return encode_safetensors(blobs, metadata, where);
 }
 
-void read_chunk_steps(const SafetensorsFile& file, std::vector<int64_t>& steps, std::vector<int32_t>& timelines) {
+void read_chunk_steps(const SafetensorsFile& file, std::vector<int64_t>& steps, std::vector<int32_t>& timelines,
+                      std::vector<int64_t>* seqs) {
   const auto& meta = file.header().metadata;
   const auto format = meta.find("format");
   if (format == meta.end() || format->second != kChunkFormat)
@@ -245,6 +248,7 @@ void read_chunk_steps(const SafetensorsFile& file, std::vector<int64_t>& steps, 
   if (rows < 0 || rows > (int64_t{1} << 31)) bad(file, "__metadata__ rows is out of range");
   steps = read_column<int64_t>(file, "step", StDtype::I64, rows);
   timelines = read_column<int32_t>(file, "timeline", StDtype::I32, rows);
+  if (seqs) *seqs = read_column<int64_t>(file, "seq", StDtype::I64, rows);
 }
 
 std::vector<Frame> decode_chunk(const SafetensorsFile& file) {
@@ -291,6 +295,10 @@ std::vector<Frame> decode_chunk(const SafetensorsFile& file) {
   if (any_probed && (layers == 0 || heads == 0 || weights.empty())) bad(file, "probed rows but no probe layout");
   if (any_probed) {
     const size_t lh = static_cast<size_t>(layers * heads);
+    // Every metric series is a tensor of the file: a layout naming more than the file holds is
+    // forged, and is refused before it sizes anything.
+    if (lh * (kHeadMetricCount + weights.size() * kWeightMetricCount) > file.header().tensors.size())
+      bad(file, "__metadata__ layout names more metric series than the file holds");
     std::vector<std::vector<float>> head_columns(lh * kHeadMetricCount), weight_columns(lh * weights.size() * kWeightMetricCount);
     for (int l = 0; l < layers; ++l)
       for (int h = 0; h < heads; ++h) {

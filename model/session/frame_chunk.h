@@ -3,6 +3,8 @@
 // with one `f["layer0/head1/erank"]`.
 //
 //   step, train_step, sequence, token_index, token, target, predicted   [K] I64
+//   seq [K] I64: the frame's place in the recording, across timelines (rewinds and forks are
+//                read back in this order)
 //   timeline [K] I32, kind [K] U8 (0 train, 1 inspect), has_probes [K] U8
 //   loss, acc, grad_norm, lr, tokens_per_s, seconds                     [K] F64
 //   layer{L}/head{H}/{head metric}                                      [K] F32 (NaN: not measured)
@@ -39,7 +41,9 @@ class ChunkBuilder {
   // False when the frame's probe layout (layers, heads, weights, snapshot shapes) differs from the
   // frames already held: the caller writes this chunk and starts a new one.
   bool fits(const Frame& frame) const;
-  void add(const Frame& frame);  // requires fits(frame)
+  // Requires fits(frame). `seq` is the frame's place in the recording (every frame recorded before
+  // it, all timelines); −1 numbers the rows from 0 (an export).
+  void add(const Frame& frame, int64_t seq = -1);
   int64_t rows() const { return static_cast<int64_t>(kinds_.size()); }
   bool empty() const { return kinds_.empty(); }
   int64_t first_step() const { return empty() ? 0 : ints_[0].front(); }
@@ -67,6 +71,7 @@ class ChunkBuilder {
   // (ints_[0] is the step), then the rest.
   std::array<std::vector<int64_t>, 7> ints_;
   std::array<std::vector<double>, 6> reals_;
+  std::vector<int64_t> seqs_;
   std::vector<int32_t> timelines_;
   std::vector<uint8_t> kinds_, has_probes_;
   // Probe layout (from the first probed frame) and the row-major metric blocks, NaN for unprobed rows.
@@ -84,6 +89,8 @@ class ChunkBuilder {
 std::vector<Frame> decode_chunk(const SafetensorsFile& file);
 
 // Only the step and timeline columns: what the session index needs from each chunk.
-void read_chunk_steps(const SafetensorsFile& file, std::vector<int64_t>& steps, std::vector<int32_t>& timelines);
+// With `seqs`, the seq column too.
+void read_chunk_steps(const SafetensorsFile& file, std::vector<int64_t>& steps, std::vector<int32_t>& timelines,
+                      std::vector<int64_t>* seqs = nullptr);
 
 }  // namespace memscope::model

@@ -1,7 +1,9 @@
 #include "model/session/replay.h"
 
 #include <algorithm>
+#include <limits>
 
+#include "model/session/session_writer.h"
 #include "model/util/errors.h"
 
 namespace memscope::model {
@@ -16,76 +18,119 @@ Replay::Replay(const std::string& session_path)
   const int timelines = std::max(1, reader_->timelines());
   const auto budget = static_cast<int64_t>(preset_.engine.frame_budget_mb * 1024 * 1024);
   for (int t = 0; t < timelines; ++t) {
-    steps_.push_back(reader_->steps(t));
+    const auto steps = reader_->steps(t);
+    for (size_t i = 0; i < steps.size(); ++i) order_.push_back({reader_->seq_at(t, i), t, i, steps[i]});
     rings_.push_back(std::make_shared<FrameRing>(budget));
   }
-  events_.resize(steps_.size());
-  for (const Event& e : reader_->events())
-    if (e.timeline >= 0 && static_cast<size_t>(e.timeline) < events_.size()) events_[static_cast<size_t>(e.timeline)].push_back(e);
-  // The log is in the order things happened; a rewind in the recording logged steps that go back.
-  // The replay shows the timeline as the index has it, so each event goes with its step.
-  for (auto& list : events_)
-    std::stable_sort(list.begin(), list.end(), [](const Event& a, const Event& b) { return a.step < b.step; });
-  cursor_.assign(steps_.size(), 0);
-  event_cursor_.assign(steps_.size(), 0);
-  position_.assign(steps_.size(), 0);
+  std::sort(order_.begin(), order_.end(), [](const Entry& a, const Entry& b) { return a.seq < b.seq; });
+  main_left_ = static_cast<size_t>(std::count_if(order_.begin(), order_.end(), [](const Entry& e) { return e.timeline == 0; }));
+  events_ = reader_->events();
+  std::stable_sort(events_.begin(), events_.end(), [](const Event& a, const Event& b) { return a.order < b.order; });
+  position_.assign(rings_.size(), 0);
   set_rings(rings_);
+  // Re-recording a replay writes a new session of the same run.
+  set_recorder_factory([this](const std::string& path, const Preset& preset) -> std::shared_ptr<Recorder> {
+    SessionInfo info = session_info_for(preset, reader_->info().device, reader_->info().vocab);
+    return std::make_shared<SessionWriter>(session_dir_for(path), info);
+  });
 }
 
 Replay::~Replay() { stop_thread(); }
 
-std::vector<int64_t> Replay::steps() const { return position_; }
-
-bool Replay::play(size_t t, std::vector<Event>& fired) {
-  if (cursor_[t] >= steps_[t].size()) return false;
-  auto frame = std::make_shared<const Frame>(reader_->frame_at(static_cast<int>(t), cursor_[t]));
-  ++cursor_[t];
+void Replay::play(std::vector<Event>& fired) {
+  const Entry& e = order_[next_];
+  auto frame = std::make_shared<const Frame>(reader_->frame_at(e.timeline, e.index));
+  ++next_;
+  if (e.timeline == 0) --main_left_;
+  const auto t = static_cast<size_t>(e.timeline);
   position_[t] = frame->step;
   rings_[t]->push(frame);
   emit_frame(*frame);
+  // The events logged before the next frame was recorded belong with this one.
+  const int64_t until = next_ < order_.size() ? order_[next_].seq : std::numeric_limits<int64_t>::max();
   std::vector<Event> due;
-  auto& list = events_[t];
-  while (event_cursor_[t] < list.size() && list[event_cursor_[t]].step <= frame->step) due.push_back(list[event_cursor_[t]++]);
+  while (next_event_ < events_.size() && events_[next_event_].order <= until) due.push_back(events_[next_event_++]);
   publish(due, fired);
-  check_step_breakpoints(static_cast<int>(t), frame->step, fired);
-  return true;
+  check_step_breakpoints(e.timeline, frame->step, fired);
+}
+
+void Replay::skip() {
+  if (next_ >= order_.size()) return;
+  if (order_[next_].timeline == 0) --main_left_;
+  ++next_;
 }
 
 std::vector<Event> Replay::step() {
   std::vector<Event> fired;
-  bool any = false;
-  for (size_t t = 0; t < steps_.size(); ++t) any = play(t, fired) || any;
-  if (!any)
-    pause_with(source_event(position_.empty() ? 0 : position_[0], 0,
-                            "end of the recording at step " + std::to_string(position_.empty() ? 0 : position_[0])));
+  try {
+    if (next_ >= order_.size()) {
+      std::vector<Event> rest(events_.begin() + static_cast<std::ptrdiff_t>(next_event_), events_.end());
+      next_event_ = events_.size();
+      publish(rest, fired);
+      pause_with(source_event(position_[0], 0, "end of the recording at step " + std::to_string(position_[0])));
+      return fired;
+    }
+    // The next main-timeline frame and what the other timelines recorded before the one after it;
+    // when the main timeline has ended, one frame of the others.
+    bool main_played = false;
+    do {
+      main_played = main_played || order_[next_].timeline == 0;
+      play(fired);
+    } while (next_ < order_.size() && main_left_ > 0 && !(main_played && order_[next_].timeline == 0));
+  } catch (const std::exception& e) {
+    // A chunk whose body is damaged: pause there with the reason; seeking past it still works.
+    const std::string message = one_line(e.what());
+    set_last_error(message);
+    pause_with(source_event(position_[0], 0, "paused: " + message, EventKind::Error));
+    skip();  // do not stop on it again
+  }
   return fired;
 }
 
-void Replay::seek(size_t t, int64_t step) {
+void Replay::seek(int timeline, int64_t step) {
   if (step < 0) throw UserError("rewind: step " + std::to_string(step) + " is before the recording");
-  const auto& steps = steps_[t];
-  if (step < position_[t]) {
-    // Back: the ring keeps what it holds up to `step`; the events after it are played again later.
-    rings_[t]->truncate_after(step);
-    cursor_[t] = static_cast<size_t>(std::upper_bound(steps.begin(), steps.end(), step) - steps.begin());
-    position_[t] = cursor_[t] == 0 ? 0 : steps[cursor_[t] - 1];
-    const auto& list = events_[t];
-    event_cursor_[t] = static_cast<size_t>(
-        std::upper_bound(list.begin(), list.end(), position_[t], [](int64_t s, const Event& e) { return s < e.step; }) -
-        list.begin());
-    const int timeline = static_cast<int>(t);
-    const int64_t kept = position_[t];
-    erase_events([&](const Event& e) { return e.timeline == timeline && e.step > kept; });
+  // Where in the recorded order `timeline` reaches `step`: just after its last frame at or before it.
+  size_t target = 0;
+  bool any = false;
+  for (size_t i = 0; i < order_.size(); ++i)
+    if (order_[i].timeline == timeline && order_[i].step <= step) target = i + 1, any = true;
+  if (!any)
+    for (size_t i = 0; i < order_.size(); ++i)
+      if (order_[i].timeline == timeline) {
+        target = i;
+        break;
+      }
+  if (target < next_) {
+    // Back: every ring keeps what was played before the target; the events after it play again.
+    std::vector<int64_t> last(rings_.size(), 0);
+    for (size_t i = 0; i < target; ++i) last[static_cast<size_t>(order_[i].timeline)] = order_[i].step;
+    for (size_t t = 0; t < rings_.size(); ++t) rings_[t]->truncate_after(last[t]);
+    position_ = last;
+    next_ = target;
+    main_left_ = static_cast<size_t>(
+        std::count_if(order_.begin() + static_cast<std::ptrdiff_t>(next_), order_.end(), [](const Entry& e) { return e.timeline == 0; }));
+    const int64_t until = next_ < order_.size() ? order_[next_].seq : std::numeric_limits<int64_t>::max();
+    next_event_ = static_cast<size_t>(
+        std::upper_bound(events_.begin(), events_.end(), until, [](int64_t u, const Event& e) { return u < e.order; }) -
+        events_.begin());
+    erase_events([&](const Event& e) { return e.order > until; });
     return;
   }
-  // Forward: play the frames up to `step` (the plots need their rows); breakpoints do not stop a seek.
+  // Forward: play up to the target (the plots need their rows); breakpoints do not stop a seek,
+  // and a damaged chunk's frames are passed over (the replay said so when it met them).
   std::vector<Event> ignored;
-  while (cursor_[t] < steps.size() && steps[cursor_[t]] <= step) play(t, ignored);
+  while (next_ < target) {
+    try {
+      play(ignored);
+    } catch (const UserError&) {
+      skip();
+    }
+  }
 }
 
 void Replay::apply(const Command& c, std::vector<Event>& /*events*/) {
   if (c.kind == Command::Kind::Rewind) {
-    seek(static_cast<size_t>(c.timeline), c.step);
+    seek(c.timeline, c.step);
     return;
   }
   throw UserError("a recording is read-only; " + describe(c) + " needs the live engine (memscope --preset ...)");

@@ -2,7 +2,12 @@
 // frames into the same rings, with the recorded events, so the GUI and the CLI drive and watch a
 // recording exactly as they do the live engine: run, pause, step n, breakpoints (they fire on the
 // recorded detector events, and a recorded NaN pauses as the live run did), and recording (a
-// replay can be re-recorded). Rewind seeks to any recorded step, backwards or forwards.
+// replay can be re-recorded, e.g. to keep part of it). Rewind seeks to any recorded step,
+// backwards or forwards.
+//
+// Frames play in the order they were recorded, so a fork appears where it was made and then moves
+// in step with the main timeline. One replay step plays the next frame of the main timeline with
+// the frames the other timelines recorded after it.
 //
 // A recording is read-only: knob changes, resets, presets, checkpoints and forks need the live
 // engine and are refused with a one-line error.
@@ -28,19 +33,28 @@ class Replay : public TimelineSource {
   std::vector<Event> step() override;
   void apply(const Command& command, std::vector<Event>& events) override;
   Preset preset() const override { return preset_; }
-  std::vector<int64_t> steps() const override;
+  std::vector<int64_t> steps() const override { return position_; }
 
  private:
-  // Plays frame `cursor_[t]` of timeline t with its events; false at the end of the timeline.
-  bool play(size_t t, std::vector<Event>& fired);
-  void seek(size_t t, int64_t step);
+  struct Entry {
+    int64_t seq;
+    int timeline;
+    size_t index;  // into reader().steps(timeline)
+    int64_t step;
+  };
+  // Plays entry next_ with the events logged up to it; throws UserError for a damaged chunk.
+  void play(std::vector<Event>& fired);
+  void skip();  // passes over entry next_ (its chunk does not decode)
+  void seek(int timeline, int64_t step);
 
   std::shared_ptr<const SessionReader> reader_;
   Preset preset_;
-  std::vector<std::vector<int64_t>> steps_;  // per timeline, ascending
-  std::vector<std::vector<Event>> events_;   // recorded, per timeline, in step order
-  std::vector<size_t> cursor_, event_cursor_;
-  std::vector<int64_t> position_;            // the step each timeline shows (0: before the first)
+  std::vector<Entry> order_;     // every frame of every timeline, in recorded order
+  size_t next_ = 0;              // the next entry to play
+  size_t main_left_ = 0;         // entries of timeline 0 from next_ on
+  std::vector<Event> events_;    // recorded, in logged order
+  size_t next_event_ = 0;
+  std::vector<int64_t> position_;  // the step each timeline shows (0: none yet)
   std::vector<std::shared_ptr<FrameRing>> rings_;
 };
 

@@ -47,8 +47,9 @@ SessionReader::SessionReader(const std::string& path) {
   const auto json = dir_ / "session.json";
   if (!std::filesystem::exists(json, ec)) throw UserError(dir_.string() + ": not a session (no session.json)");
   info_ = parse_session_info(read_text(json, kMaxSessionJson), json.string());
-  load_chunks();
   load_events();
+  load_chunks();
+  build_index();
   account_loss();
 }
 
@@ -70,32 +71,30 @@ void SessionReader::load_chunks() {
   std::sort(files.begin(), files.end());
   int64_t expected = 0;
   for (const auto& [number, name] : files) {
-    for (; expected < number; ++expected) {
-      char missing[64];
-      std::snprintf(missing, sizeof missing, "frames-%06lld.safetensors", static_cast<long long>(expected));
+    if (number > expected) {  // one entry per gap, however wide
+      char missing[96];
+      if (number == expected + 1)
+        std::snprintf(missing, sizeof missing, "frames-%06lld.safetensors", static_cast<long long>(expected));
+      else
+        std::snprintf(missing, sizeof missing, "frames-%06lld to %06lld.safetensors", static_cast<long long>(expected),
+                      static_cast<long long>(number - 1));
       damage_.push_back({missing, 0, "missing"});
     }
     expected = number + 1;
     const auto full = dir_ / name;
     try {
       const SafetensorsFile file(full.string());
-      std::vector<int64_t> steps;
+      std::vector<int64_t> steps, seqs;
       std::vector<int32_t> timelines;
-      read_chunk_steps(file, steps, timelines);
-      SessionChunk c{name, number, static_cast<int64_t>(steps.size()), steps.empty() ? 0 : steps.front(),
-                     steps.empty() ? 0 : steps.back(), size_of(full)};
+      read_chunk_steps(file, steps, timelines, &seqs);
+      for (size_t r = 0; r < steps.size(); ++r)
+        if (timelines[r] < 0 || timelines[r] > 4096)
+          throw UserError(full.string() + ": timeline " + std::to_string(timelines[r]) + " is out of range");
       const auto chunk = static_cast<int32_t>(chunks_.size());
-      for (size_t r = 0; r < steps.size(); ++r) {
-        if (timelines[r] < 0 || timelines[r] > 4096) throw UserError(full.string() + ": timeline " + std::to_string(timelines[r]) + " is out of range");
-        if (static_cast<size_t>(timelines[r]) >= index_.size()) index_.resize(static_cast<size_t>(timelines[r]) + 1);
-      }
-      for (size_t r = 0; r < steps.size(); ++r) {
-        auto& line = index_[static_cast<size_t>(timelines[r])];
-        while (!line.empty() && line.back().step >= steps[r]) line.pop_back();  // a rewind re-ran these
-        line.push_back({steps[r], chunk, static_cast<int32_t>(r)});
-      }
-      frame_count_ += c.rows;
-      chunks_.push_back(std::move(c));
+      for (size_t r = 0; r < steps.size(); ++r) rows_.push_back({seqs[r], steps[r], timelines[r], chunk, static_cast<int32_t>(r)});
+      chunks_.push_back({name, number, static_cast<int64_t>(steps.size()), steps.empty() ? 0 : steps.front(),
+                         steps.empty() ? 0 : steps.back(), size_of(full)});
+      frame_count_ += static_cast<int64_t>(steps.size());
     } catch (const UserError& e) {
       std::string reason = one_line(e.what());
       const std::string prefix = full.string() + ": ";
@@ -103,6 +102,57 @@ void SessionReader::load_chunks() {
       damage_.push_back({name, size_of(full), reason});
     }
   }
+}
+
+void SessionReader::build_index() {
+  // Replay the recording's order: frames by seq, and the rewind markers (an event that cuts a
+  // timeline back to a step) at the point they were logged.
+  std::stable_sort(rows_.begin(), rows_.end(), [](const Row& a, const Row& b) { return a.seq < b.seq; });
+  struct Cut {
+    int64_t order, step;  // frames recorded before it; the timeline keeps steps <= step
+    int timeline;
+  };
+  std::vector<Cut> cuts;
+  for (const Event& e : events_)
+    if (e.kind == EventKind::Command && e.tensor == kRewindMarker && e.order >= 0) cuts.push_back({e.order, e.step, e.timeline});
+  std::stable_sort(cuts.begin(), cuts.end(), [](const Cut& a, const Cut& b) { return a.order < b.order; });
+  std::vector<std::vector<Cut>> cuts_by_timeline;  // every truncation, for the events below
+  auto line_of = [&](int t) -> std::vector<Location>& {
+    if (static_cast<size_t>(t) >= index_.size()) index_.resize(static_cast<size_t>(t) + 1);
+    if (static_cast<size_t>(t) >= cuts_by_timeline.size()) cuts_by_timeline.resize(static_cast<size_t>(t) + 1);
+    return index_[static_cast<size_t>(t)];
+  };
+  auto cut = [&](int t, int64_t keep_through, int64_t order) {
+    auto& line = line_of(t);
+    while (!line.empty() && line.back().step > keep_through) line.pop_back();
+    cuts_by_timeline[static_cast<size_t>(t)].push_back({order, keep_through, t});
+  };
+  size_t next_cut = 0;
+  for (const Row& r : rows_) {
+    for (; next_cut < cuts.size() && cuts[next_cut].order <= r.seq; ++next_cut)
+      cut(cuts[next_cut].timeline, cuts[next_cut].step, cuts[next_cut].order);
+    auto& line = line_of(r.timeline);
+    // A frame at or before the newest step of its timeline: a rewind re-ran from here.
+    if (!line.empty() && line.back().step >= r.step) cut(r.timeline, r.step - 1, r.seq);
+    line.push_back({r.step, r.seq, r.chunk, r.row});
+  }
+  for (; next_cut < cuts.size(); ++next_cut) cut(cuts[next_cut].timeline, cuts[next_cut].step, cuts[next_cut].order);
+
+  // Events of an abandoned future (logged before a cut, at a step after it) go with their frames.
+  std::vector<Event> kept;
+  for (Event& e : events_) {
+    bool stale = false;
+    if (e.order >= 0 && e.timeline >= 0 && static_cast<size_t>(e.timeline) < cuts_by_timeline.size())
+      for (const Cut& c : cuts_by_timeline[static_cast<size_t>(e.timeline)])
+        if (c.order >= e.order && e.step > c.step && !(e.kind == EventKind::Command && e.tensor == kRewindMarker)) {
+          stale = true;
+          break;
+        }
+    if (!stale) kept.push_back(std::move(e));
+  }
+  events_ = std::move(kept);
+  rows_.clear();
+  rows_.shrink_to_fit();
 }
 
 void SessionReader::load_events() {
@@ -142,22 +192,20 @@ void SessionReader::account_loss() {
   for (size_t t = 0; t < index_.size(); ++t)
     if (!index_[t].empty()) last_found[t] = index_[t].back().step;
   auto found = [&](int t) { return static_cast<size_t>(t) < last_found.size() ? last_found[static_cast<size_t>(t)] : 0; };
+  auto lost = [&](int64_t from, int64_t to) {
+    if (loss_.first_step_lost == 0 || from < loss_.first_step_lost) loss_.first_step_lost = from;
+    loss_.last_step_lost = std::max(loss_.last_step_lost, to);
+  };
   if (info_.closed) {
     loss_.frames_lost = std::max<int64_t>(0, info_.frames - frame_count_);
     for (const auto& [t, last] : info_.last_step)
-      if (last > found(t) && (loss_.first_step_lost == 0 || found(t) + 1 < loss_.first_step_lost)) {
-        loss_.first_step_lost = found(t) + 1;
-        loss_.last_step_lost = std::max(loss_.last_step_lost, last);
-      }
+      if (last > found(t)) lost(found(t) + 1, last);
     return;
   }
   // Not closed: the frame total is unknown, but events logged past the last chunk bound the loss.
   loss_.frames_lost = -1;
-  for (const auto& e : events_)
-    if (e.step > found(e.timeline)) {
-      if (loss_.first_step_lost == 0 || found(e.timeline) + 1 < loss_.first_step_lost) loss_.first_step_lost = found(e.timeline) + 1;
-      loss_.last_step_lost = std::max(loss_.last_step_lost, e.step);
-    }
+  for (const auto& e : events_)  // commands carry the step they were given at, not one that ran
+    if (e.kind != EventKind::Command && e.step > found(e.timeline)) lost(found(e.timeline) + 1, e.step);
 }
 
 std::vector<int64_t> SessionReader::steps(int timeline) const {

@@ -5,8 +5,10 @@
 // say, the steps lost), and everything else stays readable. A torn last line of events.jsonl is
 // skipped too. Chunks are decoded lazily, a few at a time, so a long session never loads whole.
 //
-// The index follows the timeline as the engine left it: a frame whose step is at or before the
-// timeline's newest (a rewind re-running steps) replaces the frames from that step on.
+// The index follows each timeline as the engine left it. Frames are taken in recorded order (their
+// seq): a frame whose step is at or before its timeline's newest (a rewind re-running steps)
+// replaces the frames from that step on, and a rewind marker event cuts the timeline back to its
+// step. The events of the abandoned futures are dropped with their frames.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -68,17 +70,23 @@ class SessionReader {
 
   // The frame of `timeline` at `step`; nullopt when it was not recorded (or was lost).
   std::optional<Frame> frame(int timeline, int64_t step) const;
-  // The frame at position `i` of steps(timeline).
+  // The frame at position `i` of steps(timeline), and its place in the recording.
   Frame frame_at(int timeline, size_t i) const;
+  int64_t seq_at(int timeline, size_t i) const { return index_.at(static_cast<size_t>(timeline)).at(i).seq; }
   // Every frame of one chunk, in recorded order (export walks these).
   std::shared_ptr<const std::vector<Frame>> chunk_frames(size_t chunk) const;
 
  private:
   struct Location {
-    int64_t step;
+    int64_t step, seq;
     int32_t chunk, row;
   };
+  struct Row {
+    int64_t seq, step;
+    int32_t timeline, chunk, row;
+  };
   void load_chunks();
+  void build_index();
   void load_events();
   void account_loss();
 
@@ -88,6 +96,7 @@ class SessionReader {
   std::vector<SessionDamage> damage_;
   SessionLoss loss_;
   std::vector<Event> events_;
+  std::vector<Row> rows_;                      // while opening: every readable frame
   std::vector<std::vector<Location>> index_;  // per timeline, ascending steps
   int64_t frame_count_ = 0;
 

@@ -5,6 +5,7 @@
 
 #include "model/probe/frame_json.h"
 #include "model/session/safetensors_reader.h"
+#include "model/util/errors.h"
 
 namespace memscope::model {
 
@@ -45,13 +46,18 @@ nlohmann::json session_summary(const SessionReader& session) {
   std::set<int> head_seen, weight_seen;
   nlohmann::json snapshots = nlohmann::json::object();
   int64_t probed = 0;
-  for (size_t c = 0; c < std::min(kChunksSampled, session.chunks().size()); ++c) {
+  // Every chunk is decoded once (inspect is the integrity check): a body that does not decode is
+  // damage too. Metrics and snapshots are described from the first few.
+  nlohmann::json undecodable = nlohmann::json::array();
+  for (size_t c = 0; c < session.chunks().size(); ++c) {
     std::shared_ptr<const std::vector<Frame>> frames;
     try {
       frames = session.chunk_frames(c);
-    } catch (const std::exception&) {
-      continue;  // reported under damage when opened; a chunk changed since is skipped here
+    } catch (const std::exception& e) {
+      undecodable.push_back({{"file", session.chunks()[c].file}, {"bytes", session.chunks()[c].bytes}, {"reason", one_line(e.what())}});
+      continue;
     }
+    if (c >= kChunksSampled) continue;
     for (const Frame& f : *frames) {
       if (!f.head_metrics.empty()) {
         ++probed;
@@ -90,11 +96,12 @@ nlohmann::json session_summary(const SessionReader& session) {
 
   nlohmann::json damage = nlohmann::json::array();
   for (const auto& d : session.damage()) damage.push_back({{"file", d.file}, {"bytes", d.bytes}, {"reason", d.reason}});
+  for (const auto& d : undecodable) damage.push_back(d);
   j["damage"] = damage;
   const SessionLoss& loss = session.loss();
   j["lost"] = {{"frames", loss.frames_lost}, {"first_step", loss.first_step_lost}, {"last_step", loss.last_step_lost},
                {"bytes", loss.bytes_lost}, {"event_lines", loss.event_lines_skipped}};
-  j["intact"] = session.damage().empty() && loss.frames_lost == 0 && loss.first_step_lost == 0 && info.closed;
+  j["intact"] = damage.empty() && loss.frames_lost == 0 && loss.first_step_lost == 0 && info.closed;
   j["config"] = {{"preset_toml", info.preset_toml}, {"knobs", info.knobs}, {"record",
                  {{"matrix_dtype", to_string(info.record.matrix_dtype)}, {"matrix_every", info.record.matrix_every},
                   {"chunk_steps", info.record.chunk_steps}}}};

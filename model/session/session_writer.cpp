@@ -9,6 +9,8 @@
 #include <cstring>
 #include <iostream>
 
+#include <nlohmann/json.hpp>
+
 #include "model/probe/frame_json.h"
 #include "model/session/safetensors_blob_writer.h"
 #include "model/util/errors.h"
@@ -86,7 +88,7 @@ void SessionWriter::on_frame(const Frame& frame) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (closing_) throw UserError(dir_.string() + ": the recording is closed");
   const int64_t bytes = frame.bytes();
-  queue_.emplace_back(frame);
+  queue_.emplace_back(QueuedFrame{frame, frames_enqueued_++});
   unwritten_bytes_ += bytes;
   info_.last_step[frame.timeline] = frame.step;
   wake_writer_.notify_one();
@@ -98,7 +100,10 @@ void SessionWriter::on_frame(const Frame& frame) {
   // Back-pressure: wait until the writer has drained half the budget, so the engine runs on in
   // bursts rather than one frame per write.
   const double start = now_seconds();
+  engine_waiting_ = true;  // the writer then writes what it has instead of waiting for a full chunk
+  wake_writer_.notify_one();
   wake_engine_.wait(lock, [&] { return unwritten_bytes_ <= budget / 2 || !error_.empty() || closing_; });
+  engine_waiting_ = false;
   const double waited = now_seconds() - start;
   ++stats_.waits;
   stats_.waited_seconds += waited;
@@ -120,6 +125,7 @@ void SessionWriter::on_event(const Event& event) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (closing_) return;
   queue_.emplace_back(event);
+  std::get<Event>(queue_.back()).order = frames_enqueued_;
   wake_writer_.notify_one();
 }
 
@@ -136,16 +142,28 @@ SessionWriterStats SessionWriter::stats() const {
 }
 
 void SessionWriter::write_event_line(const Event& event) {
-  // One write() per line: a killed process leaves at most one torn line, at the end.
-  const std::string line = event_to_json(event).dump() + "\n";
-  const ssize_t wrote = ::write(events_fd_, line.data(), line.size());
+  // One write() per line: a killed process leaves at most one torn line, at the end. Text that is
+  // not UTF-8 (a file name) is replaced, never thrown on.
+  const std::string line = event_to_json(event).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  ssize_t wrote;
+  do {
+    wrote = ::write(events_fd_, line.data(), line.size());
+  } while (wrote < 0 && errno == EINTR);
+  const std::string reason = wrote < 0 ? std::strerror(errno) : "short write";
+  if (wrote > 0 && wrote < static_cast<ssize_t>(line.size())) {
+    // End the torn line, so the next event starts on its own line and reads back.
+    [[maybe_unused]] const ssize_t ended = ::write(events_fd_, "\n", 1);
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   if (wrote == static_cast<ssize_t>(line.size())) {
     ++stats_.events;
+    event_error_.clear();
     return;
   }
-  notice("recording: cannot write an event to events.jsonl: " + std::string(wrote < 0 ? std::strerror(errno) : "short write"),
-         event.step, event.timeline);
+  if (event_error_ != reason)
+    notice("recording: cannot write events.jsonl (" + reason + "); events are lost until it works", event.step,
+           event.timeline);
+  event_error_ = reason;
 }
 
 bool SessionWriter::write_chunk() {
@@ -178,16 +196,30 @@ bool SessionWriter::write_chunk() {
   return true;
 }
 
+void SessionWriter::take(Item& item) {
+  if (auto* q = std::get_if<QueuedFrame>(&item)) {
+    if (builder_.empty()) chunk_started_ = now_seconds();
+    builder_.add(q->frame, q->seq);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      builder_bytes_ += q->frame.bytes();
+    }
+    if (builder_.rows() >= info_.record.chunk_steps) write_chunk();
+  } else {
+    write_event_line(std::get<Event>(item));
+  }
+}
+
 void SessionWriter::run() {
-  const int64_t chunk_rows = info_.record.chunk_steps;
   const double flush_after = info_.record.flush_seconds;
   for (;;) {
     Item item;
-    bool have = false, closing = false;
+    bool have = false, closing = false, hurry = false;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       const double wait = builder_.empty() ? 3600.0 : std::max(0.0, chunk_started_ + flush_after - now_seconds());
-      wake_writer_.wait_for(lock, std::chrono::duration<double>(wait), [&] { return !queue_.empty() || closing_; });
+      wake_writer_.wait_for(lock, std::chrono::duration<double>(wait),
+                            [&] { return !queue_.empty() || closing_ || (engine_waiting_ && !builder_.empty()); });
       closing = closing_;
       // A chunk that cannot be written holds back the queue (nothing is reordered or dropped).
       if (!queue_.empty() && error_.empty()) {
@@ -195,24 +227,24 @@ void SessionWriter::run() {
         queue_.pop_front();
         have = true;
       }
+      // Nothing more to gather now: write the partial chunk when the engine or close() waits on it.
+      hurry = queue_.empty() && (engine_waiting_ || closing_);
     }
-    if (have) {
-      if (const Frame* f = std::get_if<Frame>(&item)) {
-        if (!builder_.fits(*f) && !write_chunk()) {
+    try {
+      if (have) {
+        const auto* q = std::get_if<QueuedFrame>(&item);
+        if (q && !builder_.fits(q->frame) && !write_chunk()) {
           std::lock_guard<std::mutex> lock(mutex_);
           queue_.push_front(std::move(item));
           continue;
         }
-        if (builder_.empty()) chunk_started_ = now_seconds();
-        builder_.add(*f);
-        {
-          std::lock_guard<std::mutex> lock(mutex_);
-          builder_bytes_ += f->bytes();
-        }
-        if (builder_.rows() >= chunk_rows) write_chunk();
-      } else {
-        write_event_line(std::get<Event>(item));
+        take(item);
       }
+    } catch (const std::exception& e) {
+      // Whatever else goes wrong here (memory) must not end the thread silently: say so and keep
+      // the rest going. The item is lost, and the notice says which.
+      std::lock_guard<std::mutex> lock(mutex_);
+      notice("recording: an item could not be recorded: " + one_line(e.what()), 0, 0);
     }
     bool failing;
     {
@@ -221,11 +253,14 @@ void SessionWriter::run() {
     }
     if (failing) {
       // Closing makes one last attempt; close() reports what is still unwritten.
-      if (!closing) std::this_thread::sleep_for(std::chrono::duration<double>(kRetrySeconds));
+      if (!closing) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_writer_.wait_for(lock, std::chrono::duration<double>(kRetrySeconds), [&] { return closing_; });
+      }
       if (!write_chunk() && closing) return;
       continue;
     }
-    if (!builder_.empty() && now_seconds() - chunk_started_ >= flush_after) write_chunk();
+    if (!builder_.empty() && (hurry || now_seconds() - chunk_started_ >= flush_after)) write_chunk();
     if (closing) {
       std::lock_guard<std::mutex> lock(mutex_);
       if (queue_.empty() && builder_.empty()) return;

@@ -57,9 +57,14 @@ class SessionWriter : public Recorder {
   SessionWriterStats stats() const;
 
  private:
-  using Item = std::variant<Frame, Event>;
+  struct QueuedFrame {
+    Frame frame;
+    int64_t seq;  // frames recorded before it
+  };
+  using Item = std::variant<QueuedFrame, Event>;
   void run();                     // the writer thread
   bool write_chunk();             // false when the write failed (frames kept)
+  void take(Item& item);          // one queued item into the chunk or the event log
   void write_event_line(const Event& event);
   void write_info(bool closed);
   void notice(const std::string& message, int64_t step, int timeline);  // caller holds mutex_
@@ -74,6 +79,9 @@ class SessionWriter : public Recorder {
   int64_t unwritten_bytes_ = 0;  // frames enqueued but not yet in a renamed chunk
   int64_t builder_bytes_ = 0;    // of those, the ones in builder_
   std::string error_;            // the last write failure, "" once a retry succeeds
+  std::string event_error_;      // the last events.jsonl failure (noticed once)
+  int64_t frames_enqueued_ = 0;  // the next frame's seq; an event's order
+  bool engine_waiting_ = false;  // on_frame waits: write the partial chunk now
   bool closing_ = false, closed_ = false;
   std::vector<Event> notices_;
   SessionWriterStats stats_;

@@ -181,7 +181,11 @@ TEST_CASE("step --replay prints the recorded frames exactly as the live run did,
   const auto c = frames(stopped.output);
   REQUIRE(c.size() == 7);
   CHECK(c.back() == a[6]);
-  // Read-only, and one line when the session is not there.
+  // Knobs do not apply to a recording: one line, not a silent ignore.
+  const auto with_set = run_process({MEMSCOPE_CLI_BINARY, "step", "--replay", session, "--set", "train.lr=0.1"});
+  CHECK(with_set.exit_code == 1);
+  CHECK(with_set.output.find("plays what was recorded") != std::string::npos);
+  // One line when the session is not there.
   const auto missing = run_process({MEMSCOPE_CLI_BINARY, "step", "--replay", (dir / "nope").string()});
   CHECK(missing.exit_code == 1);
   CHECK(count_lines(missing.output) == 1);

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "model/session/replay.h"
+#include "model/session/safetensors_reader.h"
 #include "model/session/session_reader.h"
 #include "model/session/session_writer.h"
 #include "session/session_test_support.h"
@@ -225,4 +226,42 @@ TEST_CASE("session.json that is missing or malformed is a clear error", "[sessio
     CHECK(cli.exit_code == 1);
     CHECK(test::count_lines(cli.output) == 1);
   }
+}
+
+TEST_CASE("a chunk whose body is corrupt is found by inspect and pauses a replay there", "[session]") {
+  const auto dir = test::fresh_dir("body") / "run.memscope";
+  {
+    Engine engine(test::small_engine({"record.chunk_steps=4"}));
+    engine.start();
+    Command start{Command::Kind::StartRecording};
+    start.path = dir.string();
+    engine.post(start);
+    engine.post(Command::steps(12));
+    engine.post(Command{Command::Kind::StopRecording});
+    engine.wait_idle();
+  }
+  // Chunk 1's `kind` column says 7: its header is sound, its body is not.
+  const auto chunk = dir / "frames-000001.safetensors";
+  {
+    const SafetensorsFile file(chunk.string());
+    const StTensorInfo* kind = file.find("kind");
+    REQUIRE(kind);
+    std::fstream f(chunk, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(file.header().data_start + kind->begin));
+    f.put(7);
+  }
+  const auto inspect = test::run_process({MEMSCOPE_CLI_BINARY, "inspect", dir.string()});
+  CHECK(inspect.exit_code == 1);
+  CHECK(inspect.output.find("frames-000001.safetensors") != std::string::npos);
+
+  Replay replay(dir.string());
+  replay.start();
+  replay.post(Command::run());
+  replay.wait_idle();
+  CHECK(replay.status().steps == std::vector<int64_t>{4});
+  CHECK(replay.status().last_error.find("kind") != std::string::npos);
+  replay.post(Command::rewind(9));  // past the damage, the rest plays
+  replay.post(Command::run());
+  replay.wait_idle();
+  CHECK(replay.status().steps == std::vector<int64_t>{12});
 }

@@ -224,3 +224,62 @@ TEST_CASE("a live change of the snapshot size starts a new chunk and reads back 
   for (const auto& live : log->frames) CHECK(test::identical_frames(*session.frame(0, live.step), live));
   CHECK(session.frame(0, 10)->matrices.front().rows == 4);
 }
+
+TEST_CASE("after a rewind in a recording, the abandoned future's events go with its frames", "[session]") {
+  const auto dir = test::fresh_dir("rewind-events") / "run.memscope";
+  // Spikes fire often at a 1-sigma threshold; keyframes every 4 steps, so rewinding to 8 re-runs
+  // nothing (8 is a keyframe) and only the marker event can cut the timeline back.
+  const auto log = record(test::small_engine({"detect.spike_warmup=2", "detect.spike_threshold=1"}), dir,
+                          {Command::steps(20), Command::rewind(8)});
+  const SessionReader session(dir.string());
+  CHECK(session.steps(0).size() == 8);
+  CHECK(session.steps(0).back() == 8);
+  for (const auto& e : session.events())
+    if (e.is_detector()) CHECK(e.step <= 8);
+  size_t live_after = 0;
+  for (const auto& e : log->events) live_after += e.is_detector() && e.step > 8;
+  CHECK(live_after > 0);  // there was something to drop
+}
+
+TEST_CASE("a replayed fork appears where it was made and moves in step with the main timeline", "[session]") {
+  const auto dir = test::fresh_dir("replay-fork") / "run.memscope";
+  const auto log = record(test::small_engine(), dir, {Command::steps(8), Command::fork(5, {}), Command::steps(3)});
+  Replay replay(dir.string());
+  auto played = std::make_shared<FrameLog>();
+  replay.add_sink(played);
+  replay.start();
+  replay.post(Command::steps(7));
+  replay.wait_idle();
+  CHECK(replay.status().steps == std::vector<int64_t>{7, 0});
+  replay.post(Command::steps(1));
+  replay.wait_idle();
+  CHECK(replay.status().steps == std::vector<int64_t>{8, 5});  // as live, right after the fork
+  replay.post(Command::run());
+  replay.wait_idle();
+  CHECK(replay.status().steps == std::vector<int64_t>{11, 8});
+  const auto live1 = final_timeline(log->frames, 1), played1 = played->of_timeline(1);
+  REQUIRE(played1.size() == live1.size());
+  for (size_t i = 0; i < live1.size(); ++i) CHECK(test::identical_frames(played1[i], live1[i]));
+  // Seeking the main timeline back before the fork empties the fork's ring too.
+  replay.post(Command::rewind(3));
+  replay.wait_idle();
+  CHECK(replay.status().steps == std::vector<int64_t>{3, 0});
+  CHECK(replay.ring(1)->latest() == nullptr);
+}
+
+TEST_CASE("a restart knob or a new preset ends the recording of the old run, with an event", "[session]") {
+  const auto dir = test::fresh_dir("restart") / "run.memscope";
+  Engine engine(test::small_engine());
+  engine.start();
+  engine.post(start_recording(dir));
+  engine.post(Command::steps(5));
+  engine.post(Command::set_knob("train.seed", "7"));
+  engine.post(Command::steps(3));
+  engine.wait_idle();
+  CHECK(engine.status().recording.empty());
+  const SessionReader session(dir.string());
+  CHECK(session.info().closed);
+  CHECK(session.steps(0).size() == 5);  // the old run, whole
+  CHECK(std::any_of(session.events().begin(), session.events().end(),
+                    [](const Event& e) { return e.message.find("stopped: the run started over (train.seed") != std::string::npos; }));
+}
