@@ -68,6 +68,11 @@ void run_trace(const TraceOptions& o) {
   // Moneta's latent A (M = A/‖A‖_q^{q−2}) and Yaad's threshold δ_t.
   if (trace.latent.defined()) tensors.emplace_back("A", with_start(start.latent, trace.latent));
   if (rule.bias == Bias::Huber) tensors.emplace_back("delta", first(trace.inputs.delta));
+  // dgd.per_feature: α_t and η_t per input feature [T,H,d_φ] (`retain`/`lr` hold their means).
+  if (rule.dgd_per_feature) {
+    tensors.emplace_back("retain_feature", first(trace.inputs.retain_feature));
+    tensors.emplace_back("lr_feature", first(trace.inputs.lr_feature));
+  }
 
   const std::map<std::string, std::string> metadata{
       {"rule", rule.to_json().dump()},

@@ -180,6 +180,15 @@ std::vector<Knob> memory_knobs() {
   k.push_back(float_knob("memory.huber.delta", 1e-4, 1e4, Restart,
                          "initial Huber threshold delta_t, where the delta gate's bias starts (SPEC §4)",
                          KNOB_FIELD(p.memory.huber_delta)));
+  // HOPE's dgd (SPEC §5, §7; seed 004 changes 3 and 6).
+  k.push_back(bool_knob("memory.dgd.per_feature", Restart,
+                        "dgd: retain and lr are per-feature vectors over phi's inputs instead of one value per head",
+                        KNOB_FIELD(p.memory.dgd_per_feature)));
+  k.push_back(bool_knob("memory.inner.normalize", Live, "divide the inner loss (and its gradient) by its element count d_v",
+                        KNOB_FIELD(p.memory.inner_normalize)));
+  k.push_back(float_knob("memory.inner.clip", 0.0, 1e6, Live,
+                         "clip each token's inner gradient to this Frobenius norm per head (0 = off)",
+                         KNOB_FIELD(p.memory.inner_clip)));
   return k;
 }
 
