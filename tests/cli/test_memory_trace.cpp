@@ -137,10 +137,12 @@ TEST_CASE("memory-trace writes the issue's tensors for every preset", "[cli]") {
   }
 }
 
-TEST_CASE("memory-trace of deltanet recomputes from its own tensors", "[cli]") {
+TEST_CASE("memory-trace of deltanet and gated-deltanet (dgd) recomputes from its own tensors", "[cli]") {
+  for (const std::string preset : {"deltanet", "gated-deltanet"}) {
+  INFO(preset);
   const int64_t T = 12, H = 2, D = 8, d = D / H;
-  const std::string out = temp_path("deltanet-check.safetensors");
-  auto result = run_process({MEMSCOPE_CLI_BINARY, "memory-trace", "--preset", "deltanet", "--set", "memory.lr.max=20",
+  const std::string out = temp_path(preset + "-check.safetensors");
+  auto result = run_process({MEMSCOPE_CLI_BINARY, "memory-trace", "--preset", preset, "--set", "memory.lr.max=20",
                              "--tokens", std::to_string(T), "--heads", std::to_string(H), "--dim", std::to_string(D),
                              "--seed", "5", "--out", out});
   REQUIRE(result.exit_code == 0);
@@ -162,6 +164,7 @@ TEST_CASE("memory-trace of deltanet recomputes from its own tensors", "[cli]") {
       }
   CHECK(worst < 1e-5);
   CHECK(moved > 1e-3);
+  }
 }
 
 TEST_CASE("memory-trace: a bad preset or knob gives one clear line and a non-zero exit", "[cli]") {
