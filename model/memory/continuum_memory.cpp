@@ -187,7 +187,7 @@ at::Tensor ContinuumMemoryImpl::level_stretch(int64_t level, const at::Tensor& z
 at::Tensor ContinuumMemoryImpl::level_forward(int64_t level, const at::Tensor& z, CmsLevelState& s, int64_t start,
                                               CmsTrace* trace) const {
   const int64_t period = options_.periods[static_cast<size_t>(level)], T = z.size(1);
-  std::vector<at::Tensor> outputs, after1, after2, ticks;
+  std::vector<at::Tensor> outputs, after1, after2, tick_marks;
   for (int64_t t = 0; t < T;) {
     // Stretches end where a period ends, counted from the stream start (seed 004 change 5).
     const int64_t position = start + t;
@@ -206,13 +206,13 @@ at::Tensor ContinuumMemoryImpl::level_forward(int64_t level, const at::Tensor& z
       after2.push_back(after(1));
       at::Tensor tick = at::zeros({n}, z.options());
       if (update) tick[n - 1] = 1.0;
-      ticks.push_back(tick);
+      tick_marks.push_back(tick);
     }
     t += n;
   }
   if (trace) {
     trace->weights.push_back({at::cat(after1, 1), at::cat(after2, 1)});
-    trace->tick.push_back(at::cat(ticks, 0));
+    trace->tick.push_back(at::cat(tick_marks, 0));
   }
   return outputs.size() == 1 ? outputs.front() : at::cat(outputs, 1);
 }
