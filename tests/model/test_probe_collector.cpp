@@ -49,10 +49,13 @@ Stepped step_five(const std::string& memory, std::vector<std::string> sets = {})
 }  // namespace
 
 TEST_CASE("probe collector: norms, ΔM, erank, NS error, gates and surprise equal direct computations", "[probe]") {
-  for (const std::string memory : {"atlas-linear", "titans-lmm", "dgd"}) {
+  for (const std::string memory : {"atlas-linear", "titans-lmm", "dgd", "dgd-feature"}) {
     INFO(memory);
-    // dgd (SPEC §7) on the delta rule: deltanet's linear memory with the dgd optimiser.
-    Stepped s = memory == "dgd" ? step_five("deltanet", {"memory.optimiser=dgd"}) : step_five(memory);
+    // dgd (SPEC §7) on the delta rule: deltanet's linear memory with the dgd optimiser; and with
+    // HOPE's per-feature retain and lr (seed 004 change 3).
+    Stepped s = memory == "dgd"           ? step_five("deltanet", {"memory.optimiser=dgd"})
+                : memory == "dgd-feature" ? step_five("deltanet", {"memory.optimiser=dgd", "memory.dgd.per_feature=true"})
+                                          : step_five(memory);
     Frame frame;
     ProbeInputs in;
     in.model = &s.lm;
@@ -98,6 +101,18 @@ TEST_CASE("probe collector: norms, ΔM, erank, NS error, gates and surprise equa
           const double along = a - eta * rec.phi_k[0][h].pow(2).sum().item<double>();
           CHECK(frame.head(l, h, HeadMetric::RetainMin) == Approx(std::min(a, along)).epsilon(1e-5));
           CHECK(frame.head(l, h, HeadMetric::RetainMax) == Approx(std::max(a, along)).epsilon(1e-5));
+        }
+        if (memory == "dgd-feature") {
+          // The retention map M ↦ M(diag α − φ (η⊙φ)ᵀ): eigenvalues of the non-symmetric matrix,
+          // by the general solver (they are real: the map is similar to a symmetric one).
+          const at::Tensor phi = rec.phi_k[0][h].to(at::kDouble), eta = rec.lr_feature[0][h].to(at::kDouble);
+          const at::Tensor map = torch::diag(rec.retain_feature[0][h].to(at::kDouble)) - torch::outer(phi, eta * phi);
+          const at::Tensor eig = at::linalg_eigvals(map);
+          CHECK(at::imag(eig).abs().max().item<double>() < 1e-9);
+          const at::Tensor re = at::real(eig);
+          CHECK(frame.head(l, h, HeadMetric::RetainMin) == Approx(re.min().item<double>()).epsilon(1e-5));
+          CHECK(frame.head(l, h, HeadMetric::RetainMax) == Approx(re.max().item<double>()).epsilon(1e-5));
+          CHECK(re.max().item<double>() - re.min().item<double>() > 1e-4);  // a real spread, not one α
         }
       }
     }
