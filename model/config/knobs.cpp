@@ -194,9 +194,23 @@ std::vector<Knob> memory_knobs() {
 
 std::vector<Knob> model_knobs() {
   std::vector<Knob> k;
-  k.push_back(enum_knob("model.block", std::array{BlockKind::Lmm, BlockKind::Mag, BlockKind::Mal, BlockKind::Mac, BlockKind::Swa},
-                        Restart, "block: memory as layer, memory || attention (gate), memory then attention, memory as context, attention only",
+  k.push_back(enum_knob("model.block",
+                        std::array{BlockKind::Lmm, BlockKind::Mag, BlockKind::Mal, BlockKind::Mac, BlockKind::Swa, BlockKind::Hope},
+                        Restart, "block: memory as layer, memory || attention (gate), memory then attention, memory as context, attention only, HOPE",
                         KNOB_FIELD(p.model.block)));
+  // HOPE (SPEC §7): the continuum memory system and the self-modifying memories' auxiliary loss.
+  k.push_back(enum_knob("model.ffn", std::array{FfnKind::SwiGlu, FfnKind::Cms}, Restart,
+                        "after memory/attention: a SwiGLU FFN or the continuum memory system (hope always uses cms)",
+                        KNOB_FIELD(p.model.ffn)));
+  k.push_back(string_knob("model.cms.periods", Restart,
+                          "CMS update periods C_l, one per level, comma-separated (e.g. \"1,4,32,128\")",
+                          KNOB_FIELD(p.model.cms_periods)));
+  k.push_back(string_choice_knob("model.cms.variant", {"sequential", "independent"}, Restart,
+                                 "CMS levels in a chain y = L_K(...L_1(x)), or side by side on x with their residuals summed",
+                                 KNOB_FIELD(p.model.cms_variant)));
+  k.push_back(float_knob("model.hope.aux_weight", 0.0, 100.0, Live,
+                         "weight of HOPE's auxiliary retrieval loss that trains M_k and M_v (seed 004 change 1)",
+                         KNOB_FIELD(p.model.hope_aux_weight)));
   k.push_back(int_knob("model.d_model", 4, 8192, Restart, "width of the residual stream", KNOB_FIELD(p.model.d_model)));
   k.push_back(int_knob("model.layers", 1, 256, Restart, "blocks stacked", KNOB_FIELD(p.model.layers)));
   k.push_back(int_knob("model.memory_heads", 1, 256, Restart, "memory heads per layer (must divide d_model unless memory_head_dim is set)",

@@ -34,6 +34,8 @@ LmState clone_state(const LmState& state) {
     }
     c.attention.next = b.attention.next;
     for (const auto& r : b.retrieval) c.retrieval.push_back(r.clone());
+    if (!b.selfmod.weights[0].empty()) c.selfmod = b.selfmod.clone();
+    c.cms = b.cms.clone();
     out.blocks.push_back(std::move(c));
   }
   return out;
@@ -49,6 +51,11 @@ int64_t state_bytes(const LmState& state) {
     add(b.attention.k);
     add(b.attention.v);
     for (const auto& r : b.retrieval) add(r);
+    for (const auto& w : b.selfmod.weights)
+      for (const auto& t : w) add(t);
+    for (const auto& level : b.cms.levels)
+      for (const auto* part : {&level.weights, &level.accumulated})
+        for (const auto& t : *part) add(t);
   }
   return total;
 }
