@@ -201,7 +201,9 @@ std::shared_ptr<Frame> Branch::train_frame() {
 
 std::vector<int64_t> Branch::layer_heads(int layer, int head) const {
   const LanguageModel& model = trainer_->model();
-  if (!model->config().has_memory()) throw UserError("this model (model.block = swa) has no memory to reset");
+  if (!model->config().has_memory())
+    throw UserError(std::string("this model (model.block = ") + to_string(model->config().block) +
+                    ") has no memory layer to reset");
   if (layer >= model->layers())
     throw UserError("layer " + std::to_string(layer) + " does not exist (the model has " +
                     std::to_string(model->layers()) + ")");
