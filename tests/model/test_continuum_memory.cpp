@@ -67,12 +67,17 @@ torch::Tensor level_by_hand(const ContinuumMemory& cms, const torch::Tensor& z, 
   for (int64_t t = 0; t < z.size(0); ++t) {
     const torch::Tensor zt = z[t].unsqueeze(0);
     ys.push_back(mlp_by_hand(zt, w1, w2, ln_w, ln_b)[0]);
-    torch::Tensor a = w1.clone().requires_grad_(true), b = w2.clone().requires_grad_(true);
-    torch::Tensor loss = 0.5 * (mlp_by_hand(torch::matmul(zt, wk.t()), a, b, ln_w, ln_b) - torch::matmul(zt, wv.t()))
-                                   .pow(2)
-                                   .sum() /
-                         static_cast<double>(D);
-    auto g = torch::autograd::grad({loss}, {a, b});
+    std::vector<torch::Tensor> g;
+    {
+      torch::AutoGradMode grad_on(true);
+      torch::Tensor a = w1.clone().requires_grad_(true), b = w2.clone().requires_grad_(true);
+      torch::Tensor loss = 0.5 *
+                           (mlp_by_hand(torch::matmul(zt, wk.t()), a, b, ln_w, ln_b) - torch::matmul(zt, wv.t()))
+                               .pow(2)
+                               .sum() /
+                           static_cast<double>(D);
+      g = torch::autograd::grad({loss}, {a, b});
+    }
     const double norm = std::sqrt(g[0].pow(2).sum().item<double>() + g[1].pow(2).sum().item<double>());
     const double kappa = clip > 0 ? std::min(1.0, clip / norm) : 1.0;
     const double eta = cms->options().max_lr *
