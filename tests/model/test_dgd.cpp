@@ -14,7 +14,7 @@ namespace {
 
 // deltanet with dgd, per-feature gates, the normalised loss and a clip small enough to bite.
 const std::vector<std::string> kHopeDgd{"memory.optimiser=dgd", "memory.dgd.per_feature=true",
-                                        "memory.inner.normalize=true", "memory.inner.clip=0.02",
+                                        "memory.inner.normalize=true", "memory.inner.clip=0.35",
                                         "memory.lr.max=100"};
 
 torch::Tensor outer_product(const torch::Tensor& a, const torch::Tensor& b) { return a.unsqueeze(-1) * b.unsqueeze(-2); }
