@@ -52,7 +52,8 @@ TEST_CASE("dgd preconditioner: the diagonal update matches seed 004's formula", 
   const torch::Tensor seed_w1 = torch::randn({hidden, D}, opts), seed_w2 = torch::randn({D, hidden}, opts);
   const torch::Tensor grad_w1 = torch::randn({hidden, D}, opts), grad_w2 = torch::randn({D, hidden}, opts);
 
-  const torch::Tensor k_sq = k.pow(2).mean({0, 1}), alpha_feat = alpha.mean({0, 1}), lr_feat = lr.mean({0, 1});
+  const torch::Tensor k_sq = k.pow(2).mean(std::vector<int64_t>{0, 1}), alpha_feat = alpha.mean(std::vector<int64_t>{0, 1}),
+                      lr_feat = lr.mean(std::vector<int64_t>{0, 1});
   auto ours = dgd_mlp_update({seed_w2, seed_w1}, {grad_w2, grad_w1}, k_sq, alpha_feat, lr_feat);
 
   // precond = alpha_feat - lr_feat * k_sq
