@@ -208,7 +208,7 @@ std::vector<Knob> model_knobs() {
   k.push_back(string_choice_knob("model.cms.variant", {"sequential", "independent"}, Restart,
                                  "CMS levels in a chain y = L_K(...L_1(x)), or side by side on x with their residuals summed",
                                  KNOB_FIELD(p.model.cms_variant)));
-  k.push_back(float_knob("model.hope.aux_weight", 0.0, 100.0, Live,
+  k.push_back(float_knob("model.hope.aux_weight", 0.0, 100.0, Restart,
                          "weight of HOPE's auxiliary retrieval loss that trains M_k and M_v (seed 004 change 1)",
                          KNOB_FIELD(p.model.hope_aux_weight)));
   k.push_back(int_knob("model.d_model", 4, 8192, Restart, "width of the residual stream", KNOB_FIELD(p.model.d_model)));

@@ -66,6 +66,11 @@ class ContinuumMemoryImpl : public torch::nn::Module {
   explicit ContinuumMemoryImpl(CmsOptions options);
 
   const CmsOptions& options() const { return options_; }
+  // The live knobs memory.lr.max and memory.inner.clip (LanguageModel::set_live_rule).
+  void set_live(double max_lr, double inner_clip) {
+    options_.max_lr = max_lr;
+    options_.inner_clip = inner_clip;
+  }
   int64_t levels() const { return static_cast<int64_t>(options_.periods.size()); }
 
   // W = W_0, G = 0, position 0.

@@ -60,6 +60,11 @@ class SelfModifyingMemoryImpl : public torch::nn::Module {
   explicit SelfModifyingMemoryImpl(SelfModOptions options);
 
   const SelfModOptions& options() const { return options_; }
+  // The live knobs memory.lr.max and memory.inner.clip (LanguageModel::set_live_rule).
+  void set_live(double max_lr, double inner_clip) {
+    options_.max_lr = max_lr;
+    options_.inner_clip = inner_clip;
+  }
 
   // Every memory at its initial (outer) state, aux = 0.
   SelfModState initial_state(int64_t batch) const;
