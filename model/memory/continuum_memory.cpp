@@ -144,7 +144,13 @@ at::Tensor ContinuumMemoryImpl::level_stretch(int64_t level, const at::Tensor& z
   const auto l = static_cast<size_t>(level);
   const at::Tensor z = z_in.unsqueeze(1);  // [B,1,n,D]
   const at::Tensor ln_w = ln_weight[l].to(z.dtype()), ln_b = ln_bias[l].to(z.dtype());
-  const at::Tensor y = mlp_pass(z, s.weights[0], s.weights[1], ln_w, ln_b).y;
+  // Every token is its own row against the shared W ([B,1,n,1,D] × [B,1,1,D,4D]), which keeps
+  // mlp_pass on its broadcast (small_matmul) route: the batched-matmul route gave wrong float32
+  // outer gradients through the updates with LibTorch 1.13 on CPU (test "cms: float32 ...").
+  auto pass_of = [&](const at::Tensor& rows, const at::Tensor& w1, const at::Tensor& w2) {
+    return mlp_pass(rows.unsqueeze(-2), w1.unsqueeze(2), w2.unsqueeze(2), ln_w, ln_b);  // [B,1,n,1,…]
+  };
+  const at::Tensor y = pass_of(z, s.weights[0], s.weights[1]).y.squeeze(-2);
   const at::Tensor k = at::matmul(z, w_k[l].t()), v = at::matmul(z, w_v[l].t());
   const at::Tensor eta = options_.max_lr * at::sigmoid(at::matmul(z, lr_w[l]) + lr_b[l]);  // [B,1,n]
 
@@ -157,14 +163,14 @@ at::Tensor ContinuumMemoryImpl::level_stretch(int64_t level, const at::Tensor& z
     const at::Tensor w2 = differentiable ? s.weights[1] : s.weights[1].detach().requires_grad_(true);
     key = differentiable ? k : k.detach();
     const at::Tensor value = differentiable ? v : v.detach();
-    MlpPass pass = mlp_pass(key, w1, w2, ln_w, ln_b);
-    at::Tensor psi = dloss_dy(pass.y, value);
+    const MlpPass pass = pass_of(key, w1, w2);
+    at::Tensor psi = dloss_dy(pass.y, value.unsqueeze(-2));
     if (!differentiable) psi = psi.detach();
     auto d = torch::autograd::grad({pass.y}, {pass.h, pass.o}, {psi}, /*retain_graph=*/differentiable,
                                    /*create_graph=*/differentiable);
-    d_h = d[0];
-    d_o = d[1];
-    a = pass.a;
+    d_h = d[0].squeeze(-2);
+    d_o = d[1].squeeze(-2);
+    a = pass.a.squeeze(-2);
     if (!differentiable) {
       d_h = d_h.detach();
       d_o = d_o.detach();
@@ -173,8 +179,13 @@ at::Tensor ContinuumMemoryImpl::level_stretch(int64_t level, const at::Tensor& z
   }
   const at::Tensor norm_sq = d_o.pow(2).sum(-1) * a.pow(2).sum(-1) + d_h.pow(2).sum(-1) * key.pow(2).sum(-1);
   const at::Tensor weight = (clip_factor(norm_sq, options_.inner_clip) * eta).unsqueeze(-1);  // [B,1,n,1]
-  s.accumulated[0] = s.accumulated[0] + at::matmul((d_o * weight).transpose(-1, -2), a);
-  s.accumulated[1] = s.accumulated[1] + at::matmul((d_h * weight).transpose(-1, -2), key);
+  // Σ_t w_t δo_t a_tᵀ and Σ_t w_t δh_t k_tᵀ as broadcast products summed over the tokens, not as
+  // GEMMs: with LibTorch 1.13 on CPU the float32 double backward of the GEMM forms (matmul of
+  // the transposes, einsum) came out wrong by orders of magnitude; float64 was right (test
+  // "cms: float32 outer gradients ...").
+  auto outer_sum = [](const at::Tensor& u, const at::Tensor& w) { return (u.unsqueeze(-1) * w.unsqueeze(-2)).sum(2); };
+  s.accumulated[0] = s.accumulated[0] + outer_sum(d_o * weight, a);
+  s.accumulated[1] = s.accumulated[1] + outer_sum(d_h * weight, key);
   if (update) {
     for (size_t i = 0; i < 2; ++i) {
       s.weights[i] = s.weights[i] - s.accumulated[i];

@@ -254,6 +254,27 @@ TEST_CASE("cms: the outer gradient of the batched form equals the per-token step
   }
 }
 
+TEST_CASE("cms: float32 outer gradients through the updates match float64", "[model]") {
+  // Guards the broadcast products of the batched form: the float32 double backward of GEMM
+  // forms (matmul, einsum) gave gradients wrong by orders of magnitude here; float64 was right.
+  auto cms = make_cms({1, 16}, CmsVariant::Sequential, 0.0, 16);
+  auto x = input(2, 40, 16);
+  std::vector<std::vector<torch::Tensor>> grads;
+  for (auto dtype : {torch::kFloat64, torch::kFloat32}) {
+    cms->to(dtype);
+    cms->zero_grad();
+    CmsState s = cms->initial_state(2);
+    cms->forward(x.to(dtype), s).pow(2).mean().backward();
+    std::vector<torch::Tensor> g;
+    for (const auto& p : cms->parameters()) g.push_back(p.grad().to(torch::kFloat64));
+    grads.push_back(g);
+  }
+  for (size_t i = 0; i < grads[0].size(); ++i) {
+    const double scale = std::max(1e-3, grads[0][i].abs().max().item<double>());
+    CHECK(max_abs_diff(grads[0][i], grads[1][i]) < 1e-3 * scale);
+  }
+}
+
 TEST_CASE("cms: periods parse from a comma-separated list, with errors that name the key", "[model]") {
   CHECK(parse_cms_periods("1,4,32,128", "cms.periods") == std::vector<int64_t>{1, 4, 32, 128});
   CHECK(parse_cms_periods(" 2 , 8 ", "cms.periods") == std::vector<int64_t>{2, 8});
