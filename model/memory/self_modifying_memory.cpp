@@ -35,6 +35,7 @@ SelfModState map_tensors(const SelfModState& s, F f) {
   for (auto& w : out.weights)
     for (auto& t : w) t = f(t);
   if (out.aux.defined()) out.aux = f(out.aux);
+  if (out.last_error.defined()) out.last_error = f(out.last_error);
   return out;
 }
 
@@ -147,6 +148,7 @@ at::Tensor SelfModifyingMemoryImpl::step(const at::Tensor& x_t, SelfModState& st
     state.weights[m] = dgd_mlp_update(state.weights[m], g, k_sq, a, e);
   }
   state.tokens += 1;
+  state.last_error = at::stack({error[0], error[1], error[2], error[3], error[4]}, -1).detach();
   const at::Tensor y = read(SelfModMemory::Main, state, q);  // read after the write
 
   if (record) {

@@ -41,6 +41,7 @@ struct SelfModState {
   // Per memory (SelfModMemory order): {W1 [B,1,d,4d], W2 [B,1,4d,d]}; axis 1 is a single head.
   std::array<std::vector<at::Tensor>, kSelfModCount> weights;
   at::Tensor aux;      // [B] the auxiliary retrieval loss summed over the tokens so far
+  at::Tensor last_error;  // [B,5] the last write's target error per memory (SelfModRecord), for the probes
   int64_t tokens = 0;  // tokens since the start of the stream
 
   SelfModState clone() const;

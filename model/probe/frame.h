@@ -84,6 +84,12 @@ struct Frame {
   std::vector<float> weight_metrics; // [layers, heads, weights, kWeightMetricCount]
   std::vector<MatrixSnapshot> matrices;
 
+  // HOPE (SPEC §7, issue 8), batch row 0 after the step; empty without the CMS or hope blocks.
+  int cms_levels = 0;
+  std::vector<float> cms_norm;       // [layers, cms_levels]: sqrt(‖W1‖² + ‖W2‖²) of each CMS level
+  std::vector<float> cms_tick;       // [layers, cms_levels]: 1 where the level updated after the step's last token
+  std::vector<float> selfmod_error;  // [layers, 5] (hope): the last write's ½‖M(k) − v̂‖²/d for k, v, eta, alpha, memory
+
   float head(int layer, int h, HeadMetric m) const {
     return head_metrics[(static_cast<size_t>(layer) * heads + h) * kHeadMetricCount + static_cast<int>(m)];
   }

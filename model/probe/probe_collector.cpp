@@ -10,6 +10,7 @@
 #endif
 
 #include "model/memory/newton_schulz.h"
+#include "model/probe/hope_probes.h"
 #include "model/probe/matrix_metrics.h"
 
 namespace memscope::model {
@@ -199,6 +200,8 @@ std::vector<double> collect_probes(Frame& frame, const ProbeInputs& in, const Pr
     parts.push_back(at::stack(per_weight, 2).to(at::kFloat).flatten());  // [L,H,W,K]
     for (auto& m : shown) parts.push_back(m.to(at::kFloat));
   }
+  const at::Tensor hope = hope_probe_tensor(model, *in.state);
+  if (hope.defined()) parts.push_back(hope);
   for (const auto& e : in.extra) parts.push_back(e.detach().to(at::kFloat).reshape({1}));
 
   // One transfer for the whole frame.
@@ -220,6 +223,7 @@ std::vector<double> collect_probes(Frame& frame, const ProbeInputs& in, const Pr
     at += static_cast<size_t>(p.numel);
     frame.matrices.push_back(std::move(p.snapshot));
   }
+  at += unpack_hope_probes(frame, model, *in.state, host.data() + at);
   std::vector<double> extras;
   for (size_t i = 0; i < in.extra.size(); ++i) extras.push_back(host[at + i]);
   return extras;

@@ -8,6 +8,7 @@
 #include "model/config/preset.h"
 #include "model/nn/language_model.h"
 #include "model/probe/detectors.h"
+#include "model/probe/frame_json.h"
 #include "model/probe/matrix_metrics.h"
 #include "model/probe/probe_collector.h"
 
@@ -126,6 +127,42 @@ TEST_CASE("probe collector: norms, ΔM, erank, NS error, gates and surprise equa
     CHECK(snap.cols == m.size(1));
     CHECK(snap.values[static_cast<size_t>(m.size(1) + 1)] == Approx(m[1][1].item<double>()));
   }
+}
+
+TEST_CASE("probe collector: HOPE's CMS norms and ticks and the target errors (issue 8)", "[probe]") {
+  // Periods 1, 2, 5 after 5 tokens: levels 1 and 3 updated after the last token, level 2 did not.
+  Stepped s = step_five("hope", {"model.cms.periods=1,2,5"});
+  Frame frame;
+  ProbeInputs in;
+  in.model = &s.lm;
+  in.state = &s.state;
+  in.records = &s.out.records;
+  in.extra = {torch::tensor(1.5)};
+  CHECK(collect_probes(frame, in, ProbeConfig{}) == std::vector<double>{1.5});  // extras still line up
+  CHECK(frame.layers == 0);  // no MemoryLayer: the per-head probes do not apply
+  REQUIRE(frame.cms_levels == 3);
+  REQUIRE(frame.cms_norm.size() == 6);
+  REQUIRE(frame.selfmod_error.size() == 10);
+  for (int l = 0; l < 2; ++l) {
+    const BlockState& b = s.state.blocks[static_cast<size_t>(l)];
+    for (int k = 0; k < 3; ++k) {
+      const auto& w = b.cms.levels[static_cast<size_t>(k)].weights;
+      const double norm = std::sqrt(w[0][0].pow(2).sum().item<double>() + w[1][0].pow(2).sum().item<double>());
+      CHECK(frame.cms_norm[static_cast<size_t>(l * 3 + k)] == Approx(norm).epsilon(1e-5));
+    }
+    CHECK(frame.cms_tick[static_cast<size_t>(l * 3 + 0)] == 1.0f);
+    CHECK(frame.cms_tick[static_cast<size_t>(l * 3 + 1)] == 0.0f);
+    CHECK(frame.cms_tick[static_cast<size_t>(l * 3 + 2)] == 1.0f);
+    for (int m = 0; m < 5; ++m) {
+      const float e = frame.selfmod_error[static_cast<size_t>(l * 5 + m)];
+      CHECK(e == Approx(b.selfmod.last_error[0][m].item<double>()).epsilon(1e-6));
+      CHECK(e > 0);
+    }
+  }
+  const nlohmann::json j = frame_to_json(frame);
+  REQUIRE(j.contains("hope"));
+  CHECK(j["hope"][1]["cms_tick"] == nlohmann::json({1, 0, 1}));
+  CHECK(j["hope"][0]["target_error"].contains("alpha"));
 }
 
 TEST_CASE("downsampled snapshots are area means with the aspect kept", "[probe]") {
