@@ -35,7 +35,8 @@ SelfModState map_tensors(const SelfModState& s, F f) {
   for (auto& w : out.weights)
     for (auto& t : w) t = f(t);
   if (out.aux.defined()) out.aux = f(out.aux);
-  if (out.last_error.defined()) out.last_error = f(out.last_error);
+  for (at::Tensor* t : {&out.last_error, &out.last_retain, &out.last_lr})
+    if (t->defined()) *t = f(*t);
   return out;
 }
 
@@ -149,6 +150,8 @@ at::Tensor SelfModifyingMemoryImpl::step(const at::Tensor& x_t, SelfModState& st
   }
   state.tokens += 1;
   state.last_error = at::stack({error[0], error[1], error[2], error[3], error[4]}, -1).detach();
+  state.last_retain = alpha.detach();
+  state.last_lr = eta.detach();
   const at::Tensor y = read(SelfModMemory::Main, state, q);  // read after the write
 
   if (record) {

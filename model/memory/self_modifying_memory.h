@@ -42,6 +42,7 @@ struct SelfModState {
   std::array<std::vector<at::Tensor>, kSelfModCount> weights;
   at::Tensor aux;      // [B] the auxiliary retrieval loss summed over the tokens so far
   at::Tensor last_error;  // [B,5] the last write's target error per memory (SelfModRecord), for the probes
+  at::Tensor last_retain, last_lr;  // [B,d] the last write's per-feature α_t and η_t, for the probes
   int64_t tokens = 0;  // tokens since the start of the stream
 
   SelfModState clone() const;

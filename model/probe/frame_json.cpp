@@ -58,6 +58,22 @@ nlohmann::json frame_to_json(const Frame& f) {
     layers.push_back({{"layer", l}, {"heads", std::move(heads)}});
   }
   j["layers"] = std::move(layers);
+  // Per-feature retain and lr: per layer, one array of features per row (head).
+  if (f.feature_dim > 0) {
+    for (const auto& [key, values] : {std::pair<const char*, const std::vector<float>*>{"retain_feature", &f.retain_feature},
+                                      {"lr_feature", &f.lr_feature}}) {
+      nlohmann::json per_layer = nlohmann::json::array();
+      const size_t rows = static_cast<size_t>(f.feature_rows), dim = static_cast<size_t>(f.feature_dim);
+      for (size_t l = 0; l < values->size() / (rows * dim); ++l) {
+        nlohmann::json per_row = nlohmann::json::array();
+        for (size_t r = 0; r < rows; ++r)
+          per_row.push_back(std::vector<float>(values->begin() + static_cast<std::ptrdiff_t>((l * rows + r) * dim),
+                                               values->begin() + static_cast<std::ptrdiff_t>((l * rows + r + 1) * dim)));
+        per_layer.push_back(std::move(per_row));
+      }
+      j[key] = std::move(per_layer);
+    }
+  }
   // HOPE (issue 8): per layer, each CMS level's state norm and update tick, and the
   // self-modifying memories' target errors.
   const int hope_layers = f.cms_levels > 0 ? static_cast<int>(f.cms_norm.size()) / f.cms_levels

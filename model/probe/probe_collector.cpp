@@ -200,7 +200,7 @@ std::vector<double> collect_probes(Frame& frame, const ProbeInputs& in, const Pr
     parts.push_back(at::stack(per_weight, 2).to(at::kFloat).flatten());  // [L,H,W,K]
     for (auto& m : shown) parts.push_back(m.to(at::kFloat));
   }
-  const at::Tensor hope = hope_probe_tensor(model, *in.state);
+  const at::Tensor hope = hope_probe_tensor(model, *in.state, in.records);
   if (hope.defined()) parts.push_back(hope);
   for (const auto& e : in.extra) parts.push_back(e.detach().to(at::kFloat).reshape({1}));
 
@@ -223,7 +223,7 @@ std::vector<double> collect_probes(Frame& frame, const ProbeInputs& in, const Pr
     at += static_cast<size_t>(p.numel);
     frame.matrices.push_back(std::move(p.snapshot));
   }
-  at += unpack_hope_probes(frame, model, *in.state, host.data() + at);
+  at += unpack_hope_probes(frame, model, *in.state, in.records, host.data() + at);
   std::vector<double> extras;
   for (size_t i = 0; i < in.extra.size(); ++i) extras.push_back(host[at + i]);
   return extras;

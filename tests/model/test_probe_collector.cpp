@@ -114,6 +114,16 @@ TEST_CASE("probe collector: norms, ΔM, erank, NS error, gates and surprise equa
           CHECK(frame.head(l, h, HeadMetric::RetainMin) == Approx(re.min().item<double>()).epsilon(1e-5));
           CHECK(frame.head(l, h, HeadMetric::RetainMax) == Approx(re.max().item<double>()).epsilon(1e-5));
           CHECK(re.max().item<double>() - re.min().item<double>() > 1e-4);  // a real spread, not one α
+          // The per-feature gates themselves, for the heatmaps: [layers, heads, d_φ].
+          REQUIRE(frame.feature_rows == 2);
+          REQUIRE(frame.feature_dim == 8);
+          for (int f = 0; f < 8; ++f) {
+            const size_t i = static_cast<size_t>((l * 2 + h) * 8 + f);
+            CHECK(frame.retain_feature[i] == Approx(rec.retain_feature[0][h][f].item<double>()));
+            CHECK(frame.lr_feature[i] == Approx(rec.lr_feature[0][h][f].item<double>()));
+          }
+        } else {
+          CHECK(frame.feature_dim == 0);
         }
       }
     }
@@ -159,7 +169,17 @@ TEST_CASE("probe collector: HOPE's CMS norms and ticks and the target errors (is
       CHECK(e > 0);
     }
   }
+  // The self-modifying memories' per-feature α_t and η_t of the last write: one row of d per layer.
+  REQUIRE(frame.feature_rows == 1);
+  REQUIRE(frame.feature_dim == 16);
+  for (int l = 0; l < 2; ++l)
+    for (int f = 0; f < 16; ++f) {
+      const BlockState& b = s.state.blocks[static_cast<size_t>(l)];
+      CHECK(frame.retain_feature[static_cast<size_t>(l * 16 + f)] == Approx(b.selfmod.last_retain[0][f].item<double>()));
+      CHECK(frame.lr_feature[static_cast<size_t>(l * 16 + f)] == Approx(b.selfmod.last_lr[0][f].item<double>()));
+    }
   const nlohmann::json j = frame_to_json(frame);
+  CHECK(j["lr_feature"][1][0].size() == 16);
   REQUIRE(j.contains("hope"));
   CHECK(j["hope"][1]["cms_tick"] == nlohmann::json({1, 0, 1}));
   CHECK(j["hope"][0]["target_error"].contains("alpha"));
