@@ -60,8 +60,10 @@ nlohmann::json frame_to_json(const Frame& f) {
   j["layers"] = std::move(layers);
   // Per-feature retain and lr: per layer, one array of features per row (head).
   if (f.feature_dim > 0) {
-    for (const auto& [key, values] : {std::pair<const char*, const std::vector<float>*>{"retain_feature", &f.retain_feature},
-                                      {"lr_feature", &f.lr_feature}}) {
+    using Named = std::pair<const char*, const std::vector<float>*>;
+    for (const Named& named : {Named{"retain_feature", &f.retain_feature}, Named{"lr_feature", &f.lr_feature}}) {
+      const char* key = named.first;
+      const std::vector<float>* values = named.second;
       nlohmann::json per_layer = nlohmann::json::array();
       const size_t rows = static_cast<size_t>(f.feature_rows), dim = static_cast<size_t>(f.feature_dim);
       for (size_t l = 0; l < values->size() / (rows * dim); ++l) {
