@@ -3,6 +3,7 @@
 // breakpoints stop the run and print the event that fired.
 #include <torch/torch.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -10,6 +11,7 @@
 
 #include "app/cli/commands.h"
 #include "model/engine/engine.h"
+#include "model/session/replay.h"
 #include "model/probe/frame_json.h"
 #include "model/util/errors.h"
 
@@ -24,6 +26,9 @@ struct StepOptions {
   int64_t tokens = 64;
   int64_t probe_every = 0;
   std::string break_on;
+  std::string record;
+  std::string replay;
+  bool tokens_given = false;
   bool json = false;
   int threads = 0;
 };
@@ -82,13 +87,15 @@ class Printer : public model::FrameSink {
   }
 
   void on_event(const model::Event& e) override {
-    if (e.kind == model::EventKind::Command) return;
+    if (e.kind == model::EventKind::Command || !show_events_) return;
     if (json_) std::cout << model::event_to_json(e).dump() << '\n';
     else std::cout << "[" << model::to_string(e.kind) << "] step " << e.step << ": " << e.message << '\n';
     if (e.kind == model::EventKind::Error) error_ = e.message;
   }
 
   const std::string& error() const { return error_; }
+  // Off while a command's own failure is about to be reported as the CLI's error line.
+  void show_events(bool show) { show_events_ = show; }
 
  private:
   static std::string format(double v) {
@@ -98,6 +105,7 @@ class Printer : public model::FrameSink {
     return s;
   }
   bool json_;
+  std::atomic<bool> show_events_{true};  // set by the main thread, read on the engine thread
   std::string error_;
 };
 
@@ -113,7 +121,11 @@ void run_step(const StepOptions& o) {
   std::vector<Breakpoint> breakpoints;
   for (const auto& text : split(o.break_on, ',')) breakpoints.push_back(parse_breakpoint(text));
 
-  Engine engine(options);
+  // A recorded session plays through the same interface as the live engine (DESIGN principle 1).
+  std::unique_ptr<TimelineSource> source;
+  if (o.replay.empty()) source = std::make_unique<Engine>(options);
+  else source = std::make_unique<Replay>(o.replay);
+  TimelineSource& engine = *source;
   auto printer = std::make_shared<Printer>(o.json);
   engine.add_sink(printer);
   engine.start();
@@ -122,8 +134,28 @@ void run_step(const StepOptions& o) {
     c.breakpoint = b;
     engine.post(c);
   }
-  engine.post(Command::steps(o.tokens));
+  // A recording that cannot start (the directory is taken) stops here, before any step runs.
+  auto post_and_check = [&](Command c) {
+    printer->show_events(false);
+    engine.post(std::move(c));
+    engine.wait_idle();
+    printer->show_events(true);
+    const std::string error = engine.status().last_error;
+    if (!error.empty()) throw UserError(error);
+  };
+  if (!o.record.empty()) {
+    Command start{Command::Kind::StartRecording};
+    start.path = o.record;
+    post_and_check(start);
+  }
+  // A replay without --tokens plays to the end of the recording.
+  engine.post(!o.replay.empty() && !o.tokens_given ? Command::run() : Command::steps(o.tokens));
   engine.wait_idle();
+  if (!o.record.empty()) {
+    const std::string dir = engine.status().recording;
+    post_and_check(Command{Command::Kind::StopRecording});
+    std::cerr << "recorded " << dir << " (memscope-cli inspect " << dir << ")\n";
+  }
   engine.stop();
   std::cout.flush();
   // A failed step (not a breakpoint) is an error for scripts.
@@ -138,11 +170,15 @@ void register_step(CLI::App& app) {
   cmd->add_option("--preset,-p", o->preset, "Preset name or .toml path (default demo-mqar)");
   cmd->add_option("--ckpt,-c", o->ckpt, "Step with the weights of this checkpoint (its preset; --preset is ignored)");
   cmd->add_option("--set,-s", o->sets, "Knob override KEY=VALUE (repeatable; see `memscope-cli knobs`)");
-  cmd->add_option("--tokens,-n", o->tokens, "Tokens to step")->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  cmd->add_option("--tokens,-n", o->tokens, "Tokens to step (a replay: all of them)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
+      ->each([o](const std::string&) { o->tokens_given = true; });
   cmd->add_option("--probe-every", o->probe_every, "Probe every K tokens (default: probe.every)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   cmd->add_option("--break-on", o->break_on,
                   "Stop at the first of these, comma-separated: nan, spike, ns_error, ns_error>X, norm_growth, any, step==N");
+  cmd->add_option("--replay", o->replay, "Step a recorded session (NAME.memscope) instead of a model; same output and breakpoints");
+  cmd->add_option("--record", o->record, "Record the session to DIR (NAME.memscope; see memscope-cli inspect/export)");
   cmd->add_flag("--json", o->json, "One JSON object per probed step (and per event)");
   cmd->add_option("--threads", o->threads, "Torch CPU threads")->check(CLI::Range(1, 1024));
   cmd->callback([o] { run_step(*o); });

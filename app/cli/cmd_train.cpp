@@ -3,13 +3,18 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <iostream>
 
 #include "app/cli/commands.h"
 #include "app/cli/train_progress.h"
 #include "model/config/preset.h"
+#include "model/engine/train_frame.h"
+#include "model/probe/detectors.h"
+#include "model/session/session_writer.h"
 #include "model/train/trainer.h"
+#include "model/util/device.h"
 #include "model/util/errors.h"
 
 namespace memscope::app {
@@ -24,6 +29,7 @@ struct TrainOptions {
   int64_t steps = -1;
   std::string out;
   std::string resume;
+  std::string record;
   int64_t save_every = 0;
   bool json = false;
   int threads = 0;
@@ -47,8 +53,26 @@ void run_train(const TrainOptions& o) {
     trainer.save(o.out);
     progress.message("checkpoint " + o.out + " at step " + std::to_string(trainer.step()));
   };
+  // --record: every step's frame (probes per probe.*) and the detectors' events go to a session.
+  std::unique_ptr<SessionWriter> recording;
+  Detectors detectors(trainer.preset().detect);
+  if (!o.record.empty()) {
+    recording = std::make_unique<SessionWriter>(
+        session_dir_for(o.record),
+        session_info_for(trainer.preset(), describe_device(trainer.model()->embedding.device()), trainer.task().vocab_size()));
+    progress.message("recording " + recording->path());
+  }
+  int64_t frame_step = 0;
   while (!trainer.done() && !g_interrupted) {
+    const auto start = std::chrono::steady_clock::now();
     const TrainStepResult r = trainer.train_step();
+    if (recording) {
+      auto frame = train_frame(trainer, r, ++frame_step, 0, trainer.preset().probe);
+      frame->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      recording->on_frame(*frame);
+      for (const Event& e : detectors.observe(*frame)) recording->on_event(e);
+      for (const Event& e : recording->take_notices()) progress.message(e.message);
+    }
     if (r.step % c.log_every == 0 || trainer.done()) progress.step(r);
     if (c.eval_every > 0 && r.step % c.eval_every == 0 && !trainer.done())
       progress.eval(r.step, trainer.evaluate(c.eval_batches));
@@ -56,10 +80,15 @@ void run_train(const TrainOptions& o) {
   }
   if (g_interrupted) {
     save();
+    if (recording) recording->close();
     throw std::runtime_error("interrupted at step " + std::to_string(trainer.step()));
   }
   progress.eval(trainer.step(), trainer.evaluate(c.eval_batches));
   save();
+  if (recording) {
+    recording->close();
+    progress.message("recorded " + recording->path() + " (" + std::to_string(recording->stats().frames_written) + " frames)");
+  }
 }
 
 }  // namespace
@@ -72,6 +101,7 @@ void register_train(CLI::App& app) {
   cmd->add_option("--set,-s", o->sets, "Knob override KEY=VALUE (repeatable), e.g. --set train.lr=1e-3");
   cmd->add_option("--out,-o", o->out, "Write a checkpoint (safetensors) here at the end and on Ctrl+C");
   cmd->add_option("--resume", o->resume, "Continue from this checkpoint (its preset, with --set on top)");
+  cmd->add_option("--record", o->record, "Record every step's frame and events to a session DIR (NAME.memscope)");
   cmd->add_option("--save-every", o->save_every, "Also write --out every N steps")->check(CLI::Range(0, 1 << 30));
   cmd->add_option("--threads", o->threads, "Torch CPU threads (default: LibTorch's choice)")->check(CLI::Range(1, 1024));
   cmd->add_flag("--json", o->json, "JSON lines even on a terminal");

@@ -290,7 +290,7 @@ std::vector<Knob> task_knobs() {
   return k;
 }
 
-std::vector<Knob> probe_detect_engine_knobs() {
+std::vector<Knob> probe_detect_engine_record_knobs() {
   std::vector<Knob> k;
   // Measurement (SPEC §8): what the engine records, never what the model computes, so all live.
   k.push_back(int_knob("probe.every", 0, 1e6, Live, "probe metrics every K engine steps (0 = probes off)", KNOB_FIELD(p.probe.every)));
@@ -326,6 +326,19 @@ std::vector<Knob> probe_detect_engine_knobs() {
                        KNOB_FIELD(p.engine.keyframe_every)));
   k.push_back(float_knob("engine.keyframe_budget_mb", 0.01, 1 << 20, Live, "memory for keyframes, MiB (older ones are thinned)",
                          KNOB_FIELD(p.engine.keyframe_budget_mb)));
+
+  // Recording (DESIGN "Sessions"): read when a recording starts, never by the model, so all live.
+  k.push_back(enum_knob("record.matrix_dtype", std::array{MatrixDtype::F32, MatrixDtype::F16, MatrixDtype::BF16}, Live,
+                        "storage of the recorded M, S and dM snapshots (f16/bf16 halve the session)",
+                        KNOB_FIELD(p.record.matrix_dtype)));
+  k.push_back(int_knob("record.matrix_every", 0, 1e6, Live, "record the snapshots of steps divisible by N (0 = no matrices)",
+                       KNOB_FIELD(p.record.matrix_every)));
+  k.push_back(int_knob("record.chunk_steps", 1, 1 << 20, Live, "frames per session chunk file (a crash loses at most one chunk)",
+                       KNOB_FIELD(p.record.chunk_steps)));
+  k.push_back(float_knob("record.flush_seconds", 0.05, 3600.0, Live, "seconds before a partial chunk is written anyway",
+                         KNOB_FIELD(p.record.flush_seconds)));
+  k.push_back(float_knob("record.queue_mb", 0.001, 1 << 20, Live, "frames waiting for the disk before the engine waits, MiB",
+                         KNOB_FIELD(p.record.queue_mb)));
   return k;
 }
 
@@ -333,7 +346,7 @@ std::vector<Knob> probe_detect_engine_knobs() {
 
 std::vector<Knob> build_registry() {
   std::vector<Knob> all;
-  for (auto part : {memory_knobs(), model_knobs(), train_knobs(), task_knobs(), probe_detect_engine_knobs()})
+  for (auto part : {memory_knobs(), model_knobs(), train_knobs(), task_knobs(), probe_detect_engine_record_knobs()})
     for (auto& k : part) all.push_back(std::move(k));
   std::sort(all.begin(), all.end(), [](const Knob& a, const Knob& b) { return a.name < b.name; });
   return all;

@@ -10,6 +10,7 @@
 #include "model/memory/memory_rule.h"
 #include "model/nn/lm_config.h"
 #include "model/probe/probe_config.h"
+#include "model/session/record_config.h"
 #include "model/train/train_config.h"
 
 namespace memscope::model {
@@ -24,6 +25,7 @@ struct Preset {
   ProbeConfig probe;
   DetectConfig detect;
   EngineConfig engine;
+  RecordConfig record;
   // The resolved TOML (inheritance and overrides applied). Checkpoints and sessions store it, and
   // parse_preset on it gives this preset back exactly.
   std::string toml;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "model/config/knobs.h"
+#include "model/engine/train_frame.h"
 #include "model/data/batch.h"
 #include "model/data/rng.h"
 #include "model/probe/probe_collector.h"
@@ -174,27 +175,9 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
 }
 
 std::shared_ptr<Frame> Branch::train_frame() {
-  const int64_t step = step_ + 1;
-  const ProbeConfig& p = preset().probe;
   const auto start = std::chrono::steady_clock::now();
   const TrainStepResult r = trainer_->train_step();
-  auto frame = std::make_shared<Frame>();
-  frame->step = step;
-  frame->timeline = id_;
-  frame->kind = FrameKind::Train;
-  frame->train_step = r.step;
-  frame->loss = r.loss;
-  frame->acc = r.acc;
-  frame->grad_norm = r.grad_norm;
-  frame->lr = r.lr;
-  frame->tokens_per_s = r.tokens_per_s;
-  if (due(p.every, step)) {
-    ProbeInputs in;
-    in.model = &trainer_->model();
-    in.state = &trainer_->last_state();
-    in.matrices = due(p.matrices_every, step);
-    collect_probes(*frame, in, p);
-  }
+  auto frame = model::train_frame(*trainer_, r, step_ + 1, id_, preset().probe);
   frame->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return frame;
 }

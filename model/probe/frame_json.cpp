@@ -119,4 +119,40 @@ nlohmann::json event_to_json(const Event& e) {
   return j;
 }
 
+bool event_from_json(const nlohmann::json& j, Event& out) {
+  if (!j.is_object()) return false;
+  auto text = [&](const char* key) { return j.contains(key) && j[key].is_string(); };
+  auto integer = [&](const char* key) { return j.contains(key) && j[key].is_number_integer(); };
+  if (!text("event") || !integer("step") || !integer("timeline") || !text("message")) return false;
+  Event e;
+  bool known = false;
+  for (auto kind : {EventKind::Spike, EventKind::NonFinite, EventKind::NsError, EventKind::NormGrowth,
+                    EventKind::Command, EventKind::Breakpoint, EventKind::Error})
+    if (j["event"].get<std::string>() == to_string(kind)) e.kind = kind, known = true;
+  if (!known) return false;
+  e.step = j["step"].get<int64_t>();
+  const int64_t timeline = j["timeline"].get<int64_t>();
+  if (timeline < 0 || timeline > (1 << 20)) return false;
+  e.timeline = static_cast<int>(timeline);
+  e.message = j["message"].get<std::string>();
+  if (j.contains("layer")) {
+    if (!integer("layer")) return false;
+    e.layer = j["layer"].get<int>();
+  }
+  if (j.contains("head")) {
+    if (!integer("head")) return false;
+    e.head = j["head"].get<int>();
+  }
+  if (j.contains("tensor")) {
+    if (!text("tensor")) return false;
+    e.tensor = j["tensor"].get<std::string>();
+  }
+  if (j.contains("value")) {
+    if (!j["value"].is_number()) return false;
+    e.value = j["value"].get<double>();
+  }
+  out = std::move(e);
+  return true;
+}
+
 }  // namespace memscope::model

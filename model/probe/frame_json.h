@@ -15,4 +15,7 @@ nlohmann::json frame_to_json(const Frame& frame);
 
 nlohmann::json event_to_json(const Event& event);
 
+// The inverse of event_to_json; false (and `out` untouched) for anything that is not one.
+bool event_from_json(const nlohmann::json& j, Event& out);
+
 }  // namespace memscope::model

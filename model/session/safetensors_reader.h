@@ -10,12 +10,17 @@
 
 namespace memscope::model {
 
-enum class StDtype { F32, F16, BF16, I32, I64, U8 };
+// F64 is not in the list but is in the published format: sessions keep the outer loss in it.
+enum class StDtype { F32, F16, BF16, I32, I64, U8, F64 };
 
 // "F32" → F32; false for a dtype this reader does not take.
 bool parse_st_dtype(std::string_view text, StDtype& out);
 std::size_t st_dtype_size(StDtype dtype);
 const char* st_dtype_name(StDtype dtype);
+
+// A tensor name from a file, quoted for an error message: control bytes escaped (the message stays
+// one line), a long name cut.
+std::string st_quote(const std::string& name);
 
 struct StTensorInfo {
   std::string name;

@@ -16,6 +16,7 @@ at::ScalarType scalar_type(StDtype dtype) {
     case StDtype::I32: return at::kInt;
     case StDtype::I64: return at::kLong;
     case StDtype::U8: return at::kByte;
+    case StDtype::F64: return at::kDouble;
   }
   return at::kFloat;
 }

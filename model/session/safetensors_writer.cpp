@@ -1,11 +1,6 @@
 #include "model/session/safetensors_writer.h"
 
-#include <cstdio>
-#include <fstream>
-#include <nlohmann/json.hpp>
-#include <set>
-
-#include "model/util/errors.h"
+#include "model/session/safetensors_blob_writer.h"
 
 namespace memscope::model {
 
@@ -35,50 +30,17 @@ at::Tensor storable(const at::Tensor& t) {
 
 void write_safetensors(const std::filesystem::path& path, const NamedTensors& tensors,
                        const std::map<std::string, std::string>& metadata) {
-  static_assert(sizeof(uint64_t) == 8);
-  std::vector<at::Tensor> data;
-  nlohmann::json header = nlohmann::json::object();
-  std::set<std::string> names;
-  uint64_t offset = 0;
+  std::vector<at::Tensor> data;  // keeps the converted tensors alive while the blobs borrow them
+  std::vector<StBlob> blobs;
+  data.reserve(tensors.size());
   for (const auto& [name, tensor] : tensors) {
-    if (name.empty() || name == "__metadata__" || !names.insert(name).second)
-      throw UserError(path.string() + ": tensor name '" + name + "' is empty, reserved or repeated");
-    at::Tensor t = storable(tensor);
-    const uint64_t bytes = static_cast<uint64_t>(t.numel()) * t.element_size();
-    header[name] = {{"dtype", dtype_name(t.scalar_type())},
-                    {"shape", t.sizes().vec()},
-                    {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
-    data.push_back(t);
+    data.push_back(storable(tensor));
+    const at::Tensor& t = data.back();
+    StDtype dtype = StDtype::F32;
+    parse_st_dtype(dtype_name(t.scalar_type()), dtype);
+    blobs.push_back({name, dtype, t.sizes().vec(), t.data_ptr()});
   }
-  if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');  // the data section starts 8-byte aligned
-
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw UserError(path.string() + ": cannot open for writing");
-    const uint64_t n = text.size();
-    unsigned char length[8];
-    for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>((n >> (8 * i)) & 0xff);  // little-endian
-    out.write(reinterpret_cast<const char*>(length), 8);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (const auto& t : data)
-      out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.numel() * t.element_size()));
-    out.flush();
-    if (!out) {
-      out.close();
-      std::remove(tmp.c_str());
-      throw UserError(path.string() + ": write failed");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    throw UserError(path.string() + ": cannot rename the temporary file into place");
-  }
+  write_safetensors_blobs(path, blobs, metadata);
 }
 
 }  // namespace memscope::model

@@ -62,7 +62,7 @@ TEST_CASE("inspect frames carry every probe of SPEC §8 for each layer and head"
   CHECK(engine.ring()->latest()->step == 4);
 }
 
-TEST_CASE("a NaN injected into one head pauses the engine with an event naming it; commands still work", "[engine]") {
+TEST_CASE("a NaN injected into one head pauses the engine with an event naming it, commands still work", "[engine]") {
   Engine engine(test::small_engine());
   auto log = std::make_shared<FrameLog>();
   engine.add_sink(log);
@@ -156,7 +156,7 @@ TEST_CASE("a knob set while running lands between two steps: the run equals one 
   }
 }
 
-TEST_CASE("a step breakpoint stops the run at that step; a restart knob starts over", "[engine]") {
+TEST_CASE("a step breakpoint stops the run at that step, a restart knob starts over", "[engine]") {
   Engine engine(test::small_engine());
   engine.start();
   Command b{Command::Kind::AddBreakpoint};

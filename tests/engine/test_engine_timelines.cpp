@@ -41,7 +41,7 @@ TEST_CASE("two identical runs give identical frames, in every mode", "[engine]")
   }
 }
 
-TEST_CASE("rewind restores a keyframe and re-makes the same frames; commands in between are replayed",
+TEST_CASE("rewind restores a keyframe and re-makes the same frames, commands in between are replayed",
           "[engine]") {
   for (const char* mode : {"inspect", "train"}) {
     Engine engine(test::small_engine({std::string("engine.mode=") + mode}));  // keyframes every 4 steps

@@ -75,7 +75,7 @@ TEST_CASE("knobs: every entry has a unique name, a doc, a type that fits and a d
   }
   CHECK(find_knob("train.lrr") == nullptr);
   CHECK(find_knob("memory.window") == nullptr);  // a table, not a knob
-  CHECK(knob_keys("") == std::vector<std::string>{"detect", "engine", "memory", "model", "probe", "task", "train"});
+  CHECK(knob_keys("") == std::vector<std::string>{"detect", "engine", "memory", "model", "probe", "record", "task", "train"});
   CHECK(knob_keys("memory.window") == std::vector<std::string>{"c", "decay", "gamma"});
   CHECK(knob_default(*find_knob("memory.window.c")) == "1");
   CHECK(knob_default(*find_knob("train.lr")) == "0.003");
@@ -103,7 +103,7 @@ TEST_CASE("knobs: the fields the issue names are all registered", "[knobs]") {
   CHECK(find_knob("engine.mode")->choices == std::vector<std::string>{"train", "inspect", "train+inspect"});
 }
 
-TEST_CASE("knobs: live are train (but the seed), probe, detect, engine and the memory's step-time knobs", "[knobs]") {
+TEST_CASE("knobs: live are train (but the seed), probe, detect, engine, record and the memory's step-time knobs", "[knobs]") {
   const std::set<std::string> live_memory{"memory.lr.max",          "memory.ns.steps", "memory.ns.coefficients",
                                           "memory.ns.per_step",     "memory.window.decay", "memory.momentum.enabled",
                                           "memory.lp.p",            "memory.lq.q",     "memory.read",
@@ -111,7 +111,7 @@ TEST_CASE("knobs: live are train (but the seed), probe, detect, engine and the m
   for (const Knob& k : knobs()) {
     const std::string table = k.name.substr(0, k.name.find('.'));
     const bool live = (table == "train" && k.name != "train.seed") || table == "probe" || table == "detect" ||
-                      table == "engine" || live_memory.count(k.name);
+                      table == "engine" || table == "record" || live_memory.count(k.name);
     INFO(k.name);
     CHECK((k.apply == KnobApply::Live) == live);
     CHECK(knob_is_live(k.name) == live);

@@ -189,7 +189,7 @@ TEST_CASE("memory: chunk 1 equals the sequential step (f64 1e-5, f32 1e-4), ever
   }
 }
 
-TEST_CASE("memory: chunk b equals the sequential loop frozen at chunk starts (T = 63, 75; b = 16)", "[model][slow]") {
+TEST_CASE("memory: chunk b equals the sequential loop frozen at chunk starts (T = 63, 75, b = 16)", "[model][slow]") {
   for (const auto& name : all_presets()) {
     for (int64_t T : {63, 75}) {
       auto layer = make_layer(test_rule(name, {"memory.conv=false"}), 16, 2, torch::kFloat64);

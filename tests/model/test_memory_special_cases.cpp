@@ -112,7 +112,7 @@ TEST_CASE("memory: polynomial phi of degree 1 with a_1 = 1 is the identity, bit 
   CHECK_FALSE(torch::equal(poly2->project(x, c).phi_k, pa.phi_k));
 }
 
-TEST_CASE("memory: gated gamma = 1 equals uniform scaled by c; gamma = 0 writes nothing", "[model]") {
+TEST_CASE("memory: gated gamma = 1 equals uniform scaled by c, gamma = 0 writes nothing", "[model]") {
   const int64_t c = 4;
   auto uniform = make_layer(test_rule("omeganet", {"memory.window.c=4"}), 12, 2, torch::kFloat64);
   auto gated = make_layer(test_rule("omeganet", {"memory.window.c=4", "memory.window.gamma=gated"}), 12, 2,

@@ -79,7 +79,7 @@ TEST_CASE("safetensors reader names each kind of malformed header", "[session]")
   CHECK_THAT(error_of(le64(64) + "{}"), Catch::Contains("past the end"));
   CHECK_THAT(error_of(make_file("{\"a\":", "")), Catch::Contains("not valid JSON"));
   CHECK_THAT(error_of(make_file("[1,2]", "")), Catch::Contains("not a JSON object"));
-  CHECK_THAT(error_of(make_file(R"({"a":{"dtype":"F64","shape":[2],"data_offsets":[0,16]}})", data)),
+  CHECK_THAT(error_of(make_file(R"({"a":{"dtype":"C64","shape":[2],"data_offsets":[0,16]}})", data)),
              Catch::Contains("unsupported dtype"));
   CHECK_THAT(error_of(make_file(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,16]}})", data)),
              Catch::Contains("non-negative"));

@@ -62,7 +62,7 @@ TEST_CASE("clip_grad_norm returns the norm before clipping and scales to the lim
   CHECK(clip_grad_norm({{"a", a}}, 0.0) == Approx(1.0).epsilon(1e-5));  // 0: measure only
 }
 
-TEST_CASE("learning rate: linear warmup, cosine to the floor; TNT chunk stages", "[train]") {
+TEST_CASE("learning rate: linear warmup, cosine to the floor, TNT chunk stages", "[train]") {
   TrainConfig c;
   c.lr = 1.0;
   c.min_lr = 0.1;

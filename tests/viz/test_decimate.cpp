@@ -57,7 +57,7 @@ TEST_CASE("a one-sample spike survives decimation", "[viz]") {
   CHECK(found);
 }
 
-TEST_CASE("few samples pass through exactly; a zoomed window keeps one neighbour each side", "[viz]") {
+TEST_CASE("few samples pass through exactly, a zoomed window keeps one neighbour each side", "[viz]") {
   Series s = noisy(50, 1);
   auto all = decimate_minmax(s.xs.data(), s.ys.data(), s.xs.size(), 0.0, 49.0, 400);
   REQUIRE(all.size() == 50);

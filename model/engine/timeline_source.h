@@ -1,0 +1,128 @@
+// TimelineSource: what the GUI and the CLI drive and watch (DESIGN principle 1, "one timeline, two
+// sources"). The live Engine and a recorded session's Replay are both one: a thread that applies
+// commands between steps, pushes frames into one bounded ring per timeline, and hands every frame
+// and event to the sinks and to a recording. Readers poll rings, events and status; nothing here
+// ever waits on a reader (principle 2).
+//
+// This class owns what both sources share: the command queue and the run/pause/step transport,
+// breakpoints, recording, the event log and the status. A subclass says what a step is and how
+// the other commands apply.
+#pragma once
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "model/config/preset.h"
+#include "model/engine/command.h"
+#include "model/engine/frame_ring.h"
+#include "model/engine/frame_sink.h"
+#include "model/probe/event.h"
+
+namespace memscope::model {
+
+// A recording: the sink for "start recording PATH" given the preset and the device. close()
+// finishes it and throws UserError when frames could not be written.
+class Recorder : public FrameSink {
+ public:
+  virtual void close() = 0;
+  virtual std::string path() const = 0;
+};
+using RecorderFactory = std::function<std::shared_ptr<Recorder>(const std::string& path, const Preset& preset)>;
+
+struct EngineStatus {
+  bool live = true;           // an Engine; false for a Replay
+  bool running = false;       // stepping until paused
+  bool idle = true;           // paused with no command waiting
+  int64_t pending_steps = 0;  // left of a Step(n)
+  std::vector<int64_t> steps; // per timeline
+  Preset preset;              // the main timeline's knobs in force
+  std::string last_error;     // empty when the last command and step succeeded
+  std::vector<Breakpoint> breakpoints;
+  std::string recording;      // the session being written, "" when none
+};
+
+class TimelineSource {
+ public:
+  virtual ~TimelineSource();
+  TimelineSource(const TimelineSource&) = delete;
+  TimelineSource& operator=(const TimelineSource&) = delete;
+
+  void start();  // launches the thread, paused
+  void stop();   // finishes the current step and joins; a recording in progress is closed
+
+  // Thread-safe; never blocks on the source's work.
+  void post(Command command);
+  // Blocks until every posted command is applied and the source is paused (CLI and tests).
+  void wait_idle();
+
+  void add_sink(std::shared_ptr<FrameSink> sink);  // before start()
+  void set_recorder_factory(RecorderFactory factory);  // before start()
+
+  int timelines() const;
+  std::shared_ptr<FrameRing> ring(int timeline = 0) const;
+  std::vector<Event> events(size_t from = 0) const;
+  EngineStatus status() const;
+
+ protected:
+  explicit TimelineSource(bool live);
+
+  // On the source's thread. One step of every timeline: emit each frame with emit_frame and its
+  // events with publish(); returns what must pause the run (breakpoints, NaN), emitted after.
+  virtual std::vector<Event> step() = 0;
+  // Every command but the transport, breakpoints and recording. Throws UserError to refuse one;
+  // events it makes go to `events`.
+  virtual void apply(const Command& command, std::vector<Event>& events) = 0;
+  virtual Preset preset() const = 0;         // the main timeline's knobs
+  virtual std::vector<int64_t> steps() const = 0;
+
+  // Helpers for step() and apply().
+  void emit(Event event);
+  void emit_frame(const Frame& frame);  // a recording that fails pauses the run, keeping the frame
+  // Emits a step's events and collects the breakpoints they fire (and the NaN pause) into `fired`.
+  void publish(const std::vector<Event>& events, std::vector<Event>& fired);
+  void check_step_breakpoints(int timeline, int64_t step, std::vector<Event>& fired);
+  void pause_with(Event event);
+  void set_rings(std::vector<std::shared_ptr<FrameRing>> rings);
+  void erase_events(const std::function<bool(const Event&)>& drop);
+  void set_last_error(const std::string& message);
+  // Subclass destructors call this first: the thread must not run a step on a half-destroyed object.
+  void stop_thread();
+
+ private:
+  void loop();
+  void execute(const Command& command);
+  void step_all();
+  void start_recording(const Command& command);
+  void stop_recording();
+  void refresh_status();
+
+  const bool live_;
+  std::vector<std::shared_ptr<FrameSink>> sinks_;
+  std::shared_ptr<Recorder> recorder_;
+  RecorderFactory recorder_factory_;
+  std::vector<Breakpoint> breakpoints_;
+  int next_breakpoint_id_ = 1;
+
+  mutable std::mutex queue_mutex_;
+  std::condition_variable wake_, idle_;
+  std::deque<Command> queue_;
+  bool running_ = false, stopping_ = false, busy_ = false;
+  int64_t pending_steps_ = 0;
+
+  mutable std::mutex state_mutex_;
+  std::vector<std::shared_ptr<FrameRing>> rings_;
+  std::vector<Event> events_;
+  EngineStatus status_;
+
+  std::thread thread_;
+};
+
+// The event a source logs for a command or its own notices.
+Event source_event(int64_t step, int timeline, const std::string& message, EventKind kind = EventKind::Command);
+
+}  // namespace memscope::model

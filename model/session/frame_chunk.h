@@ -1,0 +1,89 @@
+// One session chunk (frames-NNNNNN.safetensors, DESIGN "Sessions"): the frames of up to
+// record.chunk_steps steps as dense tensors with a leading step axis, so Python reads a series
+// with one `f["layer0/head1/erank"]`.
+//
+//   step, train_step, sequence, token_index, token, target, predicted   [K] I64
+//   timeline [K] I32, kind [K] U8 (0 train, 1 inspect), has_probes [K] U8
+//   loss, acc, grad_norm, lr, tokens_per_s, seconds                     [K] F64
+//   layer{L}/head{H}/{head metric}                                      [K] F32 (NaN: not measured)
+//   layer{L}/head{H}/[{weight}/]{weight metric}                         [K] F32
+//   layer{L}/head{H}/[{weight}/]{M|S|dM}                                [Km, rows, cols] F32/F16/BF16
+//   layer{L}/head{H}/[{weight}/]{M|S|dM}.row                            [Km] I32: the rows it was kept at
+//
+// Each snapshot has its own rows: train frames snapshot M and S, inspect frames also ΔM.
+//
+// The weight folder is left out for the linear memory's single weight "M". `__metadata__` holds
+// first_step, last_step, rows, wall_time and the layout (layers, heads, weights, snapshots).
+// Torch-free: the writer thread, the reader and the fuzzer use it without LibTorch.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/probe/frame.h"
+#include "model/session/record_config.h"
+#include "model/session/safetensors_reader.h"
+
+namespace memscope::model {
+
+inline constexpr const char* kChunkFormat = "memscope-frames/1";
+
+// "layer0/head1/" + "W1/" for an MLP weight + name.
+std::string chunk_tensor_name(int layer, int head, const std::string& weight, const std::string& name);
+
+class ChunkBuilder {
+ public:
+  explicit ChunkBuilder(const RecordConfig& config) : config_(config) {}
+
+  // False when the frame's probe layout (layers, heads, weights, snapshot shapes) differs from the
+  // frames already held: the caller writes this chunk and starts a new one.
+  bool fits(const Frame& frame) const;
+  void add(const Frame& frame);  // requires fits(frame)
+  int64_t rows() const { return static_cast<int64_t>(kinds_.size()); }
+  bool empty() const { return kinds_.empty(); }
+  int64_t first_step() const { return empty() ? 0 : ints_[0].front(); }
+  int64_t last_step() const { return empty() ? 0 : ints_[0].back(); }
+
+  // The chunk's file bytes; `where` names it in errors.
+  std::string encode(const std::string& where, double wall_time) const;
+  void clear();
+
+ private:
+  // One snapshot series: its shape, the rows it was kept at and their values.
+  struct Series {
+    std::string name;  // chunk_tensor_name(layer, head, weight, tensor)
+    int layer, head;
+    std::string weight, tensor;
+    int rows, cols, full_rows, full_cols;
+    std::vector<int32_t> at_rows;
+    std::vector<float> values;  // [at_rows, rows·cols]
+  };
+  bool keeps_matrices(const Frame& frame) const;
+  const Series* find_series(const std::string& name) const;
+
+  RecordConfig config_;
+  // Columns, one entry per row: the integer and real fields in frame_chunk.cpp's column tables
+  // (ints_[0] is the step), then the rest.
+  std::array<std::vector<int64_t>, 7> ints_;
+  std::array<std::vector<double>, 6> reals_;
+  std::vector<int32_t> timelines_;
+  std::vector<uint8_t> kinds_, has_probes_;
+  // Probe layout (from the first probed frame) and the row-major metric blocks, NaN for unprobed rows.
+  int layers_ = 0, heads_ = 0;
+  std::vector<std::string> weights_;
+  bool have_layout_ = false;
+  std::vector<float> head_block_, weight_block_;  // [rows, L·H·Kh], [rows, L·H·W·Kw]
+  // In the order frames list their snapshots (a frame's order is kept when it reads back).
+  std::vector<Series> series_;
+};
+
+// The frames of a chunk, in row order. Snapshots stored as f16/bf16 come back widened. Throws
+// UserError naming the file when a tensor is missing, has the wrong dtype or shape, or the layout
+// metadata is malformed.
+std::vector<Frame> decode_chunk(const SafetensorsFile& file);
+
+// Only the step and timeline columns: what the session index needs from each chunk.
+void read_chunk_steps(const SafetensorsFile& file, std::vector<int64_t>& steps, std::vector<int32_t>& timelines);
+
+}  // namespace memscope::model

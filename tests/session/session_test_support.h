@@ -1,0 +1,37 @@
+// Shared by the session tests: a fresh directory per test, an engine run that records, and frame
+// comparison that covers every field a session stores.
+#pragma once
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <string>
+
+#include "engine/engine_test_support.h"
+#include "model/probe/frame.h"
+
+namespace memscope::test {
+
+// An empty directory under /tmp, unique to this process and `name`.
+inline std::filesystem::path fresh_dir(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / ("memscope-session-" + name + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// Every stored field bit for bit, wall-clock fields and snapshot shapes included.
+inline bool identical_frames(const model::Frame& a, const model::Frame& b) {
+  if (!same_frame(a, b) || a.timeline != b.timeline || !same_double(a.seconds, b.seconds) ||
+      !same_double(a.tokens_per_s, b.tokens_per_s) || a.layers != b.layers || a.heads != b.heads || a.weights != b.weights)
+    return false;
+  for (size_t i = 0; i < a.matrices.size(); ++i) {
+    const auto &x = a.matrices[i], &y = b.matrices[i];
+    if (x.layer != y.layer || x.head != y.head || x.weight != y.weight || x.tensor != y.tensor || x.rows != y.rows ||
+        x.cols != y.cols || x.full_rows != y.full_rows || x.full_cols != y.full_cols)
+      return false;
+  }
+  return true;
+}
+
+}  // namespace memscope::test

@@ -1,0 +1,226 @@
+// Recording and replay parity (issue 6): the frames read back from a session, and the frames a
+// Replay plays, equal the live frames bit for bit; rewinds and forks inside a recording come back
+// as the engine left each timeline; f16/bf16 snapshots come back rounded exactly as stored.
+#include "model/session/half_float.h"
+#include "model/session/replay.h"
+#include "model/session/session_reader.h"
+#include "session/session_test_support.h"
+
+using namespace memscope;
+using namespace memscope::model;
+using test::FrameLog;
+
+namespace {
+
+Command start_recording(const std::filesystem::path& dir) {
+  Command c{Command::Kind::StartRecording};
+  c.path = dir.string();
+  return c;
+}
+
+// Runs the commands with a recording from the first to the last; returns every frame emitted.
+std::shared_ptr<FrameLog> record(const EngineOptions& options, const std::filesystem::path& dir,
+                                 const std::vector<Command>& commands) {
+  Engine engine(options);
+  auto log = std::make_shared<FrameLog>();
+  engine.add_sink(log);
+  engine.start();
+  engine.post(start_recording(dir));
+  for (const auto& c : commands) engine.post(c);
+  engine.post(Command{Command::Kind::StopRecording});
+  engine.wait_idle();
+  REQUIRE(engine.status().last_error.empty());
+  return log;
+}
+
+// The live timeline as the engine left it: later frames of a step replace earlier ones, and a
+// frame at or before the newest step drops the frames after it (a rewind).
+std::vector<Frame> final_timeline(const std::vector<Frame>& frames, int timeline) {
+  std::vector<Frame> out;
+  for (const auto& f : frames) {
+    if (f.timeline != timeline) continue;
+    while (!out.empty() && out.back().step >= f.step) out.pop_back();
+    out.push_back(f);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a recording reads back equal to the live frames, in every mode", "[session]") {
+  for (const char* mode : {"inspect", "train", "train+inspect"}) {
+    INFO(mode);
+    const auto dir = test::fresh_dir(std::string("parity-") + mode) / "run.memscope";
+    // Chunks of 7 rows, so the 40 frames span several files and a partial last one.
+    const auto options = test::small_engine({std::string("engine.mode=") + mode, "engine.inspect_every=3",
+                                             "record.chunk_steps=7", "probe.every=1"});
+    const auto log = record(options, dir, {Command::steps(40)});
+    REQUIRE(log->frames.size() == 40);
+
+    const SessionReader session(dir.string());
+    CHECK(session.damage().empty());
+    CHECK(session.loss().closed);
+    CHECK(session.loss().frames_lost == 0);
+    CHECK(session.chunks().size() == 6);
+    CHECK(session.frame_count() == 40);
+    REQUIRE(session.timelines() == 1);
+    REQUIRE(session.steps(0).size() == 40);
+    for (const auto& live : log->frames) {
+      const auto back = session.frame(0, live.step);
+      REQUIRE(back);
+      CHECK(test::identical_frames(*back, live));
+    }
+    CHECK_FALSE(session.frame(0, 41));
+    // Snapshots were recorded (probe.matrices_every=2) with their shapes.
+    CHECK_FALSE(session.frame(0, 2)->matrices.empty());
+    CHECK(session.info().closed);
+    CHECK(session.info().frames == 40);
+    CHECK(std::string(to_string(session.preset().engine.mode)) == mode);
+  }
+}
+
+TEST_CASE("a replay plays the recorded frames and events into rings, like the engine", "[session]") {
+  const auto dir = test::fresh_dir("replay") / "run.memscope";
+  const auto options = test::small_engine({"record.chunk_steps=5", "detect.spike_warmup=2", "detect.spike_threshold=1"});
+  const auto log = record(options, dir, {Command::steps(23)});
+
+  Replay replay(dir.string());
+  auto played = std::make_shared<FrameLog>();
+  replay.add_sink(played);
+  replay.start();
+  replay.post(Command::steps(10));
+  replay.wait_idle();
+  CHECK(replay.status().steps == std::vector<int64_t>{10});
+  CHECK_FALSE(replay.status().live);
+  replay.post(Command::run());
+  replay.wait_idle();  // runs to the end of the recording and pauses there
+  REQUIRE(played->frames.size() == log->frames.size());
+  for (size_t i = 0; i < log->frames.size(); ++i) CHECK(test::identical_frames(played->frames[i], log->frames[i]));
+  const auto ring = replay.ring(0);
+  REQUIRE(ring);
+  CHECK(ring->latest()->step == 23);
+  CHECK(ring->history().size() == 23);
+  const auto events = replay.events();
+  CHECK(std::any_of(events.begin(), events.end(), [](const Event& e) { return e.message.rfind("end of the recording", 0) == 0; }));
+  // The recorded detector events come back at their steps.
+  size_t live_detector = 0, replayed_detector = 0;
+  for (const auto& e : log->events) live_detector += e.is_detector();
+  for (const auto& e : events) replayed_detector += e.is_detector();
+  CHECK(replayed_detector == live_detector);
+
+  // Seek back and forth: the ring ends at the step sought, and playing on gives the same frames.
+  replay.post(Command::rewind(8));
+  replay.wait_idle();
+  CHECK(replay.status().steps == std::vector<int64_t>{8});
+  CHECK(replay.ring(0)->latest()->step == 8);
+  CHECK(replay.ring(0)->history().size() == 8);
+  replay.post(Command::steps(2));
+  replay.wait_idle();
+  CHECK(test::identical_frames(*replay.ring(0)->latest(), log->frames[9]));
+  replay.post(Command::rewind(20));
+  replay.wait_idle();
+  CHECK(replay.ring(0)->latest()->step == 20);
+
+  // Read-only: a knob change is refused with one line, and the replay stays usable.
+  replay.post(Command::set_knob("train.lr", "0.1"));
+  replay.wait_idle();
+  CHECK(replay.status().last_error.find("read-only") != std::string::npos);
+  replay.post(Command::steps(1));
+  replay.wait_idle();
+  CHECK(replay.status().steps == std::vector<int64_t>{21});
+}
+
+TEST_CASE("breakpoints stop a replay at the recorded event", "[session]") {
+  const auto dir = test::fresh_dir("replay-break") / "run.memscope";
+  const auto log = record(test::small_engine({"detect.spike_warmup=2", "detect.spike_threshold=1"}), dir, {Command::steps(30)});
+  int64_t first_spike = 0;
+  for (const auto& e : log->events)
+    if (e.kind == EventKind::Spike && first_spike == 0) first_spike = e.step;
+  REQUIRE(first_spike > 0);  // a threshold of 1 sigma fires in 30 steps
+
+  Replay replay(dir.string());
+  replay.start();
+  Command b{Command::Kind::AddBreakpoint};
+  b.breakpoint = parse_breakpoint("spike");
+  replay.post(b);
+  replay.post(Command::run());
+  replay.wait_idle();
+  CHECK(replay.status().steps == std::vector<int64_t>{first_spike});
+}
+
+TEST_CASE("rewinds and forks inside a recording read back as the engine left each timeline", "[session]") {
+  const auto dir = test::fresh_dir("rewind") / "run.memscope";
+  const auto log = record(test::small_engine({"record.chunk_steps=4"}), dir,
+                          {Command::steps(12), Command::rewind(6), Command::steps(3), Command::fork(5, {"probe.every=1"}),
+                           Command::steps(2)});
+  const SessionReader session(dir.string());
+  REQUIRE(session.timelines() == 2);
+  for (int t = 0; t < 2; ++t) {
+    const auto expected = final_timeline(log->frames, t);
+    const auto steps = session.steps(t);
+    REQUIRE(steps.size() == expected.size());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      CHECK(steps[i] == expected[i].step);
+      CHECK(test::identical_frames(session.frame_at(t, i), expected[i]));
+    }
+  }
+  CHECK(session.steps(0).back() == 11);  // rewound to 6, then 3 steps and 2 more
+}
+
+TEST_CASE("f16 and bf16 snapshots store each value rounded once, record.matrix_every thins them", "[session]") {
+  for (const char* dtype : {"f16", "bf16"}) {
+    INFO(dtype);
+    const auto dir = test::fresh_dir(std::string("dtype-") + dtype) / "run.memscope";
+    const auto log = record(test::small_engine({std::string("record.matrix_dtype=") + dtype, "record.matrix_every=4"}), dir,
+                            {Command::steps(12)});
+    const SessionReader session(dir.string());
+    size_t with_matrices = 0;
+    for (const auto& live : log->frames) {
+      const auto back = session.frame(0, live.step);
+      REQUIRE(back);
+      CHECK(test::same_floats(back->head_metrics, live.head_metrics));  // metrics stay f32
+      if (live.step % 4 != 0) {
+        CHECK(back->matrices.empty());
+        continue;
+      }
+      ++with_matrices;
+      REQUIRE(back->matrices.size() == live.matrices.size());
+      for (size_t m = 0; m < live.matrices.size(); ++m)
+        for (size_t i = 0; i < live.matrices[m].values.size(); ++i) {
+          const float v = live.matrices[m].values[i];
+          const float stored = std::string(dtype) == "f16" ? half_to_float(float_to_half(v)) : bf16_to_float(float_to_bf16(v));
+          CHECK(back->matrices[m].values[i] == stored);
+        }
+    }
+    CHECK(with_matrices == 3);
+  }
+}
+
+TEST_CASE("starting a recording late keeps the frames the engine still holds", "[session]") {
+  const auto dir = test::fresh_dir("late") / "run.memscope";
+  Engine engine(test::small_engine());
+  engine.start();
+  engine.post(Command::steps(6));
+  engine.post(start_recording(dir));
+  engine.post(Command::steps(4));
+  engine.post(Command{Command::Kind::StopRecording});
+  engine.wait_idle();
+  const SessionReader session(dir.string());
+  CHECK(session.steps(0).size() == 10);
+  CHECK(session.steps(0).front() == 1);
+  // A second recording into the same directory is refused, and loses nothing.
+  engine.post(start_recording(dir));
+  engine.wait_idle();
+  CHECK(engine.status().last_error.find("not empty") != std::string::npos);
+  CHECK(SessionReader(dir.string()).frame_count() == 10);
+}
+
+TEST_CASE("a live change of the snapshot size starts a new chunk and reads back exactly", "[session]") {
+  const auto dir = test::fresh_dir("layout") / "run.memscope";
+  const auto log = record(test::small_engine({"record.chunk_steps=100"}), dir,
+                          {Command::steps(5), Command::set_knob("probe.downsample", "4"), Command::steps(5)});
+  const SessionReader session(dir.string());
+  CHECK(session.chunks().size() == 2);  // the 8x8 snapshots, then the 4x4 ones
+  for (const auto& live : log->frames) CHECK(test::identical_frames(*session.frame(0, live.step), live));
+  CHECK(session.frame(0, 10)->matrices.front().rows == 4);
+}
