@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "app/cli/commands.h"
+#include "model/config/preset.h"
+#include "model/memory/continuum_memory.h"
 #include "model/memory/memory_layer.h"
 #include "model/memory/memory_rule.h"
 #include "model/session/safetensors_writer.h"
@@ -34,7 +36,8 @@ void run_trace(const TraceOptions& o) {
     throw UserError("memory-trace: --dim " + std::to_string(o.dim) + " must be a positive multiple of --heads " +
                     std::to_string(o.heads));
   if (o.chunk < 0) throw UserError("memory-trace: --chunk must be at least 1");
-  const MemoryRule rule = load_memory_rule(o.preset, o.sets);
+  const Preset preset = load_preset(o.preset, o.sets);
+  const MemoryRule& rule = preset.memory;
 
   torch::manual_seed(o.seed);
   MemoryLayer layer(rule, MemoryLayerOptions{o.dim, o.heads, 0});
@@ -68,6 +71,11 @@ void run_trace(const TraceOptions& o) {
   // Moneta's latent A (M = A/‖A‖_q^{q−2}) and Yaad's threshold δ_t.
   if (trace.latent.defined()) tensors.emplace_back("A", with_start(start.latent, trace.latent));
   if (rule.bias == Bias::Huber) tensors.emplace_back("delta", first(trace.inputs.delta));
+  // dgd.per_feature: α_t and η_t per input feature [T,H,d_φ] (`retain`/`lr` hold their means).
+  if (rule.dgd_per_feature) {
+    tensors.emplace_back("retain_feature", first(trace.inputs.retain_feature));
+    tensors.emplace_back("lr_feature", first(trace.inputs.lr_feature));
+  }
 
   const std::map<std::string, std::string> metadata{
       {"rule", rule.to_json().dump()},
@@ -78,6 +86,30 @@ void run_trace(const TraceOptions& o) {
       {"dim", std::to_string(o.dim)},
       {"seed", std::to_string(o.seed)},
   };
+  // HOPE presets (model.ffn = cms, model.block = hope): the CMS levels on the same input, their
+  // weights before and after every token and the tokens where each level applied its update.
+  if (preset.model.uses_cms()) {
+    CmsOptions c;
+    c.d_model = o.dim;
+    c.periods = parse_cms_periods(preset.model.cms_periods, "model.cms.periods");
+    c.variant = preset.model.cms_variant == "independent" ? CmsVariant::Independent : CmsVariant::Sequential;
+    c.max_lr = rule.max_lr;
+    c.inner_clip = rule.inner_clip;
+    ContinuumMemory cms(c);  // drawn after x, so the memory layer's tensors match a run without CMS
+    CmsState cms_state = cms->initial_state(1);
+    const CmsState cms_start = cms_state.clone();
+    CmsTrace cms_trace;
+    tensors.emplace_back("cms_y", first(cms->forward(x, cms_state, &cms_trace)));
+    for (size_t l = 0; l < c.periods.size(); ++l) {
+      const std::string level = "cms_level" + std::to_string(l) + "/";
+      for (size_t i = 0; i < 2; ++i)
+        tensors.emplace_back(level + (i == 0 ? "W1" : "W2"),
+                             torch::cat({cms_start.levels[l].weights[i].select(0, 0), cms_trace.weights[l][i].select(0, 0)}, 0)
+                                 .to(torch::kFloat32)
+                                 .contiguous());
+      tensors.emplace_back(level + "tick", cms_trace.tick[l].to(torch::kFloat32).contiguous());
+    }
+  }
   write_safetensors(o.out, tensors, metadata);
   std::cout << "memory-trace: " << rule.name << ", " << o.tokens << " tokens, " << tensors.size() << " tensors -> "
             << o.out << "\n";

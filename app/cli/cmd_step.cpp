@@ -47,7 +47,8 @@ class Printer : public model::FrameSink {
   explicit Printer(bool json) : json_(json) {}
 
   void on_frame(const model::Frame& f) override {
-    if (f.layers == 0 && f.kind == model::FrameKind::Inspect) return;  // not probed at this step
+    const bool hope = f.cms_levels > 0 || !f.selfmod_error.empty();  // HOPE probes (issue 8)
+    if (f.layers == 0 && !hope && f.kind == model::FrameKind::Inspect) return;  // not probed at this step
     if (json_) {
       std::cout << model::frame_to_json(f).dump() << '\n';
       return;
@@ -68,6 +69,19 @@ class Printer : public model::FrameSink {
       }
       std::cout << " | L" << l << " ‖M‖ " << format(norm) << " erank " << format(erank) << " ns " << format(ns)
                 << " gain " << format(gain);
+    }
+    // HOPE: each CMS level's ‖W‖ with a * where it updated at this token, and the main memory's target error.
+    const size_t hope_layers = f.cms_levels > 0 ? f.cms_norm.size() / static_cast<size_t>(f.cms_levels) : f.selfmod_error.size() / 5;
+    for (size_t l = 0; l < hope_layers; ++l) {
+      std::cout << " | L" << l;
+      if (f.cms_levels > 0) {
+        std::cout << " cms";
+        for (int k = 0; k < f.cms_levels; ++k) {
+          const size_t i = l * static_cast<size_t>(f.cms_levels) + static_cast<size_t>(k);
+          std::cout << ' ' << format(f.cms_norm[i]) << (f.cms_tick[i] > 0 ? "*" : "");
+        }
+      }
+      if (!f.selfmod_error.empty()) std::cout << " target err " << format(f.selfmod_error[l * 5 + 4]);
     }
     std::cout << '\n';
   }

@@ -180,14 +180,37 @@ std::vector<Knob> memory_knobs() {
   k.push_back(float_knob("memory.huber.delta", 1e-4, 1e4, Restart,
                          "initial Huber threshold delta_t, where the delta gate's bias starts (SPEC §4)",
                          KNOB_FIELD(p.memory.huber_delta)));
+  // HOPE's dgd (SPEC §5, §7; seed 004 changes 3 and 6).
+  k.push_back(bool_knob("memory.dgd.per_feature", Restart,
+                        "dgd: retain and lr are per-feature vectors over phi's inputs instead of one value per head",
+                        KNOB_FIELD(p.memory.dgd_per_feature)));
+  k.push_back(bool_knob("memory.inner.normalize", Live, "divide the inner loss (and its gradient) by its element count d_v",
+                        KNOB_FIELD(p.memory.inner_normalize)));
+  k.push_back(float_knob("memory.inner.clip", 0.0, 1e6, Live,
+                         "clip each token's inner gradient to this Frobenius norm per head (0 = off)",
+                         KNOB_FIELD(p.memory.inner_clip)));
   return k;
 }
 
 std::vector<Knob> model_knobs() {
   std::vector<Knob> k;
-  k.push_back(enum_knob("model.block", std::array{BlockKind::Lmm, BlockKind::Mag, BlockKind::Mal, BlockKind::Mac, BlockKind::Swa},
-                        Restart, "block: memory as layer, memory || attention (gate), memory then attention, memory as context, attention only",
+  k.push_back(enum_knob("model.block",
+                        std::array{BlockKind::Lmm, BlockKind::Mag, BlockKind::Mal, BlockKind::Mac, BlockKind::Swa, BlockKind::Hope},
+                        Restart, "block: memory as layer, memory || attention (gate), memory then attention, memory as context, attention only, HOPE",
                         KNOB_FIELD(p.model.block)));
+  // HOPE (SPEC §7): the continuum memory system and the self-modifying memories' auxiliary loss.
+  k.push_back(enum_knob("model.ffn", std::array{FfnKind::SwiGlu, FfnKind::Cms}, Restart,
+                        "after memory/attention: a SwiGLU FFN or the continuum memory system (hope always uses cms)",
+                        KNOB_FIELD(p.model.ffn)));
+  k.push_back(string_knob("model.cms.periods", Restart,
+                          "CMS update periods C_l, one per level, comma-separated (e.g. \"1,4,32,128\")",
+                          KNOB_FIELD(p.model.cms_periods)));
+  k.push_back(string_choice_knob("model.cms.variant", {"sequential", "independent"}, Restart,
+                                 "CMS levels in a chain y = L_K(...L_1(x)), or side by side on x with their residuals summed",
+                                 KNOB_FIELD(p.model.cms_variant)));
+  k.push_back(float_knob("model.hope.aux_weight", 0.0, 100.0, Restart,
+                         "weight of HOPE's auxiliary retrieval loss that trains M_k and M_v (seed 004 change 1)",
+                         KNOB_FIELD(p.model.hope_aux_weight)));
   k.push_back(int_knob("model.d_model", 4, 8192, Restart, "width of the residual stream", KNOB_FIELD(p.model.d_model)));
   k.push_back(int_knob("model.layers", 1, 256, Restart, "blocks stacked", KNOB_FIELD(p.model.layers)));
   k.push_back(int_knob("model.memory_heads", 1, 256, Restart, "memory heads per layer (must divide d_model unless memory_head_dim is set)",

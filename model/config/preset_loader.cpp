@@ -9,6 +9,7 @@
 
 #include "model/config/knobs.h"
 #include "model/config/preset.h"
+#include "model/memory/continuum_memory.h"
 #include "model/util/errors.h"
 
 namespace memscope::model {
@@ -185,6 +186,15 @@ Preset read_preset(const toml::table& root, const std::string& origin, const std
   if (m.memory_head_dim == 0 && m.d_model % m.memory_heads != 0)
     r.fail("model.memory_heads", "must divide model.d_model (" + std::to_string(m.d_model) +
                                      ") unless model.memory_head_dim is set, got " + std::to_string(m.memory_heads));
+  if (m.uses_cms()) {
+    try {
+      parse_cms_periods(m.cms_periods, "model.cms.periods");
+    } catch (const UserError& e) {
+      throw UserError(origin + ": " + e.what());
+    }
+    // HOPE's memories have no frozen form: their updates are the model (seed 004 change 4).
+    if (!m.ttl) r.fail("model.ttl", "false is not supported with the continuum memory system (model.ffn = cms, model.block = hope)");
+  }
   // task.* ranges per task are checked by make_task, which knows each task's constraints.
   std::ostringstream text;
   text << root;

@@ -35,6 +35,8 @@ LmState clone_state(const LmState& state) {
     }
     c.attention.next = b.attention.next;
     for (const auto& r : b.retrieval) c.retrieval.push_back(r.clone());
+    if (!b.selfmod.weights[0].empty()) c.selfmod = b.selfmod.clone();
+    c.cms = b.cms.clone();
     out.blocks.push_back(std::move(c));
   }
   return out;
@@ -50,6 +52,11 @@ int64_t state_bytes(const LmState& state) {
     add(b.attention.k);
     add(b.attention.v);
     for (const auto& r : b.retrieval) add(r);
+    for (const auto& w : b.selfmod.weights)
+      for (const auto& t : w) add(t);
+    for (const auto& level : b.cms.levels)
+      for (const auto* part : {&level.weights, &level.accumulated})
+        for (const auto& t : *part) add(t);
   }
   return total;
 }
@@ -177,7 +184,9 @@ std::shared_ptr<Frame> Branch::train_frame() {
 
 std::vector<int64_t> Branch::layer_heads(int layer, int head) const {
   const LanguageModel& model = trainer_->model();
-  if (!model->config().has_memory()) throw UserError("this model (model.block = swa) has no memory to reset");
+  if (!model->config().has_memory())
+    throw UserError(std::string("this model (model.block = ") + to_string(model->config().block) +
+                    ") has no memory layer to reset");
   if (layer >= model->layers())
     throw UserError("layer " + std::to_string(layer) + " does not exist (the model has " +
                     std::to_string(model->layers()) + ")");

@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "model/memory/attentional_bias.h"
+#include "model/memory/inner_clip.h"
 #include "model/memory/linear_scan.h"
 #include "model/memory/memory_layer.h"
 #include "model/memory/mlp_memory.h"
@@ -43,6 +44,7 @@ class ChunkRunner {
       : layer_(layer), rule_(layer.rule()), state_(state), record_(record) {}
 
   // One chunk of n tokens, all [B,H,n,…]; `gradient_point` is the chunk-start memory.
+  // alpha and eta are [B,H,n] per head, or [B,H,n,d_φ] per feature (dgd.per_feature).
   ChunkResult run(const at::Tensor& phi, const at::Tensor& q, const at::Tensor& v, const at::Tensor& alpha,
                   const at::Tensor& eta, const at::Tensor& beta, const at::Tensor& gamma, const at::Tensor& delta,
                   const std::vector<at::Tensor>& gradient_point) {
@@ -57,6 +59,7 @@ class ChunkRunner {
 
     ChunkResult out;
     const bool fast = !record_ && rule_.structure == Structure::Linear && rule_.optimiser != Optimiser::Muon &&
+                      !rule_.dgd_per_feature &&
                       (rule_.retention == Retention::L2Decay || rule_.retention == Retention::None);
     if (fast) {
       linear_psi(gradient_point[0]);  // the dual form needs ψ only, never the per-token g_t
@@ -91,6 +94,13 @@ class ChunkRunner {
     at::Tensor y = at::matmul(win_phi_.flatten(2, 3), m.transpose(-1, -2));
     sizes.back() = m.size(-2);
     psi_ = bias_grad(y.view(sizes), win_v_, rule_, win_delta_) * weights_.unsqueeze(-1);
+    if (rule_.inner_clip > 0.0) {
+      // ‖Σ_j ψ_j φ_jᵀ‖_F² = Σ_{j,k} (ψ_j·ψ_k)(φ_j·φ_k): g_t's norm without materialising g_t.
+      const at::Tensor norm_sq = (at::matmul(psi_, psi_.transpose(-1, -2)) *
+                                  at::matmul(win_phi_, win_phi_.transpose(-1, -2)))
+                                     .sum({-2, -1});
+      psi_ = psi_ * clip_factor(norm_sq, rule_.inner_clip).unsqueeze(-1).unsqueeze(-1);
+    }
   }
 
   // g_t for every chunk token at the chunk-start memory: [B,H,n,…] per weight.
@@ -116,6 +126,11 @@ class ChunkRunner {
                                    /*create_graph=*/differentiable);
     at::Tensor g1 = small_matmul(d[1].transpose(-1, -2), pass.a);  // Σ_j δo aᵀ: [B,H,n,d,4d]
     at::Tensor g2 = small_matmul(d[0].transpose(-1, -2), z);       // Σ_j δh φᵀ: [B,H,n,4d,d]
+    if (rule_.inner_clip > 0.0) {
+      const at::Tensor factor = clip_factor({g1, g2}, rule_.inner_clip);
+      g1 = g1 * factor;
+      g2 = g2 * factor;
+    }
     if (!differentiable) return {g1.detach(), g2.detach()};
     return {g1, g2};
   }
@@ -126,7 +141,9 @@ class ChunkRunner {
                            const at::Tensor& eta, const at::Tensor& beta) {
     const int64_t n = q.size(2);
     ChunkResult out;
-    const DecayProducts retain = decay_products(alpha);
+    const bool per_feature = rule_.dgd_per_feature;
+    // Per feature, column j of M follows its own recurrence in α_t[j]: products over [B,H,d_φ,n].
+    const DecayProducts retain = decay_products(per_feature ? alpha.transpose(-1, -2) : alpha);
     std::vector<at::Tensor> before = state_.memory;
     std::vector<at::Tensor> mem_all, s_all;
     for (size_t i = 0; i < grads.size(); ++i) {
@@ -135,7 +152,7 @@ class ChunkRunner {
       at::Tensor momentum, update;
       if (rule_.optimiser == Optimiser::Dgd) {
         momentum = s0.expand_as(g);
-        update = per_token_scale(eta) * g;
+        update = per_feature ? g * eta.unsqueeze(-2) : per_token_scale(eta) * g;  // g_t diag(η_t)
       } else {
         // S_t = β_t S_{t−1} + u_t with u = η g (gd-momentum) or g (muon), SPEC §5.
         const DecayProducts decay = decay_products(beta);
@@ -152,7 +169,14 @@ class ChunkRunner {
         case Retention::Softmax: z0 = softmax_latent(state_.memory[i]); break;
         default: z0 = state_.memory[i];
       }
-      at::Tensor latent = per_token_scale(retain.from_start) * z0.unsqueeze(2) - mix(retain.within, update);
+      at::Tensor latent;
+      if (per_feature) {
+        // Z_t[:, j] = P_t[j] Z_0[:, j] − Σ_s D_j[t,s] U_s[:, j]
+        latent = retain.from_start.transpose(-1, -2).unsqueeze(-2) * z0.unsqueeze(2) -
+                 at::einsum("bhjts,bhsij->bhtij", {retain.within, update});
+      } else {
+        latent = per_token_scale(retain.from_start) * z0.unsqueeze(2) - mix(retain.within, update);
+      }
       at::Tensor memory;
       switch (rule_.retention) {
         case Retention::LqNormalize:
@@ -249,7 +273,10 @@ ForwardOutput MemoryLayerImpl::forward(const at::Tensor& x, MemoryState& state, 
   const int64_t T = x.size(1);
   auto heads_first = [](const at::Tensor& t) { return t.transpose(1, 2); };  // [B,T,H,…] → [B,H,T,…]
   const at::Tensor phi = heads_first(p.phi_k), q = heads_first(p.phi_q), v = heads_first(p.v);
-  const at::Tensor alpha = heads_first(p.retain), eta = heads_first(p.lr), beta = heads_first(p.momentum);
+  // dgd.per_feature runs on the feature gates [B,H,T,d_φ]; everything else on one gate per head.
+  const bool per_feature = rule_.dgd_per_feature;
+  const at::Tensor alpha = heads_first(per_feature ? p.retain_feature : p.retain);
+  const at::Tensor eta = heads_first(per_feature ? p.lr_feature : p.lr), beta = heads_first(p.momentum);
   const at::Tensor gamma = heads_first(p.gamma), delta = heads_first(p.delta);
 
   ChunkRunner runner(*this, state, record);

@@ -78,10 +78,14 @@ MemoryLayerImpl::MemoryLayerImpl(MemoryRule rule, MemoryLayerOptions options) : 
   for (int g = 0; g < kGateCount; ++g) {
     const Gate gate = static_cast<Gate>(g);
     if (!gate_used(rule_, gate)) continue;
-    gate_w[g] = register_parameter(std::string("gate_") + to_string(gate) + "_w",
-                                   torch::randn({heads_, d_model_}) * in_scale);
+    // Per-feature gates (seed 004 change 3) have one row per input feature of M.
+    std::vector<int64_t> rows{heads_};
+    if (per_feature(gate)) rows.push_back(feature_dim_);
+    std::vector<int64_t> w_shape = rows;
+    w_shape.push_back(d_model_);
+    gate_w[g] = register_parameter(std::string("gate_") + to_string(gate) + "_w", torch::randn(w_shape) * in_scale);
     gate_b[g] = register_parameter(std::string("gate_") + to_string(gate) + "_b",
-                                   torch::full({heads_}, gate_bias_init(rule_, gate)));
+                                   torch::full(rows, gate_bias_init(rule_, gate)));
   }
   if (rule_.feature_map == FeatureMapKind::Poly) {
     // a_i = 1/i! (Atlas Eq. 5)
@@ -207,25 +211,31 @@ void MemoryLayerImpl::set_override(Gate gate, GateOverride value) {
 
 void MemoryLayerImpl::clear_overrides() { overrides_ = {}; }
 
+bool MemoryLayerImpl::per_feature(Gate gate) const {
+  return rule_.dgd_per_feature && (gate == Gate::Retain || gate == Gate::Lr);
+}
+
 at::Tensor MemoryLayerImpl::apply_override(Gate gate, const at::Tensor& value) const {
   const GateOverride& o = overrides_[static_cast<int>(gate)];
   if (o.mode == GateOverride::Mode::Off) return value;
   // Values are doubles holding the shown float exactly, so a constant equal to the current
   // gate value reproduces it bit for bit (SPEC §9 "Overrides").
   at::Tensor v = at::tensor(o.values, at::TensorOptions().dtype(at::kDouble)).to(value.options());
+  if (value.dim() == 4) v = v.unsqueeze(-1);  // per-feature gates: one value per head covers its features
   if (o.mode == GateOverride::Mode::Constant) return v.expand_as(value).clone();
   return value * v;
 }
 
 at::Tensor MemoryLayerImpl::gate_value(Gate gate, const at::Tensor& x) const {
   const int g = static_cast<int>(gate);
-  const auto shape = std::vector<int64_t>{x.size(0), x.size(1), heads_};
+  auto shape = std::vector<int64_t>{x.size(0), x.size(1), heads_};
+  if (per_feature(gate)) shape.push_back(feature_dim_);
   at::Tensor value;
   if (!gate_used(rule_, gate)) {
     // Not learned: retain 1 (retention none), momentum 0 (disabled or dgd), γ 1, δ unused.
     value = gate == Gate::Momentum ? at::zeros(shape, x.options()) : at::ones(shape, x.options());
   } else {
-    at::Tensor logits = at::matmul(x, gate_w[g].t()) + gate_b[g];
+    at::Tensor logits = (at::matmul(x, gate_w[g].flatten(0, -2).t()) + gate_b[g].flatten()).view(shape);
     switch (gate) {
       case Gate::Lr: value = rule_.max_lr * at::sigmoid(logits); break;
       case Gate::HuberDelta: value = at::softplus(logits); break;
@@ -237,17 +247,19 @@ at::Tensor MemoryLayerImpl::gate_value(Gate gate, const at::Tensor& x) const {
 
 at::Tensor MemoryLayerImpl::position_weights(const at::TensorOptions& options) const {
   const int64_t c = rule_.window;
+  // seed 004 change 6: ℓ sums d_v elements; the normalised loss is their mean.
+  const double elements = rule_.inner_normalize ? 1.0 / static_cast<double>(head_dim_) : 1.0;
   switch (rule_.gamma) {
     case WindowWeights::Uniform:
-      return at::full({c}, 1.0 / static_cast<double>(c), options);
+      return at::full({c}, elements / static_cast<double>(c), options);
     case WindowWeights::Decay: {
       // d^{t−i} for positions oldest..newest, normalised over the full window (SPEC §4).
       at::Tensor age = at::arange(c - 1, -1, -1, options.dtype(at::kDouble));
       at::Tensor w = at::pow(rule_.gamma_decay, age);
-      return (w / w.sum()).to(options);
+      return (elements * w / w.sum()).to(options);
     }
     case WindowWeights::Gated:
-      return at::ones({c}, options);
+      return at::full({c}, elements, options);
   }
   return {};
 }
@@ -276,6 +288,12 @@ ProjectedTokens MemoryLayerImpl::project(const at::Tensor& x, MemoryState& state
   p.v = per_head(v);
   p.retain = gate_value(Gate::Retain, x);
   p.lr = gate_value(Gate::Lr, x);
+  if (rule_.dgd_per_feature) {
+    p.retain_feature = p.retain;
+    p.lr_feature = p.lr;
+    p.retain = p.retain_feature.mean(-1);
+    p.lr = p.lr_feature.mean(-1);
+  }
   p.momentum = gate_value(Gate::Momentum, x);
   p.gamma = gate_value(Gate::Gamma, x);
   p.delta = gate_value(Gate::HuberDelta, x);
@@ -308,7 +326,8 @@ at::Tensor MemoryLayerImpl::mlp_read(const at::Tensor& z, const at::Tensor& w1, 
 void MemoryLayerImpl::set_live_rule(const MemoryRule& rule) {
   TORCH_CHECK(rule.structure == rule_.structure && rule.bias == rule_.bias && rule.retention == rule_.retention &&
                   rule.optimiser == rule_.optimiser && rule.window == rule_.window && rule.conv == rule_.conv &&
-                  rule.feature_map == rule_.feature_map && rule.gamma == rule_.gamma,
+                  rule.feature_map == rule_.feature_map && rule.gamma == rule_.gamma &&
+                  rule.dgd_per_feature == rule_.dgd_per_feature,
               "memory layer: this rule change needs a restart (it changes parameters or state shapes)");
   rule_ = rule;
 }

@@ -50,6 +50,9 @@ struct ProjectedTokens {
   at::Tensor momentum;  // [B,T,H] β_t
   at::Tensor gamma;     // [B,T,H] the token's own window gate (1 unless `gated`)
   at::Tensor delta;     // [B,T,H] Huber δ_t (1 for other biases)
+  // dgd.per_feature only (else undefined): α_t and η_t per input feature of M, [B,T,H,d_φ]; then
+  // `retain` and `lr` above hold their mean over the features (for the probes' per-head plots).
+  at::Tensor retain_feature, lr_feature;
 };
 
 // What one sequential step did, for the probes (SPEC §8). Tensors are [B,H,…].
@@ -58,6 +61,7 @@ struct StepRecord {
   at::Tensor retain, lr, momentum, delta;  // [B,H]
   at::Tensor gamma;                        // [B,H,c] window weights γ_{t,i}, oldest first
   at::Tensor token_gamma;                  // [B,H] this token's own window gate
+  at::Tensor retain_feature, lr_feature;   // [B,H,d_φ] (dgd.per_feature only, else undefined)
   at::Tensor loss_before;                  // [B,H] L_t(M_{t−1})
   at::Tensor loss_after;                   // [B,H] L_t(M_t)
   std::vector<at::Tensor> gradient;        // g_t per memory weight (state.names order)
@@ -139,7 +143,8 @@ class MemoryLayerImpl : public torch::nn::Module {
   const GateOverride& override_of(Gate gate) const { return overrides_[static_cast<int>(gate)]; }
   void clear_overrides();
 
-  // Window weights by position (oldest first) before the per-token gate: [c].
+  // Window weights by position (oldest first) before the per-token gate: [c]. They carry the
+  // inner loss's 1/d_v when memory.inner.normalize is on (seed 004 change 6).
   at::Tensor position_weights(const at::TensorOptions& options) const;
 
   // The MLP memory read M(z) = z + LN(W_1 GELU(W_2 z)) (SPEC §3) with batched weights.
@@ -148,8 +153,9 @@ class MemoryLayerImpl : public torch::nn::Module {
   // Outer parameters (registered; exposed for tests and the trainer).
   at::Tensor w_q, w_k, w_v;                  // [H·d, D]
   at::Tensor conv_weight;                    // [3·H·d, 4] (conv only)
-  std::array<at::Tensor, kGateCount> gate_w;  // [H, D] per gate (undefined when unused)
-  std::array<at::Tensor, kGateCount> gate_b;  // [H]
+  std::array<at::Tensor, kGateCount> gate_w;  // [H, D] per gate (undefined when unused);
+                                             // [H, d_φ, D] for retain and lr with dgd.per_feature
+  std::array<at::Tensor, kGateCount> gate_b;  // [H] (per feature: [H, d_φ])
   at::Tensor poly_coefficients;              // [p] a_1..a_p (poly only)
   at::Tensor m0;                             // linear: [H,d_v,d_φ] (memora: logits of M_0; moneta: A_0)
   at::Tensor w1_0, w2_0;                     // mlp: [H,d,4d], [H,4d,d]
@@ -158,6 +164,7 @@ class MemoryLayerImpl : public torch::nn::Module {
  private:
   at::Tensor gate_value(Gate gate, const at::Tensor& x) const;
   at::Tensor apply_override(Gate gate, const at::Tensor& value) const;
+  bool per_feature(Gate gate) const;
   std::vector<at::Tensor> initial_memory(int64_t batch, at::Tensor* latent) const;
 
   MemoryRule rule_;

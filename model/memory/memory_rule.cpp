@@ -88,6 +88,13 @@ void MemoryRule::validate() const {
   if (!(lq_q > 2.0)) bad(name, "memory.lq.q", "must be > 2, got " + std::to_string(lq_q));
   if (!(huber_delta > 0.0))
     bad(name, "memory.huber.delta", "must be > 0, got " + std::to_string(huber_delta));
+  if (!(inner_clip >= 0.0)) bad(name, "memory.inner.clip", "must be >= 0, got " + std::to_string(inner_clip));
+  if (dgd_per_feature && optimiser != Optimiser::Dgd)
+    bad(name, "memory.dgd.per_feature", std::string("needs memory.optimiser = dgd, got ") + to_string(optimiser));
+  // The per-feature retention scales M's columns; the nonlinear retentions act on whole rows or norms.
+  if (dgd_per_feature && retention != Retention::L2Decay && retention != Retention::None)
+    bad(name, "memory.dgd.per_feature",
+        std::string("needs memory.retention = l2-decay or none, got ") + to_string(retention));
   if (train_chunk < 1) bad(name, "train.chunk", "must be at least 1, got " + std::to_string(train_chunk));
   if (structure == Structure::Mlp) {
     // SPEC §3: the residual form z + LN(…) needs d_v = d_φ.
@@ -132,7 +139,9 @@ nlohmann::json MemoryRule::to_json() const {
         {"momentum", {{"enabled", momentum_enabled}}},
         {"lp", {{"p", lp_p}}},
         {"lq", {{"q", lq_q}}},
-        {"huber", {{"delta", huber_delta}}}}},
+        {"huber", {{"delta", huber_delta}}},
+        {"dgd", {{"per_feature", dgd_per_feature}}},
+        {"inner", {{"normalize", inner_normalize}, {"clip", inner_clip}}}}},
       {"train", {{"chunk", train_chunk}}},
   };
 }

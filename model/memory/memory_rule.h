@@ -49,6 +49,16 @@ struct MemoryRule {
   double lq_q = 4.0;             // Moneta's q (lq-normalize)
   double huber_delta = 1.0;      // initial δ_t of the Huber gate (δ_t = softplus(w·x + b))
 
+  // dgd with per-feature gates (seed 004 change 3): α_t, η_t ∈ R^{d_φ} per head act on M's input
+  // columns, M_t = M_{t−1} diag(α_t) − g_t diag(η_t); with the l2 bias and c = 1 this is
+  // M_{t−1}(diag α_t − φ_t (η_t⊙φ_t)ᵀ) + v_t (η_t⊙φ_t)ᵀ. false: one α_t, η_t per head (SPEC §5).
+  bool dgd_per_feature = false;
+  // seed 004 change 6: the inner loss (and so g_t) is divided by its element count d_v.
+  bool inner_normalize = false;
+  // Inner gradient clipping: g_t ← g_t · min(1, clip/‖g_t‖_F), ‖·‖ over all memory weights of a
+  // head (0 = off).
+  double inner_clip = 0.0;
+
   int64_t train_chunk = 64;  // the preferred chunk size b for training (`train.chunk`)
 
   // Throws UserError naming the offending key when the rule is inconsistent.

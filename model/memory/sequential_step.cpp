@@ -3,6 +3,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "model/memory/attentional_bias.h"
+#include "model/memory/inner_clip.h"
 #include "model/memory/memory_layer.h"
 #include "model/memory/newton_schulz.h"
 #include "model/memory/retention.h"
@@ -48,6 +49,11 @@ StepOutput MemoryLayerImpl::step(const at::Tensor& x_t, MemoryState& state) cons
   rec.delta = delta;
   rec.gamma = weights;
   rec.token_gamma = token(p.gamma);
+  const bool per_feature = rule_.dgd_per_feature;
+  if (per_feature) {
+    rec.retain_feature = token(p.retain_feature);
+    rec.lr_feature = token(p.lr_feature);
+  }
 
   const std::vector<at::Tensor> before = state.memory;
   if (linear) {
@@ -74,6 +80,10 @@ StepOutput MemoryLayerImpl::step(const at::Tensor& x_t, MemoryState& state) cons
       for (auto& g : rec.gradient) g = g.detach();
   }
   if (!at::GradMode::is_enabled()) rec.loss_before = rec.loss_before.detach();
+  if (rule_.inner_clip > 0.0) {
+    const at::Tensor factor = clip_factor(rec.gradient, rule_.inner_clip);
+    for (auto& g : rec.gradient) g = g * factor;
+  }
 
   // SPEC §5: optimiser, then retention.
   std::vector<at::Tensor> after(before.size());
@@ -93,9 +103,14 @@ StepOutput MemoryLayerImpl::step(const at::Tensor& x_t, MemoryState& state) cons
         break;
       }
       case Optimiser::Dgd:
-        // M_t = M_{t−1}(αI − η φφᵀ) + η v φᵀ = α M_{t−1} − η g_t for the l2 bias and c = 1.
-        update = as_matrix_scale(eta) * g;
+        // M_t = M_{t−1}(αI − η φφᵀ) + η v φᵀ = α M_{t−1} − η g_t for the l2 bias and c = 1;
+        // per feature, η scales g's columns: g_t diag(η_t).
+        update = per_feature ? g * rec.lr_feature.unsqueeze(-2) : as_matrix_scale(eta) * g;
         break;
+    }
+    if (per_feature) {  // M_{t−1} diag(α_t) − g_t diag(η_t); validate() allows l2-decay and none only
+      after[i] = before[i] * rec.retain_feature.unsqueeze(-2) - update;
+      continue;
     }
     switch (rule_.retention) {
       case Retention::L2Decay:
@@ -163,6 +178,10 @@ ForwardOutput MemoryLayerImpl::forward_sequential(const at::Tensor& x, MemorySta
   trace.inputs.momentum = stack([](const StepRecord& r) { return r.momentum; });
   trace.inputs.delta = stack([](const StepRecord& r) { return r.delta; });
   trace.inputs.gamma = stack([](const StepRecord& r) { return r.token_gamma; });
+  if (rule_.dgd_per_feature) {
+    trace.inputs.retain_feature = stack([](const StepRecord& r) { return r.retain_feature; });
+    trace.inputs.lr_feature = stack([](const StepRecord& r) { return r.lr_feature; });
+  }
   trace.gamma = stack([](const StepRecord& r) { return r.gamma; });
   trace.loss_before = stack([](const StepRecord& r) { return r.loss_before; });
   trace.loss_after = stack([](const StepRecord& r) { return r.loss_after; });

@@ -9,6 +9,8 @@ BlockState BlockState::detached() const {
   if (!memory.memory.empty()) s.memory = memory.detached();
   if (attention.k.defined()) s.attention = attention.detached();
   for (const auto& r : retrieval) s.retrieval.push_back(r.detach());
+  if (!selfmod.weights[0].empty()) s.selfmod = selfmod.detached();
+  s.cms = cms.detached();
   return s;
 }
 
@@ -44,18 +46,40 @@ BlockImpl::BlockImpl(const LmConfig& config, const MemoryRule& rule) : config_(c
     attention = register_module("attention", SlidingWindowAttention(a));
     norm_attention = register_module("norm_attention", RmsNorm(D));
   }
+  if (config.block == BlockKind::Hope) {
+    // The memory rule supplies HOPE's inner lr ceiling and clip; its other axes do not apply.
+    SelfModOptions o;
+    o.d_model = D;
+    o.max_lr = rule.max_lr;
+    o.inner_clip = rule.inner_clip;
+    selfmod = register_module("selfmod", SelfModifyingMemory(o));
+    norm_memory = register_module("norm_memory", RmsNorm(D));
+    w_memory_out = register_parameter("w_memory_out", scaled_randn(D, D));
+  }
   if (config.block == BlockKind::Mag) {
     w_gate = register_parameter("w_gate", scaled_randn(D, D));
     b_gate = register_parameter("b_gate", torch::zeros({D}));
   }
   norm_ffn = register_module("norm_ffn", RmsNorm(D));
-  ffn = register_module("ffn", SwiGlu(D, std::max<int64_t>(1, static_cast<int64_t>(config.ffn_mult * D))));
+  if (config.uses_cms()) {
+    CmsOptions o;
+    o.d_model = D;
+    o.periods = parse_cms_periods(config.cms_periods, "model.cms.periods");
+    o.variant = config.cms_variant == "independent" ? CmsVariant::Independent : CmsVariant::Sequential;
+    o.max_lr = rule.max_lr;
+    o.inner_clip = rule.inner_clip;
+    cms = register_module("cms", ContinuumMemory(o));
+  } else {
+    ffn = register_module("ffn", SwiGlu(D, std::max<int64_t>(1, static_cast<int64_t>(config.ffn_mult * D))));
+  }
 }
 
 BlockState BlockImpl::initial_state(int64_t batch) const {
   BlockState s;
   if (memory) s.memory = memory->initial_state(batch);
   if (attention) s.attention = attention->empty_cache(batch);
+  if (selfmod) s.selfmod = selfmod->initial_state(batch);
+  if (cms) s.cms = cms->initial_state(batch);
   return s;
 }
 
@@ -107,8 +131,21 @@ at::Tensor BlockImpl::run(const at::Tensor& x, BlockState& state, int64_t chunk,
     case BlockKind::Swa:
       h = h + attention->forward(norm_attention->forward(h), state.attention);
       break;
+    case BlockKind::Hope: {
+      // The self-modifying memories have only the sequential form: forward() is T steps.
+      const at::Tensor n = norm_memory->forward(h);
+      const at::Tensor m = step_mode ? selfmod->step(n.squeeze(1), state.selfmod).unsqueeze(1)
+                                     : selfmod->forward(n, state.selfmod);
+      h = h + at::matmul(m, w_memory_out.t());
+      break;
+    }
   }
-  return h + ffn->forward(norm_ffn->forward(h));
+  const at::Tensor n = norm_ffn->forward(h);
+  if (cms) {
+    const at::Tensor c = step_mode ? cms->step(n.squeeze(1), state.cms).unsqueeze(1) : cms->forward(n, state.cms);
+    return h + (c - n);
+  }
+  return h + ffn->forward(n);
 }
 
 at::Tensor BlockImpl::run_mac(const at::Tensor& x, BlockState& state, int64_t chunk, bool step_mode,

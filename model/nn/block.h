@@ -8,6 +8,10 @@
 //        a  = attn(n(x), extra = h)                   (persistent + retrieved + segment)
 //        x += a ⊙ σ(Wm·mem(a))                        (memory written from the attention output)
 //   swa  x += attn(n(x))                              (no memory: the baseline)
+//   hope x += Wm·selfmod(n(x))                        (self-modifying Titans, SPEC §7)
+//
+// The FFN is SwiGLU, or with model.ffn = cms (always for hope) the continuum memory system:
+//   x += cms(n(x)) − n(x)                             (the CMS levels' residuals, SPEC §7)
 //
 // forward() (training, chunkwise memory) and step() (one token, the exact sequential memory step
 // with its probe record) share every line except the memory call, so with chunk 1 they agree.
@@ -18,7 +22,9 @@
 
 #include <vector>
 
+#include "model/memory/continuum_memory.h"
 #include "model/memory/memory_layer.h"
+#include "model/memory/self_modifying_memory.h"
 #include "model/nn/lm_config.h"
 #include "model/nn/rms_norm.h"
 #include "model/nn/sliding_window_attention.h"
@@ -30,6 +36,8 @@ struct BlockState {
   MemoryState memory;                 // empty for swa
   KvCache attention;                  // empty for lmm
   std::vector<at::Tensor> retrieval;  // mac: the memory weights at the start of the current segment
+  SelfModState selfmod;               // hope: the self-modifying memories (empty otherwise)
+  CmsState cms;                       // model.ffn = cms or hope: the CMS levels (empty otherwise)
 
   BlockState detached() const;
 };
@@ -50,10 +58,12 @@ class BlockImpl : public torch::nn::Module {
   BlockKind kind() const { return config_.block; }
 
   MemoryLayer memory{nullptr};
+  SelfModifyingMemory selfmod{nullptr};
+  ContinuumMemory cms{nullptr};
   SlidingWindowAttention attention{nullptr};
   RmsNorm norm_memory{nullptr}, norm_attention{nullptr}, norm_ffn{nullptr};
-  SwiGlu ffn{nullptr};
-  at::Tensor w_memory_out;  // [D, H·d_v]: memory heads → model width
+  SwiGlu ffn{nullptr};      // unless the CMS takes its place
+  at::Tensor w_memory_out;  // [D, H·d_v]: memory heads → model width (hope: [D, D])
   at::Tensor w_gate;        // mag: [D, D] gate projection;  mac: unused
   at::Tensor b_gate;        // mag: [D]
   at::Tensor w_retrieve;    // mac: [H·d, D] retrieval queries

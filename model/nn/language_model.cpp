@@ -55,10 +55,24 @@ LmStepOutput LanguageModelImpl::step(const at::Tensor& token, LmState& state) co
   return out;
 }
 
+at::Tensor LanguageModelImpl::take_aux_loss(LmState& state) const {
+  at::Tensor total;
+  for (auto& b : state.blocks) {
+    if (!b.selfmod.aux.defined()) continue;
+    total = total.defined() ? total + b.selfmod.aux.sum() : b.selfmod.aux.sum();
+    b.selfmod.aux = at::zeros_like(b.selfmod.aux).detach();
+  }
+  return total;
+}
+
 void LanguageModelImpl::set_live_rule(const MemoryRule& rule) {
   rule_ = rule;
-  for (auto& block : blocks_)
+  for (auto& block : blocks_) {
     if (block->memory) block->memory->set_live_rule(rule);
+    // HOPE's memories take their lr ceiling and inner clip from the rule.
+    if (block->selfmod) block->selfmod->set_live(rule.max_lr, rule.inner_clip);
+    if (block->cms) block->cms->set_live(rule.max_lr, rule.inner_clip);
+  }
 }
 
 }  // namespace memscope::model

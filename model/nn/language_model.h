@@ -41,6 +41,10 @@ class LanguageModelImpl : public torch::nn::Module {
   Block& block(int64_t i) { return blocks_.at(static_cast<size_t>(i)); }
   const Block& block(int64_t i) const { return blocks_.at(static_cast<size_t>(i)); }
 
+  // HOPE's auxiliary retrieval loss (seed 004 change 1) summed over the hope blocks and the
+  // tokens since the last call, then reset to zero in `state`; undefined when no block has one.
+  at::Tensor take_aux_loss(LmState& state) const;
+
   // Applies a rule that differs from rule() only in live knobs to every memory layer.
   void set_live_rule(const MemoryRule& rule);
 

@@ -9,8 +9,11 @@ const char* to_string(BlockKind kind) {
     case BlockKind::Mal: return "mal";
     case BlockKind::Mac: return "mac";
     case BlockKind::Swa: return "swa";
+    case BlockKind::Hope: return "hope";
   }
   return "?";
 }
+
+const char* to_string(FfnKind kind) { return kind == FfnKind::SwiGlu ? "swiglu" : "cms"; }
 
 }  // namespace memscope::model

@@ -1,6 +1,7 @@
 // The model knobs (`model.*`): the language model's shape and which block it stacks.
 #pragma once
 #include <cstdint>
+#include <string>
 
 namespace memscope::model {
 
@@ -11,8 +12,13 @@ enum class BlockKind {
   Mal,  // memory, then sliding-window attention
   Mac,  // segments attend over persistent, retrieved-memory and segment tokens; memory written from the output
   Swa,  // sliding-window attention only: the no-memory baseline
+  Hope, // HOPE (SPEC §7): self-modifying Titans, then the CMS in place of the FFN; no attention
 };
 const char* to_string(BlockKind kind);
+
+// What follows the memory/attention part of a block (HOPE always uses the CMS).
+enum class FfnKind { SwiGlu, Cms };
+const char* to_string(FfnKind kind);
 
 struct LmConfig {
   BlockKind block = BlockKind::Mag;  // model.block
@@ -28,9 +34,15 @@ struct LmConfig {
   double ffn_mult = 2.0;             // model.ffn_mult: SwiGLU hidden = ffn_mult · d_model
   double rope_base = 10000.0;        // model.rope_base
   bool ttl = true;                   // model.ttl: false freezes every memory at M_0 (the seeds' ablation)
+  FfnKind ffn = FfnKind::SwiGlu;     // model.ffn: SwiGLU, or the continuum memory system (SPEC §7)
+  std::string cms_periods = "1,4,32,128";  // model.cms.periods: C_l per CMS level, comma-separated
+  std::string cms_variant = "sequential";  // model.cms.variant: sequential | independent (NL §7)
+  double hope_aux_weight = 0.1;            // model.hope.aux_weight: weight of the auxiliary retrieval loss
 
-  bool has_memory() const { return block != BlockKind::Swa; }
-  bool has_attention() const { return block != BlockKind::Lmm; }
+  // A MemoryLayer (SPEC §3-§6) with its probes; HOPE's memories are its own modules.
+  bool has_memory() const { return block != BlockKind::Swa && block != BlockKind::Hope; }
+  bool has_attention() const { return block != BlockKind::Lmm && block != BlockKind::Hope; }
+  bool uses_cms() const { return block == BlockKind::Hope || ffn == FfnKind::Cms; }
 };
 
 }  // namespace memscope::model

@@ -84,6 +84,16 @@ struct Frame {
   std::vector<float> weight_metrics; // [layers, heads, weights, kWeightMetricCount]
   std::vector<MatrixSnapshot> matrices;
 
+  // HOPE (SPEC §7, issue 8), batch row 0 after the step; empty without the CMS or hope blocks.
+  int cms_levels = 0;
+  std::vector<float> cms_norm;       // [layers, cms_levels]: sqrt(‖W1‖² + ‖W2‖²) of each CMS level
+  std::vector<float> cms_tick;       // [layers, cms_levels]: 1 where the level updated after the step's last token
+  std::vector<float> selfmod_error;  // [layers, 5] (hope): the last write's ½‖M(k) − v̂‖²/d for k, v, eta, alpha, memory
+  // Per-feature retain and lr of the step's write (seed 004 change 3): [layers, feature_rows, feature_dim], rows are
+  // the memory heads (memory.dgd.per_feature) or 1 (hope blocks); empty otherwise.
+  int feature_rows = 0, feature_dim = 0;
+  std::vector<float> retain_feature, lr_feature;
+
   float head(int layer, int h, HeadMetric m) const {
     return head_metrics[(static_cast<size_t>(layer) * heads + h) * kHeadMetricCount + static_cast<int>(m)];
   }

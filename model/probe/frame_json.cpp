@@ -58,6 +58,51 @@ nlohmann::json frame_to_json(const Frame& f) {
     layers.push_back({{"layer", l}, {"heads", std::move(heads)}});
   }
   j["layers"] = std::move(layers);
+  // Per-feature retain and lr: per layer, one array of features per row (head).
+  if (f.feature_dim > 0) {
+    using Named = std::pair<const char*, const std::vector<float>*>;
+    for (const Named& named : {Named{"retain_feature", &f.retain_feature}, Named{"lr_feature", &f.lr_feature}}) {
+      const char* key = named.first;
+      const std::vector<float>* values = named.second;
+      nlohmann::json per_layer = nlohmann::json::array();
+      const size_t rows = static_cast<size_t>(f.feature_rows), dim = static_cast<size_t>(f.feature_dim);
+      for (size_t l = 0; l < values->size() / (rows * dim); ++l) {
+        nlohmann::json per_row = nlohmann::json::array();
+        for (size_t r = 0; r < rows; ++r)
+          per_row.push_back(std::vector<float>(values->begin() + static_cast<std::ptrdiff_t>((l * rows + r) * dim),
+                                               values->begin() + static_cast<std::ptrdiff_t>((l * rows + r + 1) * dim)));
+        per_layer.push_back(std::move(per_row));
+      }
+      j[key] = std::move(per_layer);
+    }
+  }
+  // HOPE (issue 8): per layer, each CMS level's state norm and update tick, and the
+  // self-modifying memories' target errors.
+  const int hope_layers = f.cms_levels > 0 ? static_cast<int>(f.cms_norm.size()) / f.cms_levels
+                                           : static_cast<int>(f.selfmod_error.size()) / 5;
+  if (hope_layers > 0) {
+    nlohmann::json hope = nlohmann::json::array();
+    for (int l = 0; l < hope_layers; ++l) {
+      nlohmann::json layer{{"layer", l}};
+      if (f.cms_levels > 0) {
+        nlohmann::json norm = nlohmann::json::array(), tick = nlohmann::json::array();
+        for (int k = 0; k < f.cms_levels; ++k) {
+          norm.push_back(number(f.cms_norm[static_cast<size_t>(l * f.cms_levels + k)]));
+          tick.push_back(static_cast<int>(f.cms_tick[static_cast<size_t>(l * f.cms_levels + k)]));
+        }
+        layer["cms_norm"] = std::move(norm);
+        layer["cms_tick"] = std::move(tick);
+      }
+      if (!f.selfmod_error.empty()) {
+        nlohmann::json error = nlohmann::json::object();
+        const char* names[] = {"k", "v", "eta", "alpha", "memory"};
+        for (int m = 0; m < 5; ++m) error[names[m]] = number(f.selfmod_error[static_cast<size_t>(l * 5 + m)]);
+        layer["target_error"] = std::move(error);
+      }
+      hope.push_back(std::move(layer));
+    }
+    j["hope"] = std::move(hope);
+  }
   return j;
 }
 

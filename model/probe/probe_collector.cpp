@@ -10,6 +10,7 @@
 #endif
 
 #include "model/memory/newton_schulz.h"
+#include "model/probe/hope_probes.h"
 #include "model/probe/matrix_metrics.h"
 
 namespace memscope::model {
@@ -102,9 +103,25 @@ std::vector<double> collect_probes(Frame& frame, const ProbeInputs& in, const Pr
       const at::Tensor lr = column(1);
       const at::Tensor retain = rule.retention == Retention::None ? at::ones_like(lr) : column(0);
       at::Tensor lo = retain, hi = retain;
-      if (rule.optimiser == Optimiser::Dgd) {
-        // (αI − ηφφᵀ) has eigenvalue α − η‖φ‖² along φ and α on φ's complement.
-        const at::Tensor phi_sq = stacked([&](int64_t l) { return record_of(l)->phi_k.select(0, 0).pow(2).sum(-1); });
+      if (rule.optimiser == Optimiser::Dgd && rule.dgd_per_feature) {
+        // M_{t−1}(diag α − φ (wη⊙φ)ᵀ), w the token's own window weight: with u = √(wη)⊙φ the map
+        // is similar to the symmetric diag α − u uᵀ, so its eigenvalues are real (eigvalsh).
+        const at::Tensor map = stacked([&](int64_t l) {
+          const StepRecord& r = *record_of(l);
+          const at::Tensor w = r.gamma.select(-1, -1).unsqueeze(-1);
+          const at::Tensor u = (r.lr_feature * w).sqrt() * r.phi_k;
+          return (at::diag_embed(r.retain_feature) - u.unsqueeze(-1) * u.unsqueeze(-2)).select(0, 0);
+        });
+        const at::Tensor eig = at::linalg_eigvalsh(map.to(at::kDouble)).to(options);
+        lo = eig.select(-1, 0);
+        hi = eig.select(-1, -1);
+      } else if (rule.optimiser == Optimiser::Dgd) {
+        // (αI − wηφφᵀ) has eigenvalue α − wη‖φ‖² along φ and α on φ's complement; w is the
+        // token's own window weight (1 for the delta rule, 1/d_v with memory.inner.normalize).
+        const at::Tensor phi_sq = stacked([&](int64_t l) {
+          const StepRecord& r = *record_of(l);
+          return (r.phi_k.pow(2).sum(-1) * r.gamma.select(-1, -1)).select(0, 0);
+        });
         const at::Tensor along = retain - lr * phi_sq.to(options);
         lo = at::minimum(retain, along);
         hi = at::maximum(retain, along);
@@ -183,6 +200,8 @@ std::vector<double> collect_probes(Frame& frame, const ProbeInputs& in, const Pr
     parts.push_back(at::stack(per_weight, 2).to(at::kFloat).flatten());  // [L,H,W,K]
     for (auto& m : shown) parts.push_back(m.to(at::kFloat));
   }
+  const at::Tensor hope = hope_probe_tensor(model, *in.state, in.records);
+  if (hope.defined()) parts.push_back(hope);
   for (const auto& e : in.extra) parts.push_back(e.detach().to(at::kFloat).reshape({1}));
 
   // One transfer for the whole frame.
@@ -204,6 +223,7 @@ std::vector<double> collect_probes(Frame& frame, const ProbeInputs& in, const Pr
     at += static_cast<size_t>(p.numel);
     frame.matrices.push_back(std::move(p.snapshot));
   }
+  at += unpack_hope_probes(frame, model, *in.state, in.records, host.data() + at);
   std::vector<double> extras;
   for (size_t i = 0; i < in.extra.size(); ++i) extras.push_back(host[at + i]);
   return extras;

@@ -67,7 +67,11 @@ TrainStepResult Trainer::train_step() {
     const at::Tensor targets_here = batch.targets.narrow(1, t, length);
     const at::Tensor logits = model_->forward(batch.tokens.narrow(1, t, length), state, chunk);
     const at::Tensor loss = summed_cross_entropy(logits, targets_here);
-    (loss / targets).backward();  // the mean over the whole sequence, one segment at a time
+    at::Tensor objective = loss / targets;  // the mean over the whole sequence, one segment at a time
+    // HOPE: the auxiliary retrieval loss, per token and sequence, so that M_k and M_v train.
+    const at::Tensor aux = model_->take_aux_loss(state);
+    if (aux.defined()) objective = objective + preset_.model.hope_aux_weight * aux / static_cast<double>(c.batch * T);
+    objective.backward();
     loss_sum += loss.item<double>();
     score += score_queries(logits, targets_here, batch.query_mask.narrow(1, t, length));
     state = state.detached();  // truncated BPTT: carry the state, not its history

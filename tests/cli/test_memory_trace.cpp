@@ -137,10 +137,12 @@ TEST_CASE("memory-trace writes the issue's tensors for every preset", "[cli]") {
   }
 }
 
-TEST_CASE("memory-trace of deltanet recomputes from its own tensors", "[cli]") {
+TEST_CASE("memory-trace of deltanet and gated-deltanet (dgd) recomputes from its own tensors", "[cli]") {
+  for (const std::string preset : {"deltanet", "gated-deltanet"}) {
+  INFO(preset);
   const int64_t T = 12, H = 2, D = 8, d = D / H;
-  const std::string out = temp_path("deltanet-check.safetensors");
-  auto result = run_process({MEMSCOPE_CLI_BINARY, "memory-trace", "--preset", "deltanet", "--set", "memory.lr.max=20",
+  const std::string out = temp_path(preset + "-check.safetensors");
+  auto result = run_process({MEMSCOPE_CLI_BINARY, "memory-trace", "--preset", preset, "--set", "memory.lr.max=20",
                              "--tokens", std::to_string(T), "--heads", std::to_string(H), "--dim", std::to_string(D),
                              "--seed", "5", "--out", out});
   REQUIRE(result.exit_code == 0);
@@ -162,6 +164,7 @@ TEST_CASE("memory-trace of deltanet recomputes from its own tensors", "[cli]") {
       }
   CHECK(worst < 1e-5);
   CHECK(moved > 1e-3);
+  }
 }
 
 TEST_CASE("memory-trace: a bad preset or knob gives one clear line and a non-zero exit", "[cli]") {
@@ -184,3 +187,34 @@ TEST_CASE("memory-trace: a bad preset or knob gives one clear line and a non-zer
     CHECK_THAT(result.output, Catch::StartsWith("memscope-cli: "));
   }
 }
+
+TEST_CASE("memory-trace of a HOPE preset holds each CMS level's weights and update ticks", "[cli]") {
+  const int64_t T = 10, D = 8;
+  const std::string out = temp_path("hope-cms.safetensors");
+  auto result = run_process({MEMSCOPE_CLI_BINARY, "memory-trace", "--preset", "hope-cms-only", "--set",
+                             "model.cms.periods=1,4", "--tokens", std::to_string(T), "--heads", "2", "--dim",
+                             std::to_string(D), "--seed", "3", "--out", out});
+  REQUIRE(result.exit_code == 0);
+  SafetensorsFile f = read_file(out);
+  for (int64_t l = 0; l < 2; ++l) {
+    const int64_t period = l == 0 ? 1 : 4;
+    const std::string level = "cms_level" + std::to_string(l) + "/";
+    const StoredTensor &w1 = f.tensors.at(level + "W1"), &w2 = f.tensors.at(level + "W2"), &tick = f.tensors.at(level + "tick");
+    CHECK(w1.shape == std::vector<int64_t>{T + 1, D, 4 * D});
+    CHECK(w2.shape == std::vector<int64_t>{T + 1, 4 * D, D});
+    CHECK(tick.shape == std::vector<int64_t>{T});
+    for (int64_t t = 0; t < T; ++t) {
+      const bool ticks = (t + 1) % period == 0;
+      CAPTURE(l, t);
+      CHECK(tick.at({t}) == (ticks ? 1.0f : 0.0f));
+      double moved = 0;
+      for (int64_t i = 0; i < D; ++i)
+        for (int64_t j = 0; j < 4 * D; ++j) moved = std::max<double>(moved, std::abs(w1.at({t + 1, i, j}) - w1.at({t, i, j})));
+      if (ticks) CHECK(moved > 0);
+      else CHECK(moved == 0);
+    }
+  }
+  CHECK(f.tensors.count("M") == 1);  // the memory layer's trace is still there
+  CHECK(f.tensors.count("retain_feature") == 1);
+}
+

@@ -69,3 +69,25 @@ TEST_CASE("step: a bad breakpoint, knob or preset is one line and exit 1", "[cli
     CHECK(memscope::test::count_lines(r.output) == 1);
   }
 }
+
+TEST_CASE("step --json prints HOPE's CMS norms and ticks and the target errors", "[cli]") {
+  const auto r = run_process({MEMSCOPE_CLI_BINARY, "step", "--preset", "hope", "--set", "model.cms.periods=\"1,2,4\"",
+                              "--tokens", "4", "--probe-every", "1", "--json", "--threads", "1"});
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const auto lines = json_lines(r.output);
+  REQUIRE(lines.size() == 4);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const auto& hope = lines[i]["hope"];
+    REQUIRE(hope.size() == 2);  // one entry per layer
+    for (const auto& layer : hope) {
+      REQUIRE(layer["cms_norm"].size() == 3);
+      for (const auto& n : layer["cms_norm"]) CHECK(n.get<double>() > 0);
+      // Periods 1, 2, 4 after token i + 1: a level ticks where its period ends.
+      const int t = static_cast<int>(i) + 1;
+      CHECK(layer["cms_tick"] == nlohmann::json({1, t % 2 == 0 ? 1 : 0, t % 4 == 0 ? 1 : 0}));
+      for (const char* m : {"k", "v", "eta", "alpha", "memory"}) CHECK(layer["target_error"][m].get<double>() > 0);
+    }
+  }
+}
+

@@ -107,7 +107,7 @@ TEST_CASE("knobs: live are train (but the seed), probe, detect, engine, record a
   const std::set<std::string> live_memory{"memory.lr.max",          "memory.ns.steps", "memory.ns.coefficients",
                                           "memory.ns.per_step",     "memory.window.decay", "memory.momentum.enabled",
                                           "memory.lp.p",            "memory.lq.q",     "memory.read",
-                                          "memory.reset"};
+                                          "memory.reset",           "memory.inner.normalize", "memory.inner.clip"};
   for (const Knob& k : knobs()) {
     const std::string table = k.name.substr(0, k.name.find('.'));
     const bool live = (table == "train" && k.name != "train.seed") || table == "probe" || table == "detect" ||

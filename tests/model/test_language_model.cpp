@@ -148,3 +148,44 @@ TEST_CASE("language model: with TTL off every memory stays at M_0", "[nn]") {
   on->forward(tokens(2, 12), t, 4);
   CHECK_FALSE(torch::equal(t.blocks[0].memory.memory[0], start.blocks[0].memory.memory[0]));
 }
+
+TEST_CASE("language model: the HOPE LM's step and forward agree, and a split stream equals one call", "[nn]") {
+  torch::NoGradGuard no_grad;
+  for (const std::string block : {"hope", "lmm-cms"}) {
+    CAPTURE(block);
+    // hope: self-modifying Titans + CMS; lmm-cms: per-feature dgd memory + CMS (hope-cms-only).
+    LanguageModel lm = block == "hope" ? tiny_model("hope", "hope", {"model.cms.periods=1,2,5"})
+                                       : tiny_model("lmm", "hope-cms-only", {"model.cms.periods=1,2,5"});
+    REQUIRE(lm->block(0)->cms);
+    CHECK(static_cast<bool>(lm->block(0)->selfmod) == (block == "hope"));
+    const at::Tensor x = tokens(2, 12);
+    LmState a = lm->initial_state(2), b = lm->initial_state(2), c = lm->initial_state(2);
+    const at::Tensor forward = lm->forward(x, a, 1);
+    std::vector<at::Tensor> steps;
+    for (int64_t t = 0; t < 12; ++t) steps.push_back(lm->step(x.select(1, t), b).logits);
+    CHECK(max_diff(forward, at::stack(steps, 1)) < 1e-9);
+    const at::Tensor first = lm->forward(x.narrow(1, 0, 7), c, 1), second = lm->forward(x.narrow(1, 7, 5), c, 1);
+    CHECK(max_diff(forward, at::cat({first, second}, 1)) < 1e-9);
+    // The CMS's slowest level (period 5) updated at tokens 5 and 10.
+    CHECK(max_diff(a.blocks[0].cms.levels[2].weights[0], b.blocks[0].cms.levels[2].weights[0]) < 1e-9);
+    CHECK(max_diff(a.blocks[0].cms.levels[2].weights[0][0], lm->block(0)->cms->w1_0[2]) > 1e-8);
+  }
+}
+
+TEST_CASE("language model: HOPE's outer gradient reaches every parameter, aux loss included", "[nn]") {
+  LanguageModel lm = tiny_model("hope", "hope", {"model.cms.periods=1,2,5"});
+  const at::Tensor x = tokens(1, 8);
+  LmState state = lm->initial_state(1);
+  const at::Tensor logits = lm->forward(x, state, 1);
+  const at::Tensor aux = lm->take_aux_loss(state);
+  REQUIRE(aux.defined());
+  CHECK(aux.item<double>() > 0);
+  CHECK(state.blocks[0].selfmod.aux.abs().sum().item<double>() == 0);  // taken: reset to zero
+  (logits.pow(2).mean() + 0.1 * aux).backward();
+  for (const auto& p : lm->named_parameters()) {
+    CAPTURE(p.key());
+    REQUIRE(p.value().grad().defined());
+    CHECK(p.value().grad().abs().sum().item<double>() > 0);
+  }
+}
+

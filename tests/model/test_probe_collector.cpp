@@ -8,6 +8,7 @@
 #include "model/config/preset.h"
 #include "model/nn/language_model.h"
 #include "model/probe/detectors.h"
+#include "model/probe/frame_json.h"
 #include "model/probe/matrix_metrics.h"
 #include "model/probe/probe_collector.h"
 
@@ -49,10 +50,13 @@ Stepped step_five(const std::string& memory, std::vector<std::string> sets = {})
 }  // namespace
 
 TEST_CASE("probe collector: norms, ΔM, erank, NS error, gates and surprise equal direct computations", "[probe]") {
-  for (const std::string memory : {"atlas-linear", "titans-lmm", "dgd"}) {
+  for (const std::string memory : {"atlas-linear", "titans-lmm", "dgd", "dgd-feature"}) {
     INFO(memory);
-    // dgd (SPEC §7) on the delta rule: deltanet's linear memory with the dgd optimiser.
-    Stepped s = memory == "dgd" ? step_five("deltanet", {"memory.optimiser=dgd"}) : step_five(memory);
+    // dgd (SPEC §7) on the delta rule: deltanet's linear memory with the dgd optimiser; and with
+    // HOPE's per-feature retain and lr (seed 004 change 3).
+    Stepped s = memory == "dgd"           ? step_five("deltanet", {"memory.optimiser=dgd"})
+                : memory == "dgd-feature" ? step_five("deltanet", {"memory.optimiser=dgd", "memory.dgd.per_feature=true"})
+                                          : step_five(memory);
     Frame frame;
     ProbeInputs in;
     in.model = &s.lm;
@@ -99,6 +103,28 @@ TEST_CASE("probe collector: norms, ΔM, erank, NS error, gates and surprise equa
           CHECK(frame.head(l, h, HeadMetric::RetainMin) == Approx(std::min(a, along)).epsilon(1e-5));
           CHECK(frame.head(l, h, HeadMetric::RetainMax) == Approx(std::max(a, along)).epsilon(1e-5));
         }
+        if (memory == "dgd-feature") {
+          // The retention map M ↦ M(diag α − φ (η⊙φ)ᵀ): eigenvalues of the non-symmetric matrix,
+          // by the general solver (they are real: the map is similar to a symmetric one).
+          const at::Tensor phi = rec.phi_k[0][h].to(at::kDouble), eta = rec.lr_feature[0][h].to(at::kDouble);
+          const at::Tensor map = torch::diag(rec.retain_feature[0][h].to(at::kDouble)) - torch::outer(phi, eta * phi);
+          const at::Tensor eig = at::linalg_eigvals(map);
+          CHECK(at::imag(eig).abs().max().item<double>() < 1e-9);
+          const at::Tensor re = at::real(eig);
+          CHECK(frame.head(l, h, HeadMetric::RetainMin) == Approx(re.min().item<double>()).epsilon(1e-5));
+          CHECK(frame.head(l, h, HeadMetric::RetainMax) == Approx(re.max().item<double>()).epsilon(1e-5));
+          CHECK(re.max().item<double>() - re.min().item<double>() > 1e-4);  // a real spread, not one α
+          // The per-feature gates themselves, for the heatmaps: [layers, heads, d_φ].
+          REQUIRE(frame.feature_rows == 2);
+          REQUIRE(frame.feature_dim == 8);
+          for (int f = 0; f < 8; ++f) {
+            const size_t i = static_cast<size_t>((l * 2 + h) * 8 + f);
+            CHECK(frame.retain_feature[i] == Approx(rec.retain_feature[0][h][f].item<double>()));
+            CHECK(frame.lr_feature[i] == Approx(rec.lr_feature[0][h][f].item<double>()));
+          }
+        } else {
+          CHECK(frame.feature_dim == 0);
+        }
       }
     }
     // Snapshots: M, S and ΔM of every head and weight; all below the default downsample: full size.
@@ -111,6 +137,52 @@ TEST_CASE("probe collector: norms, ΔM, erank, NS error, gates and surprise equa
     CHECK(snap.cols == m.size(1));
     CHECK(snap.values[static_cast<size_t>(m.size(1) + 1)] == Approx(m[1][1].item<double>()));
   }
+}
+
+TEST_CASE("probe collector: HOPE's CMS norms and ticks and the target errors (issue 8)", "[probe]") {
+  // Periods 1, 2, 5 after 5 tokens: levels 1 and 3 updated after the last token, level 2 did not.
+  Stepped s = step_five("hope", {"model.cms.periods=1,2,5"});
+  Frame frame;
+  ProbeInputs in;
+  in.model = &s.lm;
+  in.state = &s.state;
+  in.records = &s.out.records;
+  in.extra = {torch::tensor(1.5)};
+  CHECK(collect_probes(frame, in, ProbeConfig{}) == std::vector<double>{1.5});  // extras still line up
+  CHECK(frame.layers == 0);  // no MemoryLayer: the per-head probes do not apply
+  REQUIRE(frame.cms_levels == 3);
+  REQUIRE(frame.cms_norm.size() == 6);
+  REQUIRE(frame.selfmod_error.size() == 10);
+  for (int l = 0; l < 2; ++l) {
+    const BlockState& b = s.state.blocks[static_cast<size_t>(l)];
+    for (int k = 0; k < 3; ++k) {
+      const auto& w = b.cms.levels[static_cast<size_t>(k)].weights;
+      const double norm = std::sqrt(w[0][0].pow(2).sum().item<double>() + w[1][0].pow(2).sum().item<double>());
+      CHECK(frame.cms_norm[static_cast<size_t>(l * 3 + k)] == Approx(norm).epsilon(1e-5));
+    }
+    CHECK(frame.cms_tick[static_cast<size_t>(l * 3 + 0)] == 1.0f);
+    CHECK(frame.cms_tick[static_cast<size_t>(l * 3 + 1)] == 0.0f);
+    CHECK(frame.cms_tick[static_cast<size_t>(l * 3 + 2)] == 1.0f);
+    for (int m = 0; m < 5; ++m) {
+      const float e = frame.selfmod_error[static_cast<size_t>(l * 5 + m)];
+      CHECK(e == Approx(b.selfmod.last_error[0][m].item<double>()).epsilon(1e-6));
+      CHECK(e > 0);
+    }
+  }
+  // The self-modifying memories' per-feature α_t and η_t of the last write: one row of d per layer.
+  REQUIRE(frame.feature_rows == 1);
+  REQUIRE(frame.feature_dim == 16);
+  for (int l = 0; l < 2; ++l)
+    for (int f = 0; f < 16; ++f) {
+      const BlockState& b = s.state.blocks[static_cast<size_t>(l)];
+      CHECK(frame.retain_feature[static_cast<size_t>(l * 16 + f)] == Approx(b.selfmod.last_retain[0][f].item<double>()));
+      CHECK(frame.lr_feature[static_cast<size_t>(l * 16 + f)] == Approx(b.selfmod.last_lr[0][f].item<double>()));
+    }
+  const nlohmann::json j = frame_to_json(frame);
+  CHECK(j["lr_feature"][1][0].size() == 16);
+  REQUIRE(j.contains("hope"));
+  CHECK(j["hope"][1]["cms_tick"] == nlohmann::json({1, 0, 1}));
+  CHECK(j["hope"][0]["target_error"].contains("alpha"));
 }
 
 TEST_CASE("downsampled snapshots are area means with the aspect kept", "[probe]") {

@@ -98,6 +98,18 @@ TEST_CASE("a short training run lowers the loss", "[train]") {
   CHECK(after < before - 0.1);
 }
 
+TEST_CASE("HOPE: demo-mqar-hope trains with finite losses, and the aux loss enters the gradient", "[train]") {
+  Trainer a(small_preset("demo-mqar-hope", {"model.cms.periods=1,4"}));
+  Trainer b(small_preset("demo-mqar-hope", {"model.cms.periods=1,4", "model.hope.aux_weight=0"}));
+  const TrainStepResult ra = a.train_step(), rb = b.train_step();
+  CHECK(std::isfinite(ra.loss));
+  CHECK(std::isfinite(ra.grad_norm));
+  // Same parameters and batch: the reported loss is the task's; the aux loss only adds gradient.
+  CHECK(ra.loss == Approx(rb.loss).epsilon(1e-6));
+  CHECK(ra.grad_norm != rb.grad_norm);
+  for (int i = 0; i < 2; ++i) CHECK(std::isfinite(a.train_step().loss));
+}
+
 TEST_CASE("truncated BPTT carries the state: segment losses add up to the whole sequence's", "[train]") {
   // Same parameters, same batch: only the gradient differs (detached between segments), so the
   // first step's loss is equal with and without segments.

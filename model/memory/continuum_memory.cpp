@@ -1,0 +1,263 @@
+#include "model/memory/continuum_memory.h"
+
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "model/memory/inner_clip.h"
+#include "model/memory/mlp_memory.h"
+#include "model/util/errors.h"
+
+namespace memscope::model {
+
+const char* to_string(CmsVariant v) { return v == CmsVariant::Sequential ? "sequential" : "independent"; }
+
+std::vector<int64_t> parse_cms_periods(const std::string& text, const std::string& key) {
+  std::vector<int64_t> periods;
+  std::stringstream in(text);
+  for (std::string part; std::getline(in, part, ',');) {
+    const auto first = part.find_first_not_of(" \t"), last = part.find_last_not_of(" \t");
+    const std::string word = first == std::string::npos ? "" : part.substr(first, last - first + 1);
+    size_t used = 0;
+    long long value = 0;
+    try {
+      value = std::stoll(word, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (word.empty() || used != word.size() || value < 1 || value > (1 << 20))
+      throw UserError(key + ": '" + text + "' is not a comma-separated list of periods in [1, 1048576]");
+    periods.push_back(value);
+  }
+  if (periods.empty() || periods.size() > 8)
+    throw UserError(key + ": needs 1 to 8 levels, got '" + text + "'");
+  return periods;
+}
+
+namespace {
+
+constexpr double kLrBias = -4.6;  // SPEC §1: lr starts near 0.01·max_lr
+
+template <typename F>
+CmsState map_tensors(const CmsState& s, F f) {
+  CmsState out = s;
+  for (auto& level : out.levels) {
+    for (auto& t : level.weights) t = f(t);
+    for (auto& t : level.accumulated) t = f(t);
+  }
+  return out;
+}
+
+// ℓ = ½‖y − v‖²/D summed over tokens: the inner loss normalised by its element count (seed 004 change 6).
+at::Tensor dloss_dy(const at::Tensor& y, const at::Tensor& v) { return (y - v) / static_cast<double>(y.size(-1)); }
+
+}  // namespace
+
+CmsState CmsState::clone() const {
+  return map_tensors(*this, [](const at::Tensor& t) { return t.clone(); });
+}
+
+CmsState CmsState::detached() const {
+  return map_tensors(*this, [](const at::Tensor& t) { return t.detach(); });
+}
+
+ContinuumMemoryImpl::ContinuumMemoryImpl(CmsOptions options) : options_(std::move(options)) {
+  const int64_t D = options_.d_model, hidden = 4 * D;
+  if (D < 1) throw UserError("cms: d_model must be positive");
+  if (options_.periods.empty()) throw UserError("cms: needs at least one level");
+  for (int64_t c : options_.periods)
+    if (c < 1) throw UserError("cms: every period must be at least 1, got " + std::to_string(c));
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  for (int64_t l = 0; l < levels(); ++l) {
+    const std::string p = "level" + std::to_string(l) + "_";
+    w_k.push_back(register_parameter(p + "w_k", torch::randn({D, D}) * scale));
+    w_v.push_back(register_parameter(p + "w_v", torch::randn({D, D}) * scale));
+    w1_0.push_back(register_parameter(p + "w1_0", torch::randn({1, D, hidden}) / std::sqrt(static_cast<double>(hidden))));
+    w2_0.push_back(register_parameter(p + "w2_0", torch::randn({1, hidden, D}) * scale));
+    ln_weight.push_back(register_parameter(p + "ln_weight", torch::ones({1, D})));
+    ln_bias.push_back(register_parameter(p + "ln_bias", torch::zeros({1, D})));
+    lr_w.push_back(register_parameter(p + "lr_w", torch::randn({D}) * scale));
+    lr_b.push_back(register_parameter(p + "lr_b", torch::full({1}, kLrBias)));
+  }
+}
+
+CmsState ContinuumMemoryImpl::initial_state(int64_t batch) const {
+  CmsState s;
+  for (int64_t l = 0; l < levels(); ++l) {
+    CmsLevelState level;
+    for (const auto& w0 : {w1_0[static_cast<size_t>(l)], w2_0[static_cast<size_t>(l)]}) {
+      auto sizes = w0.sizes().vec();
+      sizes.insert(sizes.begin(), batch);
+      level.weights.push_back(w0.unsqueeze(0).expand(sizes).clone());
+      level.accumulated.push_back(at::zeros(sizes, w0.options()));
+    }
+    s.levels.push_back(std::move(level));
+  }
+  return s;
+}
+
+// One token, written plainly: the gradient of the token's own loss by autograd on the weights.
+at::Tensor ContinuumMemoryImpl::level_step(int64_t level, const at::Tensor& z_t, CmsLevelState& s, bool update) const {
+  const auto l = static_cast<size_t>(level);
+  const at::Tensor z = z_t.unsqueeze(1).unsqueeze(2);  // [B,1,1,D]
+  const at::Tensor ln_w = ln_weight[l].to(z.dtype()), ln_b = ln_bias[l].to(z.dtype());
+  const at::Tensor y = mlp_pass(z, s.weights[0], s.weights[1], ln_w, ln_b).y;
+  const at::Tensor k = at::matmul(z, w_k[l].t()), v = at::matmul(z, w_v[l].t());
+  const at::Tensor eta = options_.max_lr * at::sigmoid(at::matmul(z_t, lr_w[l]) + lr_b[l]);  // [B]
+
+  const bool differentiable = at::GradMode::is_enabled() &&
+                              (s.weights[0].requires_grad() || s.weights[1].requires_grad() || k.requires_grad());
+  std::vector<at::Tensor> g;
+  {
+    at::AutoGradMode grad_on(true);
+    std::vector<at::Tensor> leaves = s.weights;
+    if (!differentiable)
+      for (auto& w : leaves) w = w.detach().requires_grad_(true);
+    const at::Tensor key = differentiable ? k : k.detach();
+    const at::Tensor value = differentiable ? v : v.detach();
+    const at::Tensor out = mlp_pass(key, leaves[0], leaves[1], ln_w, ln_b).y;
+    // Summed over the batch: each sequence's loss touches only its own weights.
+    const at::Tensor loss = 0.5 * (out - value).pow(2).sum() / static_cast<double>(out.size(-1));
+    g = torch::autograd::grad({loss}, leaves, {}, /*retain_graph=*/differentiable, /*create_graph=*/differentiable);
+    if (!differentiable)
+      for (auto& t : g) t = t.detach();
+  }
+  const at::Tensor factor = clip_factor(g, options_.inner_clip);  // [B,1,1,1]
+  const at::Tensor weight = factor * eta.view({-1, 1, 1, 1});
+  for (size_t i = 0; i < g.size(); ++i) s.accumulated[i] = s.accumulated[i] + weight * g[i];
+  if (update) {
+    for (size_t i = 0; i < g.size(); ++i) {
+      s.weights[i] = s.weights[i] - s.accumulated[i];
+      s.accumulated[i] = at::zeros_like(s.accumulated[i]);
+    }
+  }
+  return y.squeeze(2).squeeze(1);
+}
+
+// A stretch inside one period reads one W, so its n reads are one batched pass and its n
+// gradients come from one autograd call to the activations: g1_t = δo_t a_tᵀ, g2_t = δh_t k_tᵀ.
+// Both are rank one, so ‖g_t‖² = ‖δo_t‖²‖a_t‖² + ‖δh_t‖²‖k_t‖² without materialising g_t.
+at::Tensor ContinuumMemoryImpl::level_stretch(int64_t level, const at::Tensor& z_in, CmsLevelState& s,
+                                              bool update) const {
+  const auto l = static_cast<size_t>(level);
+  const at::Tensor z = z_in.unsqueeze(1);  // [B,1,n,D]
+  const at::Tensor ln_w = ln_weight[l].to(z.dtype()), ln_b = ln_bias[l].to(z.dtype());
+  // Every token is its own row against the shared W ([B,1,n,1,D] × [B,1,1,D,4D]), which keeps
+  // mlp_pass on its broadcast (small_matmul) route: the batched-matmul route gave wrong float32
+  // outer gradients through the updates with LibTorch 1.13 on CPU (test "cms: float32 ...").
+  auto pass_of = [&](const at::Tensor& rows, const at::Tensor& w1, const at::Tensor& w2) {
+    return mlp_pass(rows.unsqueeze(-2), w1.unsqueeze(2), w2.unsqueeze(2), ln_w, ln_b);  // [B,1,n,1,…]
+  };
+  const at::Tensor y = pass_of(z, s.weights[0], s.weights[1]).y.squeeze(-2);
+  const at::Tensor k = at::matmul(z, w_k[l].t()), v = at::matmul(z, w_v[l].t());
+  const at::Tensor eta = options_.max_lr * at::sigmoid(at::matmul(z, lr_w[l]) + lr_b[l]);  // [B,1,n]
+
+  const bool differentiable = at::GradMode::is_enabled() &&
+                              (s.weights[0].requires_grad() || s.weights[1].requires_grad() || k.requires_grad());
+  at::Tensor d_h, d_o, a, key;
+  {
+    at::AutoGradMode grad_on(true);
+    const at::Tensor w1 = differentiable ? s.weights[0] : s.weights[0].detach().requires_grad_(true);
+    const at::Tensor w2 = differentiable ? s.weights[1] : s.weights[1].detach().requires_grad_(true);
+    key = differentiable ? k : k.detach();
+    const at::Tensor value = differentiable ? v : v.detach();
+    const MlpPass pass = pass_of(key, w1, w2);
+    at::Tensor psi = dloss_dy(pass.y, value.unsqueeze(-2));
+    if (!differentiable) psi = psi.detach();
+    auto d = torch::autograd::grad({pass.y}, {pass.h, pass.o}, {psi}, /*retain_graph=*/differentiable,
+                                   /*create_graph=*/differentiable);
+    d_h = d[0].squeeze(-2);
+    d_o = d[1].squeeze(-2);
+    a = pass.a.squeeze(-2);
+    if (!differentiable) {
+      d_h = d_h.detach();
+      d_o = d_o.detach();
+      a = a.detach();
+    }
+  }
+  const at::Tensor norm_sq = d_o.pow(2).sum(-1) * a.pow(2).sum(-1) + d_h.pow(2).sum(-1) * key.pow(2).sum(-1);
+  const at::Tensor weight = (clip_factor(norm_sq, options_.inner_clip) * eta).unsqueeze(-1);  // [B,1,n,1]
+  // Σ_t w_t δo_t a_tᵀ and Σ_t w_t δh_t k_tᵀ as broadcast products summed over the tokens, not as
+  // GEMMs: with LibTorch 1.13 on CPU the float32 double backward of the GEMM forms (matmul of
+  // the transposes, einsum) came out wrong by orders of magnitude; float64 was right (test
+  // "cms: float32 outer gradients ...").
+  auto outer_sum = [](const at::Tensor& u, const at::Tensor& w) { return (u.unsqueeze(-1) * w.unsqueeze(-2)).sum(2); };
+  s.accumulated[0] = s.accumulated[0] + outer_sum(d_o * weight, a);
+  s.accumulated[1] = s.accumulated[1] + outer_sum(d_h * weight, key);
+  if (update) {
+    for (size_t i = 0; i < 2; ++i) {
+      s.weights[i] = s.weights[i] - s.accumulated[i];
+      s.accumulated[i] = at::zeros_like(s.accumulated[i]);
+    }
+  }
+  return y.squeeze(1);
+}
+
+at::Tensor ContinuumMemoryImpl::level_forward(int64_t level, const at::Tensor& z, CmsLevelState& s, int64_t start,
+                                              CmsTrace* trace) const {
+  const int64_t period = options_.periods[static_cast<size_t>(level)], T = z.size(1);
+  std::vector<at::Tensor> outputs, after1, after2, tick_marks;
+  for (int64_t t = 0; t < T;) {
+    // Stretches end where a period ends, counted from the stream start (seed 004 change 5).
+    const int64_t position = start + t;
+    const int64_t n = std::min(T - t, period - position % period);
+    const bool update = ticks(level, position + n - 1);
+    const std::vector<at::Tensor> before = s.weights;
+    outputs.push_back(level_stretch(level, z.narrow(1, t, n), s, update));
+    if (trace) {
+      // Weights after each token: the stretch's W, and the new W after its last token.
+      // (The weights' axis 1 is the single "head", size 1, so it doubles as the token axis.)
+      auto after = [&](size_t i) {
+        const at::Tensor& w = before[i];
+        return at::cat({w.expand({w.size(0), n - 1, w.size(2), w.size(3)}), s.weights[i]}, 1);
+      };
+      after1.push_back(after(0));
+      after2.push_back(after(1));
+      at::Tensor tick = at::zeros({n}, z.options());
+      if (update) tick[n - 1] = 1.0;
+      tick_marks.push_back(tick);
+    }
+    t += n;
+  }
+  if (trace) {
+    trace->weights.push_back({at::cat(after1, 1), at::cat(after2, 1)});
+    trace->tick.push_back(at::cat(tick_marks, 0));
+  }
+  return outputs.size() == 1 ? outputs.front() : at::cat(outputs, 1);
+}
+
+at::Tensor ContinuumMemoryImpl::step(const at::Tensor& x_t, CmsState& state) const {
+  TORCH_CHECK(x_t.dim() == 2 && x_t.size(1) == options_.d_model, "cms step: expected x_t of shape [B,",
+              options_.d_model, "], got ", x_t.sizes());
+  at::Tensor h = x_t, sum = x_t;
+  for (int64_t l = 0; l < levels(); ++l) {
+    const bool update = ticks(l, state.tokens);
+    if (options_.variant == CmsVariant::Sequential) {
+      h = level_step(l, h, state.levels[static_cast<size_t>(l)], update);
+    } else {
+      sum = sum + level_step(l, x_t, state.levels[static_cast<size_t>(l)], update) - x_t;
+    }
+  }
+  state.tokens += 1;
+  return options_.variant == CmsVariant::Sequential ? h : sum;
+}
+
+at::Tensor ContinuumMemoryImpl::forward(const at::Tensor& x, CmsState& state, CmsTrace* trace) const {
+  TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "cms forward: expected x of shape [B,T,",
+              options_.d_model, "], got ", x.sizes());
+  at::Tensor h = x, sum = x;
+  for (int64_t l = 0; l < levels(); ++l) {
+    CmsLevelState& s = state.levels[static_cast<size_t>(l)];
+    if (options_.variant == CmsVariant::Sequential) {
+      h = level_forward(l, h, s, state.tokens, trace);
+    } else {
+      sum = sum + level_forward(l, x, s, state.tokens, trace) - x;
+    }
+  }
+  state.tokens += x.size(1);
+  return options_.variant == CmsVariant::Sequential ? h : sum;
+}
+
+}  // namespace memscope::model

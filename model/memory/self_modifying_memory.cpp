@@ -1,0 +1,176 @@
+#include "model/memory/self_modifying_memory.h"
+
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "model/memory/dgd_preconditioner.h"
+#include "model/memory/inner_clip.h"
+#include "model/memory/mlp_memory.h"
+#include "model/util/errors.h"
+
+namespace memscope::model {
+
+const char* to_string(SelfModMemory m) {
+  switch (m) {
+    case SelfModMemory::Key: return "k";
+    case SelfModMemory::Value: return "v";
+    case SelfModMemory::Lr: return "eta";
+    case SelfModMemory::Retain: return "alpha";
+    case SelfModMemory::Main: return "memory";
+  }
+  return "?";
+}
+
+namespace {
+
+// SPEC §1 bias initialisations: retain ≈ 0.95, lr ≈ 0.01·max_lr.
+constexpr double kRetainBias = 3.0;
+constexpr double kLrBias = -4.6;
+
+template <typename F>
+SelfModState map_tensors(const SelfModState& s, F f) {
+  SelfModState out = s;
+  for (auto& w : out.weights)
+    for (auto& t : w) t = f(t);
+  if (out.aux.defined()) out.aux = f(out.aux);
+  for (at::Tensor* t : {&out.last_error, &out.last_retain, &out.last_lr})
+    if (t->defined()) *t = f(*t);
+  return out;
+}
+
+at::Tensor unit(const at::Tensor& z) { return z / z.norm(2, -1, true).clamp_min(1e-12); }
+
+}  // namespace
+
+SelfModState SelfModState::clone() const {
+  return map_tensors(*this, [](const at::Tensor& t) { return t.clone(); });
+}
+
+SelfModState SelfModState::detached() const {
+  return map_tensors(*this, [](const at::Tensor& t) { return t.detach(); });
+}
+
+SelfModifyingMemoryImpl::SelfModifyingMemoryImpl(SelfModOptions options) : options_(options) {
+  const int64_t d = options_.d_model, hidden = 4 * d;
+  if (d < 1) throw UserError("self-modifying memory: d_model must be positive");
+  w_q = register_parameter("w_q", torch::randn({d, d}) / std::sqrt(static_cast<double>(d)));
+  for (int m = 0; m < kSelfModCount; ++m) {
+    const std::string p = std::string("M_") + to_string(static_cast<SelfModMemory>(m)) + "_";
+    w1_0[m] = register_parameter(p + "w1_0", torch::randn({1, d, hidden}) / std::sqrt(static_cast<double>(hidden)));
+    w2_0[m] = register_parameter(p + "w2_0", torch::randn({1, hidden, d}) / std::sqrt(static_cast<double>(d)));
+    ln_weight[m] = register_parameter(p + "ln_weight", torch::ones({1, d}));
+    ln_bias[m] = register_parameter(p + "ln_bias", torch::zeros({1, d}));
+  }
+  b_lr = register_parameter("b_lr", torch::full({d}, kLrBias));
+  b_retain = register_parameter("b_retain", torch::full({d}, kRetainBias));
+}
+
+SelfModState SelfModifyingMemoryImpl::initial_state(int64_t batch) const {
+  SelfModState s;
+  for (int m = 0; m < kSelfModCount; ++m)
+    for (const auto& w0 : {w1_0[m], w2_0[m]}) {
+      auto sizes = w0.sizes().vec();
+      sizes.insert(sizes.begin(), batch);
+      s.weights[m].push_back(w0.unsqueeze(0).expand(sizes).clone());
+    }
+  s.aux = at::zeros({batch}, w_q.options());
+  return s;
+}
+
+at::Tensor SelfModifyingMemoryImpl::read_weights(SelfModMemory m, const std::vector<at::Tensor>& w,
+                                                 const at::Tensor& z) const {
+  const int i = static_cast<int>(m);
+  // z [B,d] → [B,1,1,d]: one head, one token.
+  const at::Tensor zz = z.unsqueeze(1).unsqueeze(2);
+  return mlp_pass(zz, w[0], w[1], ln_weight[i].to(z.dtype()), ln_bias[i].to(z.dtype())).y.squeeze(2).squeeze(1);
+}
+
+at::Tensor SelfModifyingMemoryImpl::read(SelfModMemory m, const SelfModState& state, const at::Tensor& z) const {
+  return read_weights(m, state.weights[static_cast<int>(m)], z);
+}
+
+at::Tensor SelfModifyingMemoryImpl::step(const at::Tensor& x_t, SelfModState& state, SelfModRecord* record) const {
+  const int64_t d = options_.d_model;
+  TORCH_CHECK(x_t.dim() == 2 && x_t.size(1) == d, "self-modifying memory: expected x_t of shape [B,", d, "], got ",
+              x_t.sizes());
+  // Everything the step reads comes from the memories before its writes.
+  const at::Tensor k = unit(read(SelfModMemory::Key, state, x_t));
+  const at::Tensor v = read(SelfModMemory::Value, state, x_t);
+  const at::Tensor eta = options_.max_lr * at::sigmoid(read(SelfModMemory::Lr, state, x_t) + b_lr);
+  const at::Tensor alpha = at::sigmoid(read(SelfModMemory::Retain, state, x_t) + b_retain);
+  const at::Tensor q = unit(at::matmul(x_t, w_q.t()));
+
+  // seed 004 change 1: the auxiliary retrieval loss gives M_k (first term) and M_v (second) an
+  // outer gradient that does not depend on differentiating through the inner updates.
+  const at::Tensor retrieved = read(SelfModMemory::Main, state, k);
+  state.aux = state.aux + (retrieved - v.detach()).pow(2).mean(-1) + (retrieved.detach() - v).pow(2).mean(-1);
+
+  std::array<at::Tensor, kSelfModCount> target;
+  for (int m = 0; m < kSelfModCount; ++m) {
+    const auto mem = static_cast<SelfModMemory>(m);
+    // v̂_□ = sg(M_□(v_t)): self-generated; the main memory stores v_t itself.
+    target[m] = mem == SelfModMemory::Main ? v : read(mem, state, v).detach();
+  }
+
+  bool differentiable = at::GradMode::is_enabled() && k.requires_grad();
+  for (const auto& w : state.weights) differentiable = differentiable || (at::GradMode::is_enabled() && w[0].requires_grad());
+  std::vector<at::Tensor> grads;
+  std::array<at::Tensor, kSelfModCount> error;
+  {
+    at::AutoGradMode grad_on(true);
+    std::vector<at::Tensor> leaves;
+    for (const auto& w : state.weights)
+      for (const auto& t : w) leaves.push_back(differentiable ? t : t.detach().requires_grad_(true));
+    const at::Tensor key = differentiable ? k : k.detach();
+    at::Tensor total;
+    for (int m = 0; m < kSelfModCount; ++m) {
+      const at::Tensor tgt = differentiable ? target[m] : target[m].detach();
+      const at::Tensor out = read_weights(static_cast<SelfModMemory>(m), {leaves[2 * m], leaves[2 * m + 1]}, key);
+      // ½‖M_□(k) − v̂_□‖²/d: normalised by its element count (seed 004 change 6).
+      error[m] = 0.5 * (out - tgt).pow(2).sum(-1) / static_cast<double>(d);
+      // Each memory's loss touches only its own weights, so one call gives every memory's gradient.
+      total = total.defined() ? total + error[m].sum() : error[m].sum();
+    }
+    grads = torch::autograd::grad({total}, leaves, {}, /*retain_graph=*/differentiable, /*create_graph=*/differentiable);
+    if (!differentiable) {
+      for (auto& g : grads) g = g.detach();
+      for (auto& e : error) e = e.detach();
+    }
+  }
+
+  // dgd with the diagonal preconditioner, shared α_t, η_t and k_t (broadcast over W's head axis).
+  const at::Tensor k_sq = k.pow(2).unsqueeze(1), a = alpha.unsqueeze(1), e = eta.unsqueeze(1);
+  for (int m = 0; m < kSelfModCount; ++m) {
+    std::vector<at::Tensor> g{grads[2 * m], grads[2 * m + 1]};
+    const at::Tensor factor = clip_factor(g, options_.inner_clip);
+    for (auto& t : g) t = t * factor;
+    state.weights[m] = dgd_mlp_update(state.weights[m], g, k_sq, a, e);
+  }
+  state.tokens += 1;
+  state.last_error = at::stack({error[0], error[1], error[2], error[3], error[4]}, -1).detach();
+  state.last_retain = alpha.detach();
+  state.last_lr = eta.detach();
+  const at::Tensor y = read(SelfModMemory::Main, state, q);  // read after the write
+
+  if (record) {
+    record->k = k;
+    record->v = v;
+    record->q = q;
+    record->retain = alpha;
+    record->lr = eta;
+    record->target = target;
+    record->target_error = error;
+  }
+  return y;
+}
+
+at::Tensor SelfModifyingMemoryImpl::forward(const at::Tensor& x, SelfModState& state) const {
+  TORCH_CHECK(x.dim() == 3, "self-modifying memory: expected x of shape [B,T,d], got ", x.sizes());
+  std::vector<at::Tensor> ys;
+  for (int64_t t = 0; t < x.size(1); ++t) ys.push_back(step(x.select(1, t), state));
+  return at::stack(ys, 1);
+}
+
+}  // namespace memscope::model

@@ -1,0 +1,95 @@
+// HOPE's self-modifying Titans (SPEC §7, NL §8, seed 004 changes 1–4). The key, value, lr and
+// retain projections are themselves memories M_k, M_v, M_η, M_α beside the main memory M, each a
+// 2-layer residual MLP of the model width d (SPEC §3: M(z) = z + LN(W_1 GELU(W_2 z))). Per token x_t:
+//
+//   k_t = normalize(M_k(x_t)),  v_t = M_v(x_t),  q_t = normalize(W_q x_t)       (q stays static)
+//   η_t = max_lr·sigmoid(M_η(x_t) + b_η),  α_t = sigmoid(M_α(x_t) + b_α)        (per feature, ∈ R^d)
+//   every memory □ ∈ {k, v, η, α, M} writes k_t → v̂_□ with the inner loss ½‖M_□(k_t) − v̂_□‖²/d
+//   (normalised by its element count, seed 004 change 6), where v̂_M = v_t and the others use the
+//   self-generated target v̂_□ = sg(M_□(v_t)); the write is dgd with the diagonal preconditioner
+//   (dgd_preconditioner.h) at α_t, η_t and k_t, with optional inner clipping;
+//   y_t = M_t(q_t), read after the write.
+//
+// All reads of a step use the memories before the step's writes. Updates run in training and
+// in inference alike, with or without gradients (seed 004 change 4); with grad mode on they are
+// differentiable (create_graph), so the outer loss reaches every initial state through them.
+// The auxiliary retrieval loss MSE(M(k_t), sg(v_t)) + MSE(sg(M(k_t)), v_t) at the pre-write M
+// (seed 004 change 1) accumulates in the state; the trainer adds it with its weight.
+//
+// There is no chunkwise form: forward() runs the sequential step, so the two forms agree exactly.
+#pragma once
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include <array>
+#include <vector>
+
+namespace memscope::model {
+
+enum class SelfModMemory { Key, Value, Lr, Retain, Main };
+inline constexpr int kSelfModCount = 5;
+const char* to_string(SelfModMemory m);  // "k", "v", "eta", "alpha", "memory"
+
+struct SelfModOptions {
+  int64_t d_model = 64;
+  double max_lr = 1.0;      // η_t's ceiling (SPEC §1)
+  double inner_clip = 0.0;  // per memory: g ← g·min(1, clip/‖g‖) (0 = off)
+};
+
+struct SelfModState {
+  // Per memory (SelfModMemory order): {W1 [B,1,d,4d], W2 [B,1,4d,d]}; axis 1 is a single head.
+  std::array<std::vector<at::Tensor>, kSelfModCount> weights;
+  at::Tensor aux;      // [B] the auxiliary retrieval loss summed over the tokens so far
+  at::Tensor last_error;  // [B,5] the last write's target error per memory (SelfModRecord), for the probes
+  at::Tensor last_retain, last_lr;  // [B,d] the last write's per-feature α_t and η_t, for the probes
+  int64_t tokens = 0;  // tokens since the start of the stream
+
+  SelfModState clone() const;
+  SelfModState detached() const;
+};
+
+// What one step did, for the probes and tests. [B,d] unless noted.
+struct SelfModRecord {
+  at::Tensor k, v, q;
+  at::Tensor retain, lr;  // α_t, η_t per feature
+  std::array<at::Tensor, kSelfModCount> target;        // v̂_□ [B,d]
+  std::array<at::Tensor, kSelfModCount> target_error;  // [B] ½‖M_□(k_t) − v̂_□‖²/d before the write
+};
+
+class SelfModifyingMemoryImpl : public torch::nn::Module {
+ public:
+  explicit SelfModifyingMemoryImpl(SelfModOptions options);
+
+  const SelfModOptions& options() const { return options_; }
+  // The live knobs memory.lr.max and memory.inner.clip (LanguageModel::set_live_rule).
+  void set_live(double max_lr, double inner_clip) {
+    options_.max_lr = max_lr;
+    options_.inner_clip = inner_clip;
+  }
+
+  // Every memory at its initial (outer) state, aux = 0.
+  SelfModState initial_state(int64_t batch) const;
+
+  // One token x_t [B,d] → y_t [B,d].
+  at::Tensor step(const at::Tensor& x_t, SelfModState& state, SelfModRecord* record = nullptr) const;
+
+  // x [B,T,d] → [B,T,d]: step() over the tokens.
+  at::Tensor forward(const at::Tensor& x, SelfModState& state) const;
+
+  // M_□(z) for z [B,…,d] at the state's weights (z gets a head axis internally).
+  at::Tensor read(SelfModMemory m, const SelfModState& state, const at::Tensor& z) const;
+
+  at::Tensor w_q;                                   // [d,d]
+  std::array<at::Tensor, kSelfModCount> w1_0, w2_0;  // [1,d,4d], [1,4d,d]: the initial states
+  std::array<at::Tensor, kSelfModCount> ln_weight, ln_bias;  // [1,d] (outer, SPEC §3)
+  at::Tensor b_lr, b_retain;                        // [d]: η starts near 0.01·max_lr, α near 0.95
+
+ private:
+  at::Tensor read_weights(SelfModMemory m, const std::vector<at::Tensor>& w, const at::Tensor& z) const;
+
+  SelfModOptions options_;
+};
+TORCH_MODULE(SelfModifyingMemory);
+
+}  // namespace memscope::model

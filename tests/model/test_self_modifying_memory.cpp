@@ -1,0 +1,191 @@
+// HOPE's self-modifying memories (SPEC §7, seed 004 changes 1–4) and the diagonal dgd
+// preconditioner for MLP memories (seed 004 change 2). References are written here, in float64,
+// from the seed's formulas and the header's equations.
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+#include "model/memory/dgd_preconditioner.h"
+#include "model/memory/self_modifying_memory.h"
+
+using namespace memscope::model;
+
+namespace {
+
+constexpr int64_t kD = 6;
+
+SelfModifyingMemory make_selfmod(double clip = 0.0) {
+  torch::manual_seed(9);
+  SelfModOptions o;
+  o.d_model = kD;
+  o.max_lr = 30.0;  // η ≈ 0.3: writes big enough to see
+  o.inner_clip = clip;
+  SelfModifyingMemory m(o);
+  m->to(torch::kFloat64);
+  return m;
+}
+
+torch::Tensor input(int64_t batch, int64_t tokens) {
+  torch::manual_seed(4);
+  return torch::randn({batch, tokens, kD}, torch::kFloat64);
+}
+
+double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
+
+// SPEC §3 for one sequence: z [d], w1 [d,4d], w2 [4d,d], LN with affine [d].
+torch::Tensor mlp_by_hand(const torch::Tensor& z, const torch::Tensor& w1, const torch::Tensor& w2,
+                          const torch::Tensor& ln_w, const torch::Tensor& ln_b) {
+  torch::Tensor o = torch::matmul(w1, torch::gelu(torch::matmul(w2, z)));
+  torch::Tensor mu = o.mean(), var = (o - mu).pow(2).mean();
+  return z + (o - mu) / torch::sqrt(var + 1e-5) * ln_w + ln_b;
+}
+
+}  // namespace
+
+TEST_CASE("dgd preconditioner: the diagonal update matches seed 004's formula", "[model]") {
+  // The seed's layout: w1 [hidden, D] (its input side D: our W_2), w2 [D, hidden] (our W_1);
+  // k, alpha, lr [B, N, D] averaged over batch and tokens to per-feature vectors.
+  torch::manual_seed(2);
+  const int64_t B = 2, N = 3, D = 4, hidden = 16;
+  auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+  const torch::Tensor k = torch::randn({B, N, D}, opts), alpha = torch::rand({B, N, D}, opts),
+                      lr = 0.1 * torch::rand({B, N, D}, opts);
+  const torch::Tensor seed_w1 = torch::randn({hidden, D}, opts), seed_w2 = torch::randn({D, hidden}, opts);
+  const torch::Tensor grad_w1 = torch::randn({hidden, D}, opts), grad_w2 = torch::randn({D, hidden}, opts);
+
+  const torch::Tensor k_sq = k.pow(2).mean(std::vector<int64_t>{0, 1}), alpha_feat = alpha.mean(std::vector<int64_t>{0, 1}),
+                      lr_feat = lr.mean(std::vector<int64_t>{0, 1});
+  auto ours = dgd_mlp_update({seed_w2, seed_w1}, {grad_w2, grad_w1}, k_sq, alpha_feat, lr_feat);
+
+  // precond = alpha_feat - lr_feat * k_sq
+  // new_w1 = w1 * precond.unsqueeze(0) - lr_feat.unsqueeze(0) * grad   (columns)
+  // new_w2 = w2 * precond.unsqueeze(1) - lr_feat.unsqueeze(1) * grad   (rows)
+  double worst = 0;
+  for (int64_t f = 0; f < D; ++f) {
+    const double a = alpha_feat[f].item<double>(), e = lr_feat[f].item<double>(), ks = k_sq[f].item<double>();
+    const double precond = a - e * ks;
+    for (int64_t h = 0; h < hidden; ++h) {
+      const double w1 = seed_w1[h][f].item<double>() * precond - e * grad_w1[h][f].item<double>();
+      const double w2 = seed_w2[f][h].item<double>() * precond - e * grad_w2[f][h].item<double>();
+      worst = std::max(worst, std::abs(ours[1][h][f].item<double>() - w1));
+      worst = std::max(worst, std::abs(ours[0][f][h].item<double>() - w2));
+    }
+  }
+  CHECK(worst < 1e-14);
+}
+
+TEST_CASE("self-modifying memory: every write is dgd toward its self-generated target, by hand", "[model]") {
+  for (double clip : {0.0, 0.02}) {
+    auto sm = make_selfmod(clip);
+    auto x = input(2, 4);
+    torch::NoGradGuard no_grad;
+    SelfModState state = sm->initial_state(2);
+    int clipped = 0;
+    for (int64_t t = 0; t < x.size(1); ++t) {
+      const SelfModState before = state.clone();
+      SelfModRecord rec;
+      const torch::Tensor y = sm->step(x.select(1, t), state, &rec);
+      for (int64_t b = 0; b < 2; ++b) {
+        auto w = [&](const SelfModState& s, int m, int i) { return s.weights[m][i][b][0]; };
+        auto M = [&](int m, const torch::Tensor& z) {
+          return mlp_by_hand(z, w(before, m, 0), w(before, m, 1), sm->ln_weight[m][0], sm->ln_bias[m][0]);
+        };
+        const torch::Tensor xt = x[b][t];
+        const torch::Tensor kr = M(0, xt), k = kr / kr.norm();
+        const torch::Tensor v = M(1, xt);
+        const torch::Tensor eta = 30.0 * torch::sigmoid(M(2, xt) + sm->b_lr);
+        const torch::Tensor alpha = torch::sigmoid(M(3, xt) + sm->b_retain);
+        CHECK(max_abs_diff(rec.k[b], k) < 1e-12);
+        CHECK(max_abs_diff(rec.v[b], v) < 1e-12);
+        CHECK(max_abs_diff(rec.lr[b], eta) < 1e-12);
+        CHECK(max_abs_diff(rec.retain[b], alpha) < 1e-12);
+        for (int m = 0; m < kSelfModCount; ++m) {
+          INFO("clip " << clip << " t " << t << " memory " << to_string(static_cast<SelfModMemory>(m)));
+          const torch::Tensor target = m == 4 ? v : M(m, v);  // v̂_□ = M_□(v_t); the main memory stores v_t
+          CHECK(max_abs_diff(rec.target[m][b], target) < 1e-12);
+          torch::Tensor g1, g2;
+          {
+            torch::AutoGradMode grad_on(true);
+            torch::Tensor a1 = w(before, m, 0).clone().requires_grad_(true), a2 = w(before, m, 1).clone().requires_grad_(true);
+            torch::Tensor out = mlp_by_hand(k, a1, a2, sm->ln_weight[m][0], sm->ln_bias[m][0]);
+            torch::Tensor loss = 0.5 * (out - target).pow(2).sum() / kD;
+            CHECK(std::abs(rec.target_error[m][b].item<double>() - loss.item<double>()) < 1e-12);
+            auto g = torch::autograd::grad({loss}, {a1, a2});
+            g1 = g[0];
+            g2 = g[1];
+          }
+          const double norm = std::sqrt(g1.pow(2).sum().item<double>() + g2.pow(2).sum().item<double>());
+          const double kappa = clip > 0 ? std::min(1.0, clip / norm) : 1.0;
+          clipped += kappa < 1.0;
+          // W1 [d,4d] rows and W2 [4d,d] columns scaled by p = α − η k², then − η κ g.
+          const torch::Tensor p = alpha - eta * k * k;
+          const torch::Tensor w1 = w(before, m, 0) * p.unsqueeze(1) - eta.unsqueeze(1) * kappa * g1;
+          const torch::Tensor w2 = w(before, m, 1) * p.unsqueeze(0) - eta.unsqueeze(0) * kappa * g2;
+          CHECK(max_abs_diff(w(state, m, 0), w1) < 1e-10);
+          CHECK(max_abs_diff(w(state, m, 1), w2) < 1e-10);
+        }
+        // Read after the write, with the static query.
+        const torch::Tensor qr = torch::matmul(sm->w_q, xt), q = qr / qr.norm();
+        CHECK(max_abs_diff(y[b], mlp_by_hand(q, w(state, 4, 0), w(state, 4, 1), sm->ln_weight[4][0], sm->ln_bias[4][0])) <
+              1e-10);
+      }
+    }
+    if (clip > 0) CHECK(clipped > 0);
+  }
+}
+
+TEST_CASE("self-modifying memory: the self-generated targets differ per memory", "[model]") {
+  auto sm = make_selfmod();
+  auto x = input(1, 1);
+  torch::NoGradGuard no_grad;
+  SelfModState state = sm->initial_state(1);
+  SelfModRecord rec;
+  sm->step(x.select(1, 0), state, &rec);
+  for (int a = 0; a < kSelfModCount; ++a)
+    for (int b = a + 1; b < kSelfModCount; ++b) CHECK(max_abs_diff(rec.target[a], rec.target[b]) > 1e-6);
+}
+
+TEST_CASE("self-modifying memory: every memory updates in eval mode and without gradients", "[model]") {
+  auto sm = make_selfmod();
+  sm->eval();
+  auto x = input(1, 3);
+  torch::NoGradGuard no_grad;
+  SelfModState state = sm->initial_state(1);
+  sm->forward(x, state);
+  CHECK(state.tokens == 3);
+  for (int m = 0; m < kSelfModCount; ++m) {
+    INFO(to_string(static_cast<SelfModMemory>(m)));
+    CHECK(max_abs_diff(state.weights[m][0][0], sm->w1_0[m]) > 1e-6);
+    CHECK(max_abs_diff(state.weights[m][1][0], sm->w2_0[m]) > 1e-6);
+  }
+}
+
+TEST_CASE("self-modifying memory: every memory's initial state receives an outer gradient", "[model]") {
+  auto sm = make_selfmod();
+  auto x = input(2, 5);
+  SelfModState state = sm->initial_state(2);
+  const torch::Tensor y = sm->forward(x, state);
+  (y.pow(2).mean() + 0.1 * state.aux.mean()).backward();
+  for (const auto& p : sm->named_parameters()) {
+    INFO(p.key());
+    REQUIRE(p.value().grad().defined());
+    CHECK(p.value().grad().abs().sum().item<double>() > 0);
+  }
+}
+
+TEST_CASE("self-modifying memory: the auxiliary loss alone trains M_k and M_v (seed 004 change 1)", "[model]") {
+  auto sm = make_selfmod();
+  auto x = input(1, 1);
+  SelfModState state = sm->initial_state(1);
+  sm->step(x.select(1, 0), state);
+  // The first token's aux reads the main memory before any write: it reaches M_k through k_t
+  // and M_v through v_t, and nothing else (M_η and M_α act only through the writes).
+  state.aux.sum().backward();
+  for (int m : {0, 1})
+    for (const auto* p : {&sm->w1_0[m], &sm->w2_0[m]}) {
+      INFO(to_string(static_cast<SelfModMemory>(m)));
+      REQUIRE(p->grad().defined());
+      CHECK(p->grad().abs().sum().item<double>() > 0);
+    }
+  for (int m : {2, 3}) CHECK((!sm->w1_0[m].grad().defined() || sm->w1_0[m].grad().abs().sum().item<double>() == 0));
+  CHECK(state.aux.item<double>() > 0);
+}
