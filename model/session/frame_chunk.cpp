@@ -40,6 +40,24 @@ constexpr std::array<RealColumn, 6> kRealColumns{{{"loss", &Frame::loss},
                                                    {"tokens_per_s", &Frame::tokens_per_s},
                                                    {"seconds", &Frame::seconds}}};
 
+// HOPE's arrays (issue 8): whole per-row blocks, present or not.
+struct ExtraArray {
+  const char* name;
+  std::vector<float> Frame::*field;
+};
+constexpr std::array<ExtraArray, 5> kExtras{{{"cms_norm", &Frame::cms_norm},
+                                             {"cms_tick", &Frame::cms_tick},
+                                             {"selfmod_error", &Frame::selfmod_error},
+                                             {"retain_feature", &Frame::retain_feature},
+                                             {"lr_feature", &Frame::lr_feature}}};
+struct ExtraInt {
+  const char* name;
+  int Frame::*field;
+};
+constexpr std::array<ExtraInt, 3> kExtraInts{{{"cms_levels", &Frame::cms_levels},
+                                              {"feature_rows", &Frame::feature_rows},
+                                              {"feature_dim", &Frame::feature_dim}}};
+
 StDtype storage_dtype(MatrixDtype d) {
   switch (d) {
     case MatrixDtype::F16: return StDtype::F16;
@@ -110,7 +128,22 @@ bool ChunkBuilder::keeps_matrices(const Frame& frame) const {
   return !frame.matrices.empty() && config_.matrix_every > 0 && frame.step % config_.matrix_every == 0;
 }
 
+std::vector<int64_t> ChunkBuilder::extra_shape(const Frame& frame, size_t i) {
+  const auto n = static_cast<int64_t>((frame.*kExtras[i].field).size());
+  const int64_t layers = frame.layers;
+  if (n == 0) return {};
+  if (i <= 1 && layers > 0 && frame.cms_levels > 0 && n == layers * frame.cms_levels) return {layers, frame.cms_levels};
+  if (i == 2 && layers > 0 && n % layers == 0) return {layers, n / layers};
+  if (i >= 3 && layers > 0 && n == layers * frame.feature_rows * frame.feature_dim)
+    return {layers, frame.feature_rows, frame.feature_dim};
+  return {n};
+}
+
 bool ChunkBuilder::fits(const Frame& frame) const {
+  for (size_t i = 0; i < kExtras.size(); ++i) {
+    const auto shape = extra_shape(frame, i);
+    if (!shape.empty() && !extra_shape_[i].empty() && shape != extra_shape_[i]) return false;
+  }
   if (have_layout_ && !frame.head_metrics.empty() &&
       (frame.layers != layers_ || frame.heads != heads_ || frame.weights != weights_))
     return false;
@@ -140,6 +173,26 @@ void ChunkBuilder::add(const Frame& frame, int64_t seq) {
   timelines_.push_back(frame.timeline);
   kinds_.push_back(frame.kind == FrameKind::Train ? 0 : 1);
   has_probes_.push_back(probed ? 1 : 0);
+  for (size_t i = 0; i < kExtraInts.size(); ++i) extra_ints_[i].push_back(frame.*kExtraInts[i].field);
+  uint8_t mask = 0;
+  for (size_t i = 0; i < kExtras.size(); ++i) {
+    const auto& values = frame.*kExtras[i].field;
+    const auto shape = extra_shape(frame, i);
+    if (!shape.empty() && extra_shape_[i].empty()) {
+      extra_shape_[i] = shape;  // rows before this one lacked it
+      extra_values_[i].assign((kinds_.size() - 1) * values.size(), kNaN);
+    }
+    if (extra_shape_[i].empty()) continue;
+    if (shape.empty()) {
+      size_t n = 1;
+      for (auto d : extra_shape_[i]) n *= static_cast<size_t>(d);
+      extra_values_[i].insert(extra_values_[i].end(), n, kNaN);
+    } else {
+      mask = static_cast<uint8_t>(mask | (1u << i));
+      extra_values_[i].insert(extra_values_[i].end(), values.begin(), values.end());
+    }
+  }
+  extras_.push_back(mask);
   if (have_layout_) {
     const size_t h = static_cast<size_t>(layers_ * heads_ * kHeadMetricCount);
     const size_t w = static_cast<size_t>(layers_ * heads_) * weights_.size() * kWeightMetricCount;
@@ -177,6 +230,14 @@ std::string ChunkBuilder::encode(const std::string& where, double wall_time) con
   append(blobs, "timeline", StDtype::I32, timelines_);
   append(blobs, "kind", StDtype::U8, kinds_);
   append(blobs, "has_probes", StDtype::U8, has_probes_);
+  append(blobs, "extras", StDtype::U8, extras_);
+  for (size_t i = 0; i < kExtraInts.size(); ++i) append(blobs, kExtraInts[i].name, StDtype::I32, extra_ints_[i]);
+  for (size_t i = 0; i < kExtras.size(); ++i) {
+    if (extra_shape_[i].empty()) continue;
+    std::vector<int64_t> shape{k};
+    shape.insert(shape.end(), extra_shape_[i].begin(), extra_shape_[i].end());
+    blobs.push_back({kExtras[i].name, StDtype::F32, shape, extra_values_[i].data()});
+  }
   for (size_t i = 0; i < reals_.size(); ++i) append(blobs, kRealColumns[i].name, StDtype::F64, reals_[i]);
 
   // Metric series: the row-major blocks transposed into one [K] column per (layer, head, metric).
@@ -321,6 +382,31 @@ std::vector<Frame> decode_chunk(const SafetensorsFile& file) {
       f.weight_metrics.resize(weight_columns.size());
       for (size_t c = 0; c < head_columns.size(); ++c) f.head_metrics[c] = head_columns[c][r];
       for (size_t c = 0; c < weight_columns.size(); ++c) f.weight_metrics[c] = weight_columns[c][r];
+    }
+  }
+
+  // HOPE's arrays: each row that has one gets its block back.
+  const auto mask = read_column<uint8_t>(file, "extras", StDtype::U8, rows);
+  for (size_t i = 0; i < kExtraInts.size(); ++i) {
+    const auto column = read_column<int32_t>(file, kExtraInts[i].name, StDtype::I32, rows);
+    for (size_t r = 0; r < frames.size(); ++r) {
+      if (column[r] < 0) bad(file, std::string("tensor '") + kExtraInts[i].name + "' holds a negative size");
+      frames[r].*kExtraInts[i].field = column[r];
+    }
+  }
+  for (size_t i = 0; i < kExtras.size(); ++i) {
+    const bool used = std::any_of(mask.begin(), mask.end(), [&](uint8_t m) { return (m >> i) & 1u; });
+    if (!used) continue;
+    const StTensorInfo* t = file.find(kExtras[i].name);
+    if (!t || t->dtype != StDtype::F32 || t->shape.empty() || t->shape[0] != rows)
+      bad(file, std::string("tensor '") + kExtras[i].name + "' should be F32 [rows, ...]");
+    const auto bytes = file.read(*t);  // sizes checked by the reader against the shape
+    const size_t per_row = rows > 0 ? bytes.size() / sizeof(float) / static_cast<size_t>(rows) : 0;
+    for (size_t r = 0; r < frames.size(); ++r) {
+      if (!((mask[r] >> i) & 1u)) continue;
+      auto& values = frames[r].*kExtras[i].field;
+      values.resize(per_row);
+      if (per_row) std::memcpy(values.data(), bytes.data() + r * per_row * sizeof(float), per_row * sizeof(float));
     }
   }
 

@@ -7,6 +7,9 @@
 //                read back in this order)
 //   timeline [K] I32, kind [K] U8 (0 train, 1 inspect), has_probes [K] U8
 //   loss, acc, grad_norm, lr, tokens_per_s, seconds                     [K] F64
+//   cms_levels, feature_rows, feature_dim [K] I32; extras [K] U8: which HOPE arrays a row has
+//   cms_norm, cms_tick [K, layers, levels], selfmod_error [K, layers, 5],
+//   retain_feature, lr_feature [K, layers, rows, dim]                  F32 (HOPE, SPEC §7; NaN: absent)
 //   layer{L}/head{H}/{head metric}                                      [K] F32 (NaN: not measured)
 //   layer{L}/head{H}/[{weight}/]{weight metric}                         [K] F32
 //   layer{L}/head{H}/[{weight}/]{M|S|dM}                                [Km, rows, cols] F32/F16/BF16
@@ -64,6 +67,7 @@ class ChunkBuilder {
     std::vector<float> values;  // [at_rows, rows·cols]
   };
   bool keeps_matrices(const Frame& frame) const;
+  static std::vector<int64_t> extra_shape(const Frame& frame, size_t i);
   const Series* find_series(const std::string& name) const;
 
   RecordConfig config_;
@@ -72,6 +76,10 @@ class ChunkBuilder {
   std::array<std::vector<int64_t>, 7> ints_;
   std::array<std::vector<double>, 6> reals_;
   std::vector<int64_t> seqs_;
+  std::array<std::vector<int32_t>, 3> extra_ints_;  // cms_levels, feature_rows, feature_dim
+  std::vector<uint8_t> extras_;                      // bit i: the row has HOPE array i
+  std::array<std::vector<int64_t>, 5> extra_shape_;  // per row, from the first row that has it
+  std::array<std::vector<float>, 5> extra_values_;   // [rows, elements of extra_shape_]
   std::vector<int32_t> timelines_;
   std::vector<uint8_t> kinds_, has_probes_;
   // Probe layout (from the first probed frame) and the row-major metric blocks, NaN for unprobed rows.

@@ -25,6 +25,12 @@ inline bool identical_frames(const model::Frame& a, const model::Frame& b) {
   if (!same_frame(a, b) || a.timeline != b.timeline || !same_double(a.seconds, b.seconds) ||
       !same_double(a.tokens_per_s, b.tokens_per_s) || a.layers != b.layers || a.heads != b.heads || a.weights != b.weights)
     return false;
+  // HOPE's arrays (issue 8).
+  if (a.cms_levels != b.cms_levels || a.feature_rows != b.feature_rows || a.feature_dim != b.feature_dim ||
+      !same_floats(a.cms_norm, b.cms_norm) || !same_floats(a.cms_tick, b.cms_tick) ||
+      !same_floats(a.selfmod_error, b.selfmod_error) || !same_floats(a.retain_feature, b.retain_feature) ||
+      !same_floats(a.lr_feature, b.lr_feature))
+    return false;
   for (size_t i = 0; i < a.matrices.size(); ++i) {
     const auto &x = a.matrices[i], &y = b.matrices[i];
     if (x.layer != y.layer || x.head != y.head || x.weight != y.weight || x.tensor != y.tensor || x.rows != y.rows ||

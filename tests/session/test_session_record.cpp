@@ -283,3 +283,22 @@ TEST_CASE("a restart knob or a new preset ends the recording of the old run, wit
   CHECK(std::any_of(session.events().begin(), session.events().end(),
                     [](const Event& e) { return e.message.find("stopped: the run started over (train.seed") != std::string::npos; }));
 }
+
+TEST_CASE("HOPE's probes (CMS levels, self-modifying targets, per-feature gates) are recorded exactly", "[session]") {
+  for (const char* preset : {"demo-mqar-hope", "gated-deltanet"}) {
+    INFO(preset);
+    const auto dir = test::fresh_dir(std::string("hope-") + preset) / "run.memscope";
+    auto options = test::small_engine({"record.chunk_steps=5"});
+    options.preset = preset;
+    if (std::string(preset) == "gated-deltanet") options.sets.push_back("memory.dgd.per_feature=true");
+    const auto log = record(options, dir, {Command::steps(12)});
+    const SessionReader session(dir.string());
+    REQUIRE(session.steps(0).size() == 12);
+    bool hope_arrays = false;
+    for (const auto& live : log->frames) {
+      hope_arrays = hope_arrays || !live.cms_norm.empty() || !live.retain_feature.empty();
+      CHECK(test::identical_frames(*session.frame(0, live.step), live));
+    }
+    CHECK(hope_arrays);
+  }
+}
