@@ -57,9 +57,7 @@ double run_steps(const std::string& preset, const std::vector<std::string>& sets
   if (keep) engine.add_sink(sink);
   engine.start();
   if (!record.empty()) {
-    Command c{Command::Kind::StartRecording};
-    c.path = record.string();
-    engine.post(c);
+    engine.post(Command::start_recording(record.string()));
     engine.wait_idle();
   }
   const auto start = Clock::now();

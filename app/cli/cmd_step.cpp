@@ -153,9 +153,7 @@ void run_step(const StepOptions& o) {
     if (!error.empty()) throw UserError(error);
   };
   if (!o.record.empty()) {
-    Command start{Command::Kind::StartRecording};
-    start.path = o.record;
-    post_and_check(start);
+    post_and_check(Command::start_recording(o.record));
   }
   // A replay without --tokens plays to the end of the recording.
   engine.post(!o.replay.empty() && !o.tokens_given ? Command::run() : Command::steps(o.tokens));

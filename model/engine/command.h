@@ -68,6 +68,11 @@ struct Command {
     c.step = step;
     return c;
   }
+  static Command start_recording(std::string path) {
+    Command c{Kind::StartRecording};
+    c.path = std::move(path);
+    return c;
+  }
   static Command fork(int64_t step, std::vector<std::string> sets) {
     Command c{Kind::Fork};
     c.step = step;

@@ -222,7 +222,8 @@ void ChunkBuilder::add(const Frame& frame, int64_t seq) {
 
 void ChunkBuilder::clear() { *this = ChunkBuilder(config_); }
 
-std::string ChunkBuilder::encode(const std::string& where, double wall_time) const {
+std::string ChunkBuilder::encode(const std::string& where, double wall_time,
+                                 const std::map<std::string, std::string>& extra) const {
   const int64_t k = rows();
   std::vector<StBlob> blobs;
   for (size_t i = 0; i < ints_.size(); ++i) append(blobs, kIntColumns[i].name, StDtype::I64, ints_[i]);
@@ -286,7 +287,7 @@ std::string ChunkBuilder::encode(const std::string& where, double wall_time) con
     snapshots.push_back({{"name", p.name}, {"layer", p.layer}, {"head", p.head}, {"weight", p.weight},
                          {"tensor", p.tensor}, {"full_rows", p.full_rows}, {"full_cols", p.full_cols}});
   }
-  const std::map<std::string, std::string> metadata{
+  std::map<std::string, std::string> metadata{
       {"format", kChunkFormat},
       {"first_step", std::to_string(first_step())},
       {"last_step", std::to_string(last_step())},
@@ -296,6 +297,8 @@ std::string ChunkBuilder::encode(const std::string& where, double wall_time) con
       {"heads", std::to_string(heads_)},
       {"weights", nlohmann::json(weights_).dump()},
       {"snapshots", snapshots.dump()}};
+  if (wall_time < 0) metadata.erase("wall_time");
+  for (const auto& [key, value] : extra) metadata[key] = value;
   return encode_safetensors(blobs, metadata, where);
 }
 

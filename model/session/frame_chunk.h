@@ -23,6 +23,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -52,8 +53,10 @@ class ChunkBuilder {
   int64_t first_step() const { return empty() ? 0 : ints_[0].front(); }
   int64_t last_step() const { return empty() ? 0 : ints_[0].back(); }
 
-  // The chunk's file bytes; `where` names it in errors.
-  std::string encode(const std::string& where, double wall_time) const;
+  // The chunk's file bytes; `where` names it in errors. `extra` joins the metadata (an export's
+  // session and events); a negative wall_time leaves it out.
+  std::string encode(const std::string& where, double wall_time,
+                     const std::map<std::string, std::string>& extra = {}) const;
   void clear();
 
  private:

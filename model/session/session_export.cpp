@@ -60,19 +60,10 @@ ExportResult export_safetensors(const SessionReader& session, const std::filesys
     all.add(f);
   });
   if (result.frames == 0) throw UserError(session.dir().string() + ": no frames in the range to export");
-  std::string bytes = all.encode(out.string(), 0);
-  // The chunk encoder wrote its own metadata; the export adds the session's. Re-encoding only the
-  // header keeps the data bytes as they are.
-  const StHeader header = parse_safetensors_header(bytes, bytes.size(), out.string());
-  std::map<std::string, std::string> metadata = header.metadata;
-  metadata.erase("wall_time");
-  metadata["session"] = session_info_json(session.info());
-  metadata["events"] = json_text(session, range.timeline);
-  metadata["timeline"] = std::to_string(range.timeline);
-  std::vector<StBlob> blobs;
-  for (const auto& t : header.tensors)
-    blobs.push_back({t.name, t.dtype, t.shape, bytes.data() + header.data_start + t.begin});
-  write_file_atomically(out, encode_safetensors(blobs, metadata, out.string()));
+  write_file_atomically(out, all.encode(out.string(), /*wall_time=*/-1,
+                                        {{"session", session_info_json(session.info())},
+                                         {"events", json_text(session, range.timeline)},
+                                         {"timeline", std::to_string(range.timeline)}}));
   result.bytes = bytes_on_disk(out);
   return result;
 }

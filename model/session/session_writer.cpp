@@ -88,7 +88,7 @@ void SessionWriter::on_frame(const Frame& frame) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (closing_) throw UserError(dir_.string() + ": the recording is closed");
   const int64_t bytes = frame.bytes();
-  queue_.emplace_back(QueuedFrame{frame, frames_enqueued_++});
+  queue_.emplace_back(QueuedFrame{frame, frames_enqueued_++, bytes});
   unwritten_bytes_ += bytes;
   info_.last_step[frame.timeline] = frame.step;
   wake_writer_.notify_one();
@@ -202,7 +202,7 @@ void SessionWriter::take(Item& item) {
     builder_.add(q->frame, q->seq);
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      builder_bytes_ += q->frame.bytes();
+      builder_bytes_ += q->bytes;
     }
     if (builder_.rows() >= info_.record.chunk_steps) write_chunk();
   } else {

@@ -59,7 +59,8 @@ class SessionWriter : public Recorder {
  private:
   struct QueuedFrame {
     Frame frame;
-    int64_t seq;  // frames recorded before it
+    int64_t seq;    // frames recorded before it
+    int64_t bytes;  // frame.bytes(), counted against record.queue_mb
   };
   using Item = std::variant<QueuedFrame, Event>;
   void run();                     // the writer thread

@@ -12,6 +12,22 @@
 
 namespace memscope::test {
 
+// Runs `commands` on a new engine with a recording to `dir` from the first to the last; returns
+// every frame and event the engine emitted.
+inline std::shared_ptr<FrameLog> record_session(const model::EngineOptions& options, const std::filesystem::path& dir,
+                                                const std::vector<model::Command>& commands) {
+  model::Engine engine(options);
+  auto log = std::make_shared<FrameLog>();
+  engine.add_sink(log);
+  engine.start();
+  engine.post(model::Command::start_recording(dir.string()));
+  for (const auto& c : commands) engine.post(c);
+  engine.post(model::Command{model::Command::Kind::StopRecording});
+  engine.wait_idle();
+  REQUIRE(engine.status().last_error.empty());
+  return log;
+}
+
 // An empty directory under /tmp, unique to this process and `name`.
 inline std::filesystem::path fresh_dir(const std::string& name) {
   const auto dir = std::filesystem::temp_directory_path() / ("memscope-session-" + name + "-" + std::to_string(::getpid()));

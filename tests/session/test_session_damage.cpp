@@ -108,16 +108,7 @@ TEST_CASE("a recording killed with SIGKILL keeps every complete chunk and replay
 
 TEST_CASE("a torn tail is skipped and reported with the bytes and steps lost", "[session]") {
   const auto dir = test::fresh_dir("torn") / "run.memscope";
-  {
-    Engine engine(test::small_engine({"record.chunk_steps=5"}));
-    engine.start();
-    Command start{Command::Kind::StartRecording};
-    start.path = dir.string();
-    engine.post(start);
-    engine.post(Command::steps(20));
-    engine.post(Command{Command::Kind::StopRecording});
-    engine.wait_idle();
-  }
+  test::record_session(test::small_engine({"record.chunk_steps=5"}), dir, {Command::steps(20)});
   // The last chunk cut short (a copy or a full disk), a torn event line, a leftover temporary file.
   const auto last = dir / "frames-000003.safetensors";
   std::filesystem::resize_file(last, std::filesystem::file_size(last) / 2);
@@ -230,16 +221,7 @@ TEST_CASE("session.json that is missing or malformed is a clear error", "[sessio
 
 TEST_CASE("a chunk whose body is corrupt is found by inspect and pauses a replay there", "[session]") {
   const auto dir = test::fresh_dir("body") / "run.memscope";
-  {
-    Engine engine(test::small_engine({"record.chunk_steps=4"}));
-    engine.start();
-    Command start{Command::Kind::StartRecording};
-    start.path = dir.string();
-    engine.post(start);
-    engine.post(Command::steps(12));
-    engine.post(Command{Command::Kind::StopRecording});
-    engine.wait_idle();
-  }
+  test::record_session(test::small_engine({"record.chunk_steps=4"}), dir, {Command::steps(12)});
   // Chunk 1's `kind` column says 7: its header is sound, its body is not.
   const auto chunk = dir / "frames-000001.safetensors";
   {

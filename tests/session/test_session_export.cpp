@@ -27,16 +27,7 @@ Recorded record_run(const std::string& name, int steps, std::vector<std::string>
   Recorded r;
   r.dir = test::fresh_dir(name) / "run.memscope";
   sets.push_back("record.chunk_steps=6");
-  Engine engine(test::small_engine(sets));
-  auto log = std::make_shared<FrameLog>();
-  engine.add_sink(log);
-  engine.start();
-  Command start{Command::Kind::StartRecording};
-  start.path = r.dir.string();
-  engine.post(start);
-  engine.post(Command::steps(steps));
-  engine.post(Command{Command::Kind::StopRecording});
-  engine.wait_idle();
+  const auto log = test::record_session(test::small_engine(sets), r.dir, {Command::steps(steps)});
   r.frames = log->frames;
   r.events = log->events;
   return r;

@@ -12,25 +12,11 @@ using test::FrameLog;
 
 namespace {
 
-Command start_recording(const std::filesystem::path& dir) {
-  Command c{Command::Kind::StartRecording};
-  c.path = dir.string();
-  return c;
-}
+Command start_recording(const std::filesystem::path& dir) { return Command::start_recording(dir.string()); }
 
-// Runs the commands with a recording from the first to the last; returns every frame emitted.
 std::shared_ptr<FrameLog> record(const EngineOptions& options, const std::filesystem::path& dir,
                                  const std::vector<Command>& commands) {
-  Engine engine(options);
-  auto log = std::make_shared<FrameLog>();
-  engine.add_sink(log);
-  engine.start();
-  engine.post(start_recording(dir));
-  for (const auto& c : commands) engine.post(c);
-  engine.post(Command{Command::Kind::StopRecording});
-  engine.wait_idle();
-  REQUIRE(engine.status().last_error.empty());
-  return log;
+  return test::record_session(options, dir, commands);
 }
 
 // The live timeline as the engine left it: later frames of a step replace earlier ones, and a
