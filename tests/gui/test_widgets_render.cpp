@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "gui/png_image.h"
+#include "gui/widget_frame.h"
 #include "viz/app_window.h"
 #include "viz/heatmap.h"
 #include "viz/line_plot.h"
@@ -31,11 +32,8 @@ bool close_to(const Rgba8& a, const Rgba8& b) {
 }  // namespace
 
 TEST_CASE("heatmap and line plot render their data into the window's pixels", "[gui]") {
-  REQUIRE(std::getenv("DISPLAY") != nullptr);
-  WindowOptions options;
-  options.width = 900;
-  options.height = 600;
-  AppWindow window(options);
+  auto owned = memscope::test::open_test_window(900, 600);
+  AppWindow& window = *owned;
 
   // 4 × 4 matrix, values spread over [-1, 1] with one NaN cell.
   std::vector<float> matrix(16);

@@ -1,6 +1,7 @@
 // Min/max decimation must keep what a user looks for in a plot: extremes, spikes, the ends.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -77,4 +78,96 @@ TEST_CASE("non-finite samples are dropped and empty input gives nothing", "[viz]
   CHECK(out[1].y == 2.0f);
   CHECK(decimate_minmax(xs.data(), ys.data(), 0, 0.0, 3.0, 100).empty());
   CHECK(decimate_minmax(xs.data(), ys.data(), xs.size(), 3.0, 3.0, 100).empty());
+}
+
+namespace {
+
+// Per pixel column, the smallest and largest finite y: once from every input sample in the
+// window, once from the decimated output. Columns follow decimate_minmax's pixel mapping, with
+// x == x_max in one extra column.
+struct ColumnExtremes {
+  std::vector<float> lo, hi;
+  explicit ColumnExtremes(int columns) : lo(columns + 1, INFINITY), hi(columns + 1, -INFINITY) {}
+  void add(double x, float y, double x_min, double x_max, int columns) {
+    if (x < x_min || x > x_max || !std::isfinite(y)) return;
+    const int c = static_cast<int>(std::floor((x - x_min) / ((x_max - x_min) / columns)));
+    lo[c] = std::min(lo[c], y), hi[c] = std::max(hi[c], y);
+  }
+};
+
+void check_against_brute_force(const Series& s, double x_min, double x_max, int columns) {
+  const auto out = decimate_minmax(s.xs.data(), s.ys.data(), s.xs.size(), x_min, x_max, columns);
+  ColumnExtremes expected(columns), got(columns);
+  for (std::size_t i = 0; i < s.xs.size(); ++i) expected.add(s.xs[i], s.ys[i], x_min, x_max, columns);
+  for (const auto& p : out) got.add(p.x, p.y, x_min, x_max, columns);
+  CHECK(got.lo == expected.lo);
+  CHECK(got.hi == expected.hi);
+
+  CHECK(out.size() <= static_cast<std::size_t>(columns) * 4 + 2);
+  // Every output point is a finite input sample, in x order, at most one neighbour beyond each edge.
+  int before = 0, after = 0;
+  for (std::size_t k = 0; k < out.size(); ++k) {
+    const auto it = std::lower_bound(s.xs.begin(), s.xs.end(), out[k].x);
+    REQUIRE(it != s.xs.end());
+    CHECK(*it == out[k].x);
+    CHECK(s.ys[static_cast<std::size_t>(it - s.xs.begin())] == out[k].y);
+    CHECK(std::isfinite(out[k].y));
+    if (k) CHECK(out[k - 1].x < out[k].x);
+    before += out[k].x < x_min, after += out[k].x > x_max;
+  }
+  CHECK(before <= 1);
+  CHECK(after <= 1);
+}
+
+// Steps with gaps: runs of consecutive steps separated by jumps of up to 5000 steps.
+Series with_gaps(std::size_t n, unsigned seed) {
+  Series s = noisy(n, seed);
+  std::mt19937 rng(seed + 1);
+  std::uniform_int_distribution<int> jump(0, 99);
+  double x = 0.0;
+  for (auto& xi : s.xs) xi = (x += jump(rng) == 0 ? 1.0 + jump(rng) * 50.0 : 1.0);
+  return s;
+}
+
+// About 2% NaN and ±Inf, plus a NaN run a few columns wide.
+void add_non_finite(Series& s, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<std::size_t> pick(0, s.ys.size() - 1);
+  for (std::size_t k = 0; k < s.ys.size() / 50; ++k) {
+    const float bad[] = {std::numeric_limits<float>::quiet_NaN(), INFINITY, -INFINITY};
+    s.ys[pick(rng)] = bad[k % 3];
+  }
+  for (std::size_t i = s.ys.size() / 3; i < s.ys.size() / 3 + s.ys.size() / 40; ++i)
+    s.ys[i] = std::numeric_limits<float>::quiet_NaN();
+}
+
+}  // namespace
+
+TEST_CASE("plot decimation keeps the min and max of every pixel column, against a brute-force computation", "[viz]") {
+  SECTION("a view window inside the data") {
+    const Series s = noisy(1'000'000, 11);
+    check_against_brute_force(s, 250'000.5, 600'000.25, 700);
+    check_against_brute_force(s, 10.0, 5'000.0, 640);  // a few samples per column
+  }
+  SECTION("steps with gaps") {
+    const Series s = with_gaps(300'000, 5);
+    check_against_brute_force(s, s.xs.front(), s.xs.back(), 800);
+    check_against_brute_force(s, s.xs[1000] + 0.5, s.xs[200'000] - 0.5, 513);
+  }
+  SECTION("NaN and infinite values") {
+    Series s = noisy(400'000, 9);
+    add_non_finite(s, 2);
+    check_against_brute_force(s, 0.0, 399'999.0, 900);
+    check_against_brute_force(s, 120'000.0, 160'000.0, 300);  // covers the NaN run
+  }
+  SECTION("fewer points than columns") {
+    Series s = with_gaps(300, 4);
+    add_non_finite(s, 6);
+    check_against_brute_force(s, s.xs.front(), s.xs.back(), 1000);
+    check_against_brute_force(s, s.xs[40], s.xs[120], 1000);
+  }
+  SECTION("just over two samples per column, where bucketing starts") {
+    const Series s = noisy(2 * 400 + 3, 8);
+    check_against_brute_force(s, 0.0, 2.0 * 400 + 2, 400);
+  }
 }
