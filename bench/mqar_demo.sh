@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The MQAR experiment of issue 4: demo-mqar (Atlas memory), demo-mqar-titans, demo-mqar-swa (no
-# memory) and demo-mqar with TTL off, same seed and step budget, on this machine's CPU. Two runs
+# The MQAR experiment of issues 4 and 8: demo-mqar (Atlas memory), demo-mqar-titans, demo-mqar-hope,
+# demo-mqar-swa (no memory) and demo-mqar with TTL off, same seed and step budget, on this
+# machine's CPU. ONLY=NAME runs one variant (atlas, titans, hope, swa, ttl-off). Two runs
 # at a time with one torch thread each (a 2-core machine). Prints one JSON line per variant with
 # the final query accuracy, wall time and CPU time; the training logs go to $OUT (default
 # build/mqar_demo/). Usage: bench/mqar_demo.sh [--steps N] [extra --set KEY=VALUE ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CLI=build/app/cli/memscope-cli
+CLI=${CLI:-build/app/cli/memscope-cli}
 [[ -x $CLI ]] || { echo "mqar_demo: $CLI is missing; run scripts/setup first" >&2; exit 1; }
 OUT=${OUT:-build/mqar_demo}
 mkdir -p "$OUT"
@@ -15,6 +16,7 @@ ARGS=("$@")
 run() {  # name preset [sets...]
   local name=$1 preset=$2
   shift 2
+  [[ -n ${ONLY:-} && $ONLY != "$name" ]] && return 0
   local log="$OUT/$name.jsonl" start end
   start=$(date +%s.%N)
   /usr/bin/time -f '%U %S' -o "$OUT/$name.time" \
@@ -34,7 +36,7 @@ print(json.dumps({"variant": name, "preset": preset, "steps": final["step"], "ac
 PY
 }
 
-# Lane 1: the expensive Atlas run, then the cheap no-memory one; lane 2: Titans, then TTL off.
+# Lane 1: the expensive Atlas run, then the cheap no-memory one; lane 2: Titans, HOPE, then TTL off.
 { run atlas demo-mqar; run swa demo-mqar-swa; } &
-{ run titans demo-mqar-titans; run ttl-off demo-mqar --set model.ttl=false; } &
+{ run titans demo-mqar-titans; run hope demo-mqar-hope; run ttl-off demo-mqar --set model.ttl=false; } &
 wait

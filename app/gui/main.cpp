@@ -1,13 +1,15 @@
-// memscope: the desktop debugger. Opens the main window; --screenshot renders a few frames,
-// saves the window as a PNG and exits (how GUI tests and README pictures are made).
+// memscope: the desktop debugger. Opens the main window on a live preset or a recorded session.
+// --screenshot renders, saves the window as a PNG and exits (how GUI tests and README pictures
+// are made); --steps runs the model that far first.
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <iostream>
+#include <thread>
 
-#include "app/gui/keys.h"
-#include "app/gui/main_layout.h"
+#include "app/gui/gui_app.h"
 #include "memscope/version.h"
-#include "model/config/preset.h"
+#include "model/engine/command.h"
 #include "model/util/device.h"
 #include "model/util/errors.h"
 #include "viz/app_window.h"
@@ -19,47 +21,67 @@ struct Options {
   int frames = 3;
   int width = 1600;
   int height = 1000;
+  int64_t steps = 0;
+  bool paused = false;
+  float speed = 30.0f;
+  std::vector<std::string> show;
   std::string device = "auto";
-  std::string preset = "demo-mqar";
+  memscope::app::GuiOptions gui;
 };
 
-// The preset's shape in a few lines for the knobs panel.
-void describe_preset(const memscope::model::Preset& p, memscope::app::ViewState& view) {
-  using namespace memscope::model;
-  view.preset_name = p.name;
-  view.preset_description = p.description;
-  const auto n = [](auto v) { return std::to_string(v); };
-  view.preset_summary = {
-      {"model", std::string(to_string(p.model.block)) + " x " + n(p.model.layers) + ", d " + n(p.model.d_model) +
-                    (p.model.has_attention() ? ", window " + n(p.model.window) : "")},
-      {"task", p.task.kind + (p.task.kind == "mqar" ? ", " + n(p.task.pairs) + " pairs, gap " + n(p.task.gap) : "")},
-      {"train", n(p.train.steps) + " steps, batch " + n(p.train.batch) + ", chunk " + n(p.train.chunk)},
-  };
-  if (p.model.has_memory())
-    view.preset_summary.insert(
-        view.preset_summary.begin() + 1,
-        {"memory", std::string(to_string(p.memory.structure)) + ", " + to_string(p.memory.optimiser) + ", c " +
-                       n(p.memory.window) + ", " + to_string(p.memory.feature_map) + (p.model.ttl ? "" : ", TTL off")});
-}
-
-int run(const Options& options) {
-  memscope::viz::WindowOptions window_options;
+int run(Options options) {
+  using namespace memscope;
+  viz::WindowOptions window_options;
   window_options.width = options.width;
   window_options.height = options.height;
   window_options.font_path = MEMSCOPE_FONT_PATH;
-  memscope::viz::AppWindow window(window_options);
+  viz::AppWindow window(window_options);
 
-  memscope::app::ViewState view;
-  view.device_line = memscope::model::describe_device(memscope::model::pick_device(options.device));
-  describe_preset(memscope::model::load_preset(options.preset), view);
-
+  options.gui.device_line = model::describe_device(model::pick_device(options.device));
+  app::GuiApp app(options.gui);
+  app.view().speed = options.speed;
+  for (const auto& what : options.show) {
+    if (what == "compare") app.view().show_compare = true;
+    else if (what == "hope") app.view().select_right_tab = 1;
+    else if (what == "breakpoints") app.view().select_left_tab = 1;
+    else if (what == "resets") app.view().select_left_tab = 2;
+    else if (what == "help") app.view().show_help = true;
+    else if (what == "presets") app.view().show_presets = true;
+    else if (what.rfind("enlarge=", 0) == 0) {
+      app.view().has_enlarged = true;
+      app.view().enlarged = {std::stoi(what.substr(8)), 0, "M", "M"};
+    }
+  }
   const bool screenshot_mode = !options.screenshot.empty();
+  if (options.steps > 0) {
+    app.post_all(model::Command::steps(options.steps));
+    for (auto& run : app.runs()) run->source->wait_idle();
+  }
+  // A teacher opening the demo sees it move; a screenshot shows exactly the steps asked for.
+  if (!screenshot_mode && !options.paused) app.toggle_run();
+
+  int settle = 3;  // ImGui settles hover and layout over a couple of frames after input
+  using clock = std::chrono::steady_clock;
+  auto last_frame = clock::now();
   for (int frame = 1; !window.should_close(); ++frame) {
-    // ImGui settles its layout over a couple of frames after input; keep drawing briefly after.
-    window.wait_for_events(/*busy=*/screenshot_mode || frame < 3);
+    const bool animating = app.animating();
+    bool input = false;
+    if (screenshot_mode || settle > 0) {
+      input = window.wait_for_events(true);
+    } else if (animating) {
+      // About 60 frames a second while a run steps; input still wakes the loop at once.
+      const double left = 1.0 / 60.0 - std::chrono::duration<double>(clock::now() - last_frame).count();
+      input = left > 0 ? window.wait_for_events(false, left) : window.wait_for_events(true);
+    } else {
+      input = window.wait_for_events(false, 1.0);  // idle: asleep until input or a source's news
+    }
+    const bool news = app.poll();
+    if (!screenshot_mode && !animating && !input && !news && settle == 0) continue;  // nothing to redraw
+    settle = input || news ? 3 : std::max(0, settle - 1);
+    last_frame = clock::now();
+
     window.begin_frame();
-    if (memscope::app::handle_keys(view)) window.request_close();
-    memscope::app::draw_main_layout(view);
+    if (!app.draw()) window.request_close();
     window.end_frame();
 
     if (screenshot_mode && frame >= options.frames) {
@@ -69,10 +91,10 @@ int run(const Options& options) {
       }
       return 0;
     }
-    if (!view.screenshot_request.empty()) {
-      auto error = window.screenshot(view.screenshot_request);
-      view.notice = error.empty() ? "saved " + view.screenshot_request : error;
-      view.screenshot_request.clear();
+    if (!app.view().screenshot_request.empty()) {
+      auto error = window.screenshot(app.view().screenshot_request);
+      app.view().notice = error.empty() ? "saved " + app.view().screenshot_request : error;
+      app.view().screenshot_request.clear();
     }
     window.present();
   }
@@ -82,21 +104,31 @@ int run(const Options& options) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"memscope: a debugger for test-time-learning memory (Titans, Atlas, HOPE, TTT)"};
-  app.set_version_flag("--version", std::string("memscope ") + MEMSCOPE_VERSION);
+  CLI::App cli{"memscope: a debugger for test-time-learning memory (Titans, Atlas, HOPE, TTT)"};
+  cli.set_version_flag("--version", std::string("memscope ") + MEMSCOPE_VERSION);
   Options options;
-  app.add_option("--screenshot", options.screenshot, "Render --frames frames, save the window as this PNG, exit");
-  app.add_option("--frames", options.frames, "Frames to render before --screenshot")->check(CLI::Range(1, 100000))->capture_default_str();
-  app.add_option("--width", options.width, "Window width in pixels")->check(CLI::Range(320, 16384))->capture_default_str();
-  app.add_option("--height", options.height, "Window height in pixels")->check(CLI::Range(240, 16384))->capture_default_str();
-  app.add_option("--device", options.device, "auto, cpu, cuda or cuda:N")->capture_default_str();
-  app.add_option("--preset", options.preset, "Preset to open (assets/presets name or .toml path)")->capture_default_str();
+  cli.add_option("--preset", options.gui.preset, "Preset to run live (assets/presets name or .toml path)")->capture_default_str();
+  cli.add_option("--set", options.gui.sets, "KEY=VALUE knob override (repeatable)");
+  cli.add_option("--session", options.gui.session, "Replay a recorded session (NAME.memscope) instead of a live run");
+  cli.add_option("--compare-session", options.gui.compare_session, "A recorded session to show beside the run (compare view)");
+  cli.add_option("--show", options.show, "Open with: compare, hope, breakpoints, resets, help, presets, enlarge=LAYER")
+      ->check(CLI::IsMember({"compare", "hope", "breakpoints", "resets", "help", "presets", "enlarge=0", "enlarge=1", "enlarge=2", "enlarge=3"}));
+  cli.add_option("--steps", options.steps, "Run this many steps before showing (with --screenshot: what the picture shows)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  cli.add_flag("--paused", options.paused, "Open paused (by default a live run starts at --speed)");
+  cli.add_option("--speed", options.speed, "Steps per second when running (0: as fast as the model goes)")
+      ->check(CLI::Range(0.0f, 100000.0f))->capture_default_str();
+  cli.add_option("--screenshot", options.screenshot, "Render --frames frames, save the window as this PNG, exit");
+  cli.add_option("--frames", options.frames, "Frames to render before --screenshot")->check(CLI::Range(1, 100000))->capture_default_str();
+  cli.add_option("--width", options.width, "Window width in pixels")->check(CLI::Range(320, 16384))->capture_default_str();
+  cli.add_option("--height", options.height, "Window height in pixels")->check(CLI::Range(240, 16384))->capture_default_str();
+  cli.add_option("--device", options.device, "auto, cpu, cuda or cuda:N")->capture_default_str();
   try {
-    app.parse(argc, argv);
+    cli.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    return cli.exit(e);
   } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
+    return cli.exit(e);
   } catch (const CLI::ParseError& e) {
     std::cerr << "memscope: " << e.what() << " (see memscope --help)\n";
     return 2;

@@ -2,147 +2,131 @@
 
 #include <imgui.h>
 
+#include "app/gui/gui_app.h"
 #include "app/gui/keys.h"
+#include "app/gui/panels.h"
 #include "memscope/version.h"
 #include "viz/theme.h"
 
 namespace memscope::app {
 namespace {
 
-constexpr float kTransportHeight = 44.0f;
-constexpr float kTokensHeight = 86.0f;
+constexpr float kTokensHeight = 92.0f;
 
-void heading(const char* title, const char* subtitle) {
-  ImGui::TextColored(viz::colors::accent(), "%s", title);
-  if (subtitle && *subtitle) {
+void draw_status_line(GuiApp& app) {
+  const ViewState& view = app.view();
+  const Run& run = app.main();
+  ImGui::TextColored(viz::colors::muted(), "memscope %s  |  %s  |  %s  |  ? for help", MEMSCOPE_VERSION,
+                     view.device_line.c_str(), run.label.c_str());
+  if (!run.status.recording.empty()) {
     ImGui::SameLine();
-    ImGui::TextColored(viz::colors::muted(), "%s", subtitle);
+    ImGui::TextColored(viz::colors::error(), "  REC %s", run.status.recording.c_str());
   }
-  ImGui::Separator();
-}
-
-// Panels whose source (the engine, the knob registry) has not landed yet say so plainly
-// rather than show invented data.
-void waiting_for(const char* what) {
-  ImGui::PushTextWrapPos(0.0f);
-  ImGui::TextColored(viz::colors::muted(), "%s", what);
-  ImGui::PopTextWrapPos();
-}
-
-void draw_transport() {
-  ImGui::BeginChild("transport", {0, kTransportHeight}, true, ImGuiWindowFlags_NoScrollbar);
-  ImGui::AlignTextToFramePadding();
-  ImGui::TextColored(viz::colors::accent(), "memscope");
-  ImGui::SameLine();
-  ImGui::BeginDisabled(true);  // enabled once an engine or session is attached
-  ImGui::Button("Run  [Space]");
-  ImGui::SameLine();
-  ImGui::Button("Step 1");
-  ImGui::SameLine();
-  ImGui::Button("Step 10");
-  ImGui::SameLine();
-  ImGui::Button("Step 100");
-  ImGui::SameLine();
-  ImGui::Button("Record");
-  ImGui::SameLine();
-  ImGui::Button("Rewind");
-  ImGui::EndDisabled();
-  ImGui::SameLine();
-  ImGui::TextColored(viz::colors::muted(), "step  -   no source attached");
-  ImGui::EndChild();
-}
-
-void draw_knobs(const ViewState& view) {
-  heading("Knobs", "& breakpoints");
-  if (view.preset_name.empty()) {
-    waiting_for("No preset loaded.");
-    return;
-  }
-  ImGui::TextColored(viz::colors::accent(), "preset  %s", view.preset_name.c_str());
-  ImGui::PushTextWrapPos(0.0f);
-  ImGui::TextUnformatted(view.preset_description.c_str());
-  ImGui::PopTextWrapPos();
-  ImGui::Spacing();
-  if (ImGui::BeginTable("preset", 2, ImGuiTableFlags_SizingStretchProp)) {
-    for (const auto& [what, value] : view.preset_summary) {
-      ImGui::TableNextColumn();
-      ImGui::TextColored(viz::colors::muted(), "%s", what.c_str());
-      ImGui::TableNextColumn();
-      ImGui::TextUnformatted(value.c_str());
-    }
-    ImGui::EndTable();
-  }
-  ImGui::Spacing();
-  const std::string hint = "Read-only for now: editable knobs and breakpoints come with the engine (issue 5). "
-                           "Train this preset headless with: memscope-cli train --preset " + view.preset_name;
-  waiting_for(hint.c_str());
-}
-
-void draw_memory() {
-  heading("Memory", "layers x {M, S, dM}");
-  waiting_for("No memory to show yet: heatmaps of M, S and dM per layer and head appear here.");
-}
-
-void draw_plots() {
-  heading("Plots", "against step");
-  waiting_for("loss, surprise, effective rank, NS error, gates, retention and norms.");
-}
-
-void draw_tokens() {
-  ImGui::BeginChild("tokens", {0, kTokensHeight}, true);
-  heading("Tokens", "surprise as colour");
-  waiting_for("The input stream appears here; hover a token for its metrics, click to seek.");
-  ImGui::EndChild();
-}
-
-void draw_status_line(const ViewState& view) {
-  ImGui::TextColored(viz::colors::muted(), "memscope %s  |  %s  |  %.0f fps  |  ? for help",
-                     MEMSCOPE_VERSION, view.device_line.c_str(), ImGui::GetIO().Framerate);
   if (!view.notice.empty()) {
     ImGui::SameLine();
     ImGui::TextColored(viz::colors::warning(), "  %s", view.notice.c_str());
   }
 }
 
+// A column cell of the panels table: a bordered child of a fixed height, so the token strip and
+// the status line below always stay in view.
+template <typename Draw>
+void panel(GuiApp& app, const char* id, float height, Draw draw) {
+  ImGui::BeginChild(id, {0, height}, true);
+  draw();
+  ImGui::EndChild();
+  app.note_rect(std::string("panel/") + id);
+}
+
+void draw_left_column(GuiApp& app, float height) {
+  const float knobs_height = height * 0.58f;
+  panel(app, "knobs", knobs_height, [&] { draw_knobs_panel(app); });
+  panel(app, "lists", height - knobs_height - ImGui::GetStyle().ItemSpacing.y, [&] {
+    if (ImGui::BeginTabBar("lists")) {
+      const auto flags = [&](int tab) {
+        return app.view().select_left_tab == tab ? ImGuiTabItemFlags_SetSelected : ImGuiTabItemFlags_None;
+      };
+      if (ImGui::BeginTabItem("Events", nullptr, flags(0))) {
+        draw_events_panel(app);
+        ImGui::EndTabItem();
+      }
+      if (ImGui::BeginTabItem("Breakpoints", nullptr, flags(1))) {
+        draw_breakpoints_panel(app);
+        ImGui::EndTabItem();
+      }
+      if (ImGui::BeginTabItem("Resets", nullptr, flags(2))) {
+        draw_reset_buttons(app);
+        ImGui::EndTabItem();
+      }
+      ImGui::EndTabBar();
+    }
+    app.view().select_left_tab = -1;
+  });
+}
+
+void draw_right_column(GuiApp& app, float height) {
+  panel(app, "plots", height, [&] {
+    if (app.view().show_compare) {
+      draw_compare_view(app);
+      return;
+    }
+    const auto& cache = app.shown_cache();
+    const bool hope = cache.cms_levels() > 0 || !app.shown_cache().selfmod_error(0, 0).empty();
+    if (ImGui::BeginTabBar("plot tabs")) {
+      const auto flags = [&](int tab) {
+        return app.view().select_right_tab == tab ? ImGuiTabItemFlags_SetSelected : ImGuiTabItemFlags_None;
+      };
+      if (ImGui::BeginTabItem("Plots", nullptr, flags(0))) {
+        draw_plots_panel(app);
+        ImGui::EndTabItem();
+      }
+      if (ImGui::BeginTabItem(hope ? "HOPE###hope" : "HOPE (n/a)###hope", nullptr, flags(1))) {
+        draw_hope_panel(app);
+        ImGui::EndTabItem();
+      }
+      ImGui::EndTabBar();
+    }
+    app.view().select_right_tab = -1;
+  });
+}
+
 }  // namespace
 
-void draw_main_layout(ViewState& view) {
+void draw_main_layout(GuiApp& app) {
   const ImGuiViewport* viewport = ImGui::GetMainViewport();
   ImGui::SetNextWindowPos(viewport->WorkPos);
   ImGui::SetNextWindowSize(viewport->WorkSize);
   ImGui::Begin("memscope", nullptr,
                ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoSavedSettings |
-                   ImGuiWindowFlags_NoBringToFrontOnFocus);
-  draw_transport();
+                   ImGuiWindowFlags_NoBringToFrontOnFocus | ImGuiWindowFlags_MenuBar);
+  draw_menu_bar(app);
+  draw_error_banner(app);
+  draw_transport(app);
 
   const float status_height = ImGui::GetFrameHeightWithSpacing();
   const float middle_height =
-      ImGui::GetContentRegionAvail().y - kTokensHeight - status_height - ImGui::GetStyle().ItemSpacing.y;
-  constexpr ImGuiTableFlags table_flags =
-      ImGuiTableFlags_Resizable | ImGuiTableFlags_SizingStretchProp;
+      ImGui::GetContentRegionAvail().y - kTokensHeight - status_height - ImGui::GetStyle().ItemSpacing.y * 2;
+  constexpr ImGuiTableFlags table_flags = ImGuiTableFlags_Resizable | ImGuiTableFlags_SizingStretchProp;
   if (ImGui::BeginTable("panels", 3, table_flags, {0, middle_height})) {
-    ImGui::TableSetupColumn("knobs", ImGuiTableColumnFlags_WidthStretch, 0.22f);
-    ImGui::TableSetupColumn("memory", ImGuiTableColumnFlags_WidthStretch, 0.46f);
-    ImGui::TableSetupColumn("plots", ImGuiTableColumnFlags_WidthStretch, 0.32f);
+    ImGui::TableSetupColumn("left", ImGuiTableColumnFlags_WidthStretch, 0.22f);
+    ImGui::TableSetupColumn("memory", ImGuiTableColumnFlags_WidthStretch, 0.43f);
+    ImGui::TableSetupColumn("plots", ImGuiTableColumnFlags_WidthStretch, 0.35f);
     ImGui::TableNextRow(ImGuiTableRowFlags_None, middle_height);
-    // An explicit height: a {0, 0} child in a table cell would fill the whole window's
-    // remaining height and push the token strip and status line out of view.
-    const auto panel = [&](const char* id, auto draw) {
-      ImGui::TableNextColumn();
-      ImGui::BeginChild(id, {0, middle_height}, true);
-      draw();
-      ImGui::EndChild();
-    };
-    panel("knobs", [&] { draw_knobs(view); });
-    panel("memory", draw_memory);
-    panel("plots", draw_plots);
+    ImGui::TableNextColumn();
+    draw_left_column(app, middle_height);
+    ImGui::TableNextColumn();
+    panel(app, "memory", middle_height, [&] { draw_memory_panel(app); });
+    ImGui::TableNextColumn();
+    draw_right_column(app, middle_height);
     ImGui::EndTable();
   }
-  draw_tokens();
-  draw_status_line(view);
+  panel(app, "tokens", kTokensHeight, [&] { draw_tokens_panel(app); });
+  draw_status_line(app);
   ImGui::End();
 
-  if (view.show_help) draw_help_overlay(view.show_help);
+  if (app.view().has_enlarged) draw_enlarged_matrix(app);
+  if (app.view().show_presets) draw_presets_browser(app);
+  if (app.view().show_help) draw_help_overlay(app.view().show_help);
 }
 
 }  // namespace memscope::app

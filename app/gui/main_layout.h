@@ -1,11 +1,12 @@
-// The main window's layout (DESIGN "GUI"): transport on top, knobs left, memory centre,
-// plots right, tokens bottom, and a status line.
+// The main window's layout (DESIGN "GUI"): menu and transport on top, knobs, events and
+// breakpoints left, memory centre, plots right, tokens bottom, and a status line.
 #pragma once
-#include "app/gui/view_state.h"
 
 namespace memscope::app {
 
+class GuiApp;
+
 // Draws one frame of the whole window into the current ImGui frame.
-void draw_main_layout(ViewState& view);
+void draw_main_layout(GuiApp& app);
 
 }  // namespace memscope::app

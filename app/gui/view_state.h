@@ -1,20 +1,67 @@
-// What the GUI remembers between frames. The GUI owns only view state (DESIGN principle 2):
-// the model, its data and its history belong to the engine.
+// What the GUI remembers between frames. The GUI owns only view state (DESIGN principle 2): the
+// model, its data and its history belong to the sources (app/gui/run.h).
 #pragma once
+#include <cstdint>
+#include <map>
+#include <tuple>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "viz/line_plot.h"
+
 namespace memscope::app {
 
+struct MatrixKey {
+  int layer = 0, head = 0;
+  std::string weight, tensor;  // "M" / "W1" / "W2", and "M" / "S" / "dM"
+  bool operator<(const MatrixKey& o) const {
+    return std::tie(layer, head, weight, tensor) < std::tie(o.layer, o.head, o.weight, o.tensor);
+  }
+  bool operator==(const MatrixKey& o) const { return !(*this < o) && !(o < *this); }
+};
+
 struct ViewState {
-  bool show_help = false;        // the `?` overlay
-  std::string device_line;       // e.g. "cpu (LibTorch 1.13.0, 2 threads)"
+  // Where the view is: following the newest step, or pinned to `cursor` (a click on an event, a
+  // token, a plot or the timeline pins it; running or stepping follows again).
+  bool follow = true;
+  int64_t cursor = 0;
+  int timeline = 0;  // the main run's timeline the panels show (forks count from 1)
+
+  int layer = 0, head = 0;          // the head the plots and heatmaps show; head -1: all heads
+  bool has_enlarged = false;        // the click-to-enlarge view
+  MatrixKey enlarged;
+  bool symmetric_scale = true;      // false: auto [min, max]
+  bool lock_scale = false;          // keep the current range so frames compare by colour
+  float locked_range = 1.0f;
+
+  // Transport speed: steps per second while running, 0 = as fast as the engine goes.
+  float speed = 0.0f;
+  bool playing = false;    // the GUI paces a limited-speed run with Step commands
+  double play_clock = 0;   // steps owed to the pacing
+
+  int select_left_tab = -1;    // one-shot: select Events (0), Breakpoints (1) or Resets (2)
+  int select_right_tab = -1;   // one-shot: select Plots (0) or HOPE (1)
+
+  bool show_help = false;      // the `?` overlay
+  bool show_compare = false;   // compare view instead of the single-run plots
+  bool show_presets = false;   // the presets browser
+  std::string knob_filter;     // the knobs panel's search box
+  std::string breakpoint_text = "spike";
+  std::map<std::string, std::string> knob_text;  // edit buffers for string and list knobs
+
+  std::string device_line;         // e.g. "cpu (LibTorch 1.13.0, 2 threads)"
   std::string screenshot_request;  // set by F12; the main loop saves after rendering
-  std::string notice;            // one-line message at the bottom (screenshot saved, …)
-  std::string preset_name;       // the preset opened at start (--preset, default demo-mqar)
-  std::string preset_description;
-  std::vector<std::pair<std::string, std::string>> preset_summary;  // (what, value) lines
+  std::string notice;              // one-line message at the bottom (screenshot saved, …)
+  std::string banner;              // the engine error on show (dismissable), with its step
+  size_t banner_event = 0;         // events seen when the banner was last raised
+
+  // The path prompt of a File menu action ("open", "compare", "export csv", "export safetensors").
+  std::string prompt;
+  std::string prompt_path;
+  std::string fork_sets;  // the transport's fork field: KEY=VALUE, comma separated
+
+  std::map<std::string, viz::PlotView> plots;  // zoom/pan of each plot, by id
 };
 
 }  // namespace memscope::app

@@ -15,9 +15,17 @@
 
 namespace memscope::model {
 
+// Another run of the same preset that the GUI's compare view shows beside it (issue 7's teaching
+// presets: delta against Omega, Muon on and off, a retention sweep). `[[compare]]` in the TOML.
+struct CompareRun {
+  std::string label;              // the legend name ("Omega, c = 8")
+  std::vector<std::string> sets;  // KEY=VALUE overrides applied from step 0; restart knobs allowed
+};
+
 struct Preset {
   std::string name;         // the file stem ("demo-mqar")
   std::string description;  // one line for the presets browser
+  std::vector<CompareRun> compare;  // not knobs: they say what to show, not how the model runs
   MemoryRule memory;        // unused when model.block = "swa"
   LmConfig model;
   TrainConfig train;

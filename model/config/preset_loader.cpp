@@ -163,6 +163,40 @@ void apply_override(toml::table& root, const std::string& assignment, const std:
   t->insert_or_assign(parts.back(), std::move(*parsed.get("v")));
 }
 
+// `[[compare]]` tables: each a label and the knob overrides of one more run. A set must name a
+// registered knob; its value is checked when the run is built, like any --set.
+std::vector<CompareRun> read_compare(const toml::node& node, const Reader& r) {
+  const toml::array* runs = node.as_array();
+  if (!runs || !runs->is_array_of_tables())
+    r.fail("compare", "expected [[compare]] tables, got " + Reader::type_name(node));
+  std::vector<CompareRun> out;
+  for (size_t i = 0; i < runs->size(); ++i) {
+    const toml::table& t = *runs->get(i)->as_table();
+    const std::string where = "compare[" + std::to_string(i) + "]";
+    CompareRun run;
+    for (const auto& [k, v] : t) {
+      const std::string key(k.str());
+      if (key == "label" && v.is_string()) {
+        run.label = v.value<std::string>().value();
+      } else if (key == "sets" && v.is_array()) {
+        for (const auto& s : *v.as_array()) {
+          if (!s.is_string()) r.fail(where + ".sets", "expected strings KEY=VALUE, got " + Reader::type_name(s));
+          const std::string set = s.value<std::string>().value();
+          const auto eq = set.find('=');
+          if (eq == std::string::npos || !find_knob(set.substr(0, eq)))
+            r.fail(where + ".sets", "'" + set + "' is not KEY=VALUE with a registered knob");
+          run.sets.push_back(set);
+        }
+      } else {
+        r.fail(where + "." + key, "unknown key or wrong type (known here: label = \"...\", sets = [\"KEY=VALUE\", ...])");
+      }
+    }
+    if (run.label.empty()) run.label = "compare " + std::to_string(i + 1);
+    out.push_back(std::move(run));
+  }
+  return out;
+}
+
 Preset read_preset(const toml::table& root, const std::string& origin, const std::string& name) {
   const Reader r(origin);
   Preset preset;
@@ -171,9 +205,10 @@ Preset read_preset(const toml::table& root, const std::string& origin, const std
     if (!d->is_string()) r.fail("description", "expected a string, got " + Reader::type_name(*d));
     preset.description = d->value<std::string>().value();
   }
+  if (const toml::node* c = root.get("compare")) preset.compare = read_compare(*c, r);
   // Every table through the registry (knobs.h): the knob table is the one list of what a preset
   // may say. `inherits` is gone by now (resolve_inheritance).
-  r.walk(root, "", preset, {"description"});
+  r.walk(root, "", preset, {"description", "compare"});
 
   preset.memory.name = name;
   preset.memory.description = preset.description;

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "model/memory/newton_schulz.h"
+#include "model/memory/ns_schedule.h"
 
 namespace memscope::model {
 

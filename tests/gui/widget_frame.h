@@ -26,11 +26,12 @@ namespace memscope::test {
 
 // Xvfb resets itself when its last client disconnects and refuses connections meanwhile, so a
 // window opened right after another one closed can fail: retry for up to two seconds.
-inline std::unique_ptr<viz::AppWindow> open_test_window(int width, int height) {
+inline std::unique_ptr<viz::AppWindow> open_test_window(int width, int height, const std::string& font_path = "") {
   REQUIRE(std::getenv("DISPLAY") != nullptr);  // scripts/test runs the GUI tests under xvfb-run
   viz::WindowOptions options;
   options.width = width;
   options.height = height;
+  options.font_path = font_path;
   for (int attempt = 1;; ++attempt) {
     try {
       return std::make_unique<viz::AppWindow>(options);

@@ -36,7 +36,8 @@ std::vector<std::string> keys_in_file(const std::string& path) {
     if (first == std::string::npos) continue;
     line = line.substr(first);
     if (line[0] == '[') {
-      table = line.substr(1, line.find(']') - 1);
+      const size_t open = line.find_first_not_of('[');  // `[[compare]]` is an array of tables
+      table = line.substr(open, line.find(']') - open);
       continue;
     }
     std::string key = line.substr(0, line.find('='));
@@ -120,7 +121,7 @@ TEST_CASE("knobs: live are train (but the seed), probe, detect, engine, record a
 }
 
 TEST_CASE("knobs: every key in every shipped preset is a registered knob", "[knobs]") {
-  const std::set<std::string> root_keys{"description", "inherits"};
+  const std::set<std::string> root_keys{"description", "inherits", "compare.label", "compare.sets"};
   for (const auto& name : list_presets()) {
     const std::string file = std::string(MEMSCOPE_SOURCE_DIR) + "/assets/presets/" + name + ".toml";
     const auto keys = keys_in_file(file);
@@ -273,4 +274,23 @@ TEST_CASE("knobs: format_knob_value writes TOML literals", "[knobs]") {
   CHECK(knob_value_error(*find_knob("memory.lr.max"), 1e7) == "must be in [1e-6, 100], got 1e7");
   CHECK(knob_value_error(lr, int64_t{1}).empty());  // an integer literal is a number
   CHECK_FALSE(knob_value_error(lr, std::string("fast")).empty());
+}
+
+TEST_CASE("knobs: [[compare]] runs are read with their labels and sets, and bad ones name the entry", "[knobs]") {
+  const Preset p = parse_preset("[[compare]]\nlabel = \"Omega\"\nsets = [\"memory.window.c=8\"]\n"
+                                "[[compare]]\nsets = [\"memory.ns.steps=3\", \"train.lr=0.1\"]\n",
+                                "cmp.toml");
+  REQUIRE(p.compare.size() == 2);
+  CHECK(p.compare[0].label == "Omega");
+  CHECK(p.compare[0].sets == std::vector<std::string>{"memory.window.c=8"});
+  CHECK(p.compare[1].label == "compare 2");
+  CHECK(p.compare[1].sets.size() == 2);
+  // The resolved TOML keeps them, so a checkpoint or session opens with the same comparison.
+  CHECK(parse_preset(p.toml, "again.toml").compare.size() == 2);
+  CHECK_THAT(error_of([] { parse_preset("[[compare]]\nsets = [\"memory.window.cc=8\"]\n", "c.toml"); }),
+             Catch::Contains("c.toml: compare[0].sets: 'memory.window.cc=8' is not KEY=VALUE"));
+  CHECK_THAT(error_of([] { parse_preset("[[compare]]\nlabel = 3\n", "c.toml"); }),
+             Catch::Contains("compare[0].label: unknown key or wrong type"));
+  CHECK_THAT(error_of([] { parse_preset("compare = 1\n", "c.toml"); }),
+             Catch::Contains("compare: expected [[compare]] tables"));
 }

@@ -1,0 +1,317 @@
+#include "app/gui/gui_app.h"
+
+#include <GLFW/glfw3.h>
+
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+
+#include "app/gui/keys.h"
+#include "app/gui/main_layout.h"
+#include "app/gui/matrix_textures.h"
+#include "model/config/preset.h"
+#include "model/engine/engine.h"
+#include "model/session/replay.h"
+#include "model/session/session_export.h"
+#include "model/util/errors.h"
+#include "viz/app_window.h"
+
+namespace memscope::app {
+namespace {
+
+std::string timestamp() {
+  char buffer[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(buffer, sizeof buffer, "%Y%m%d-%H%M%S", std::localtime(&now));
+  return buffer;
+}
+
+// Wakes the main loop when a source publishes, so an idle window sleeps until there is news.
+class WakeSink : public model::FrameSink {
+ public:
+  void on_frame(const model::Frame&) override { viz::wake_main_loop(); }
+  void on_event(const model::Event&) override { viz::wake_main_loop(); }
+};
+
+std::unique_ptr<Run> started(std::unique_ptr<model::TimelineSource> source, std::string label, bool live) {
+  auto run = std::make_unique<Run>();
+  run->label = std::move(label);
+  run->live = live;
+  source->add_sink(std::make_shared<WakeSink>());
+  source->start();
+  run->source = std::move(source);
+  run->poll();
+  return run;
+}
+
+}  // namespace
+
+std::unique_ptr<Run> make_live_run(const std::string& preset, const std::vector<std::string>& sets,
+                                   const std::string& label) {
+  model::EngineOptions options;
+  options.preset = preset;
+  options.sets = sets;
+  return started(std::make_unique<model::Engine>(options), label, true);
+}
+
+std::unique_ptr<Run> make_replay_run(const std::string& path) {
+  auto replay = std::make_unique<model::Replay>(path);
+  const std::string label = "session " + replay->reader().dir().filename().string();
+  return started(std::move(replay), label, false);
+}
+
+GuiApp::GuiApp(const GuiOptions& options) : options_(options), textures_(std::make_unique<Textures>()) {
+  view_.device_line = options.device_line;
+  if (!options.session.empty()) {
+    runs_.push_back(make_replay_run(options.session));
+  } else {
+    const model::Preset preset = model::load_preset(options.preset, options.sets);
+    runs_.push_back(make_live_run(options.preset, options.sets, "live " + preset.name));
+    for (const auto& c : preset.compare) {
+      std::vector<std::string> sets = options.sets;
+      sets.insert(sets.end(), c.sets.begin(), c.sets.end());
+      runs_.push_back(make_live_run(options.preset, sets, c.label));
+    }
+    view_.show_compare = !preset.compare.empty();
+  }
+  if (!options.compare_session.empty()) {
+    runs_.push_back(make_replay_run(options.compare_session));
+    view_.show_compare = true;
+  }
+}
+
+GuiApp::~GuiApp() {
+  for (auto& run : runs_) run->source->stop();
+}
+
+void GuiApp::replace_runs(std::vector<std::unique_ptr<Run>> runs) {
+  for (auto& run : runs_) run->source->stop();
+  runs_ = std::move(runs);
+  textures_->entries.clear();
+  view_.follow = true;
+  view_.cursor = 0;
+  view_.timeline = 0;
+  view_.layer = view_.head = 0;
+  view_.has_enlarged = false;
+  view_.playing = false;
+  view_.banner.clear();
+  view_.banner_event = 0;
+  view_.plots.clear();
+}
+
+bool GuiApp::poll() {
+  bool changed = false;
+  for (auto& run : runs_) changed = run->poll() || changed;
+  pace();
+  raise_banner_from_events();
+  // Forks come and go with rewinds and restarts: keep the shown timeline valid.
+  if (view_.timeline >= static_cast<int>(main().caches.size())) view_.timeline = 0;
+  return changed;
+}
+
+void GuiApp::pace() {
+  // A limited speed is paced here with Step commands (the engine itself has no clock); as fast as
+  // possible is the engine's own Run.
+  const double now = ImGui::GetCurrentContext() ? ImGui::GetTime() : 0.0;
+  if (!view_.playing || view_.speed <= 0.0f) {
+    last_pace_time_ = now;
+    return;
+  }
+  if (last_pace_time_ < 0) last_pace_time_ = now;
+  view_.play_clock += (now - last_pace_time_) * view_.speed;
+  last_pace_time_ = now;
+  const int64_t due = static_cast<int64_t>(view_.play_clock);
+  if (due <= 0) return;
+  // Never queue more than one batch: a slow model drops the pace, it does not pile up steps.
+  for (auto& run : runs_)
+    if (run->busy()) return;
+  view_.play_clock -= static_cast<double>(due);
+  post_all(model::Command::steps(std::min<int64_t>(due, 1000)));
+}
+
+void GuiApp::raise_banner_from_events() {
+  const auto& events = main().events;
+  if (view_.banner_event > events.size()) view_.banner_event = 0;  // a rewind erased some
+  for (size_t i = view_.banner_event; i < events.size(); ++i)
+    if (events[i].kind == model::EventKind::Error)
+      view_.banner = "step " + std::to_string(events[i].step) + ": " + events[i].message;
+  view_.banner_event = events.size();
+}
+
+bool GuiApp::animating() const {
+  if (view_.playing) return true;
+  for (const auto& run : runs_)
+    if (run->busy()) return true;
+  return false;
+}
+
+bool GuiApp::draw() {
+  rects_.clear();
+  const bool quit = handle_keys(*this);
+  draw_main_layout(*this);
+  return !quit;
+}
+
+void GuiApp::post(const model::Command& command) { main().source->post(command); }
+
+void GuiApp::post_all(const model::Command& command) {
+  for (auto& run : runs_) run->source->post(command);
+}
+
+void GuiApp::toggle_run() {
+  const bool running = view_.playing || main().status.running;
+  if (running) {
+    view_.playing = false;
+    post_all(model::Command::pause());
+    return;
+  }
+  follow_latest();
+  if (view_.speed > 0.0f) {
+    view_.playing = true;
+    view_.play_clock = 1.0;  // the first step right away
+    last_pace_time_ = -1;
+  } else {
+    post_all(model::Command::run());
+  }
+}
+
+void GuiApp::step(int64_t n) {
+  view_.playing = false;
+  follow_latest();
+  post_all(model::Command::steps(n));
+}
+
+void GuiApp::follow_latest() {
+  view_.follow = true;
+}
+
+void GuiApp::seek(int64_t step) {
+  view_.follow = false;
+  view_.cursor = step;
+  // A replay can show any recorded step: seek the source when the ring no longer holds it.
+  if (!main().live && !main().frame(view_.timeline, step)) {
+    model::Command c = model::Command::rewind(step);
+    c.timeline = view_.timeline;
+    post(c);
+  }
+}
+
+void GuiApp::rewind_to_cursor() {
+  if (view_.follow) return;
+  model::Command c = model::Command::rewind(view_.cursor);
+  c.timeline = view_.timeline;
+  post(c);
+  view_.follow = true;
+}
+
+void GuiApp::fork_at_cursor(const std::vector<std::string>& sets) {
+  post(model::Command::fork(view_.follow ? main().steps(view_.timeline) : view_.cursor, sets));
+  view_.show_compare = true;
+}
+
+void GuiApp::load_preset(const std::string& preset) {
+  try {
+    GuiOptions o = options_;
+    o.preset = preset;
+    o.session.clear();
+    o.compare_session.clear();
+    const model::Preset p = model::load_preset(preset, o.sets);
+    std::vector<std::unique_ptr<Run>> runs;
+    runs.push_back(make_live_run(preset, o.sets, "live " + p.name));
+    for (const auto& c : p.compare) {
+      std::vector<std::string> sets = o.sets;
+      sets.insert(sets.end(), c.sets.begin(), c.sets.end());
+      runs.push_back(make_live_run(preset, sets, c.label));
+    }
+    replace_runs(std::move(runs));
+    options_ = o;
+    view_.show_compare = !p.compare.empty();
+    view_.notice = "loaded preset " + p.name;
+  } catch (const std::exception& e) {
+    show_error(model::one_line(e.what()));
+  }
+}
+
+void GuiApp::open_session(const std::string& path) {
+  try {
+    std::vector<std::unique_ptr<Run>> runs;
+    runs.push_back(make_replay_run(path));
+    replace_runs(std::move(runs));
+    view_.show_compare = false;
+    view_.notice = "opened " + path;
+  } catch (const std::exception& e) {
+    show_error(model::one_line(e.what()));
+  }
+}
+
+void GuiApp::open_compare_session(const std::string& path) {
+  try {
+    runs_.push_back(make_replay_run(path));
+    view_.show_compare = true;
+  } catch (const std::exception& e) {
+    show_error(model::one_line(e.what()));
+  }
+}
+
+void GuiApp::toggle_recording() {
+  if (!main().status.recording.empty()) {
+    post(model::Command{model::Command::Kind::StopRecording});
+    view_.notice = "recording stopped: " + main().status.recording;
+    return;
+  }
+  const std::string path = "memscope-" + timestamp() + ".memscope";
+  post(model::Command::start_recording(path));
+  view_.notice = "recording into " + path;
+}
+
+void GuiApp::save_session() {
+  if (!main().status.recording.empty()) {
+    view_.notice = "already recording into " + main().status.recording + " (every frame is saved)";
+    return;
+  }
+  // Starting a recording seeds it with every frame and event the run still holds; stopping right
+  // after writes it out: the session as it is now.
+  const std::string path = "memscope-" + timestamp() + ".memscope";
+  post(model::Command::start_recording(path));
+  post(model::Command{model::Command::Kind::StopRecording});
+  view_.notice = "saved the session to " + std::filesystem::absolute(path).string();
+}
+
+void GuiApp::export_session(bool csv, const std::string& out) {
+  try {
+    std::string session;
+    if (!main().live)
+      session = static_cast<model::Replay&>(*main().source).reader().dir().string();
+    else
+      throw model::UserError("export reads a recorded session: save this run first (Ctrl+S), then open it");
+    const model::SessionReader reader(session);
+    model::ExportRange range;
+    range.timeline = view_.timeline;
+    const auto result = csv ? model::export_csv(reader, out, range) : model::export_safetensors(reader, out, range);
+    view_.notice = "exported " + std::to_string(result.frames) + " frames to " + out;
+  } catch (const std::exception& e) {
+    show_error(model::one_line(e.what()));
+  }
+}
+
+void GuiApp::show_error(const std::string& message) { view_.banner = message; }
+
+int64_t GuiApp::shown_step() const {
+  return view_.follow ? main().steps(view_.timeline) : view_.cursor;
+}
+
+std::shared_ptr<const model::Frame> GuiApp::shown_frame() const {
+  return main().frame(view_.timeline, view_.follow ? -1 : view_.cursor);
+}
+
+const TimelineCache& GuiApp::shown_cache() const {
+  static const TimelineCache empty;
+  const auto& caches = main().caches;
+  return view_.timeline < static_cast<int>(caches.size()) ? caches[static_cast<size_t>(view_.timeline)] : empty;
+}
+
+void GuiApp::note_rect(const std::string& name) {
+  rects_[name] = ImRect(ImGui::GetItemRectMin(), ImGui::GetItemRectMax());
+}
+
+}  // namespace memscope::app

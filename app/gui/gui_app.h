@@ -1,0 +1,98 @@
+// GuiApp: the controller that joins the sources (model/) to the widgets (viz/). It owns the runs
+// and the view state, polls the runs once per frame, draws every panel, and turns the user's
+// actions into commands (DESIGN principle 2: the GUI owns only view state). The main loop
+// (main.cpp) and the GUI tests drive it alike.
+#pragma once
+#include <imgui.h>
+#include <imgui_internal.h>  // ImRect
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "app/gui/run.h"
+#include "app/gui/view_state.h"
+#include "model/engine/command.h"
+
+namespace memscope::app {
+
+struct GuiOptions {
+  std::string preset = "demo-mqar";  // a preset name or .toml path, for a live run
+  std::vector<std::string> sets;     // KEY=VALUE overrides
+  std::string session;               // when set, replay this recording instead
+  std::string compare_session;       // a recording shown beside the main run in the compare view
+  std::string device_line;
+};
+
+class GuiApp {
+ public:
+  // Builds the runs: a bad preset or session throws UserError (the caller prints one line).
+  explicit GuiApp(const GuiOptions& options);
+  ~GuiApp();
+
+  // Copies what the runs did since the last call and paces a limited-speed run. True when
+  // anything changed (the window then redraws; otherwise an idle window stays asleep).
+  bool poll();
+  // Draws the whole window into the current ImGui frame, keys included. Returns false to quit.
+  bool draw();
+  // True while a run steps: the main loop keeps drawing instead of sleeping.
+  bool animating() const;
+
+  ViewState& view() { return view_; }
+  const ViewState& view() const { return view_; }
+  Run& main() { return *runs_.front(); }
+  const Run& main() const { return *runs_.front(); }
+  std::vector<std::unique_ptr<Run>>& runs() { return runs_; }
+
+  // ---- Actions (panels, keys and tests call these) ----
+  void toggle_run();              // Space: run/pause every run in lockstep
+  void step(int64_t n);           // → / Shift+→ / the transport buttons
+  void post(const model::Command& command);       // to the main run only
+  void post_all(const model::Command& command);   // to every run (transport, resets)
+  void seek(int64_t step);        // pin the view at a step (a replay seeks there when needed)
+  void follow_latest();
+  void rewind_to_cursor();        // live: rewind the engine to the pinned step
+  void fork_at_cursor(const std::vector<std::string>& sets);
+  void load_preset(const std::string& preset);  // replaces the runs; an error goes to the banner
+  void open_session(const std::string& path);
+  void open_compare_session(const std::string& path);
+  void toggle_recording();        // Record: start or stop recording into a new session
+  void save_session();            // Ctrl+S: write what the run holds now into a new session
+  void export_session(bool csv, const std::string& out);
+  void show_error(const std::string& message);  // one line in the banner, never a crash
+
+  // The step the panels show for the main run's shown timeline.
+  int64_t shown_step() const;
+  std::shared_ptr<const model::Frame> shown_frame() const;
+  const TimelineCache& shown_cache() const;
+
+  // Screen rectangles of named widgets from the last frame ("events/row/3", "panel/memory"):
+  // where the GUI tests click and which regions they compare.
+  std::map<std::string, ImRect>& rects() { return rects_; }
+  void note_rect(const std::string& name);  // the last item's rectangle
+
+  // GL objects of the memory panel, kept between frames (one texture per matrix).
+  struct Textures;
+  Textures& textures() { return *textures_; }
+
+ private:
+  void replace_runs(std::vector<std::unique_ptr<Run>> runs);
+  void raise_banner_from_events();
+  void pace();
+
+  GuiOptions options_;
+  ViewState view_;
+  std::vector<std::unique_ptr<Run>> runs_;
+  std::map<std::string, ImRect> rects_;
+  std::unique_ptr<Textures> textures_;
+  double last_pace_time_ = -1;
+};
+
+// A run of a preset (plus overrides) as a started live engine.
+std::unique_ptr<Run> make_live_run(const std::string& preset, const std::vector<std::string>& sets,
+                                   const std::string& label);
+// A recorded session as a started replay.
+std::unique_ptr<Run> make_replay_run(const std::string& path);
+
+}  // namespace memscope::app

@@ -1,0 +1,221 @@
+// The memory panel (DESIGN "GUI" → Memory): layers × {M, S, ΔM} of one head as heatmaps, the
+// head selector and the colour scale, click to enlarge. In the compare view every run and
+// timeline gets a column of its M matrices, side by side at the same step.
+#include <imgui.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include "app/gui/gui_app.h"
+#include "app/gui/matrix_textures.h"
+#include "app/gui/panels.h"
+#include "app/gui/spectrum.h"
+#include "viz/line_plot.h"
+#include "viz/theme.h"
+
+namespace memscope::app {
+namespace {
+
+const char* tensor_title(const std::string& tensor) {
+  return tensor == "M" ? "M (memory)" : tensor == "S" ? "S (momentum)" : tensor == "dM" ? "dM (this write)" : tensor.c_str();
+}
+
+// The frame's snapshots of one head, ordered rows (layer, weight) × columns (M, S, dM).
+std::vector<const model::MatrixSnapshot*> head_snapshots(const model::Frame& f, int head) {
+  std::vector<const model::MatrixSnapshot*> out;
+  for (const auto& m : f.matrices)
+    if (m.head == head) out.push_back(&m);
+  const auto column = [](const std::string& t) { return t == "M" ? 0 : t == "S" ? 1 : 2; };
+  std::stable_sort(out.begin(), out.end(), [&](const auto* a, const auto* b) {
+    return std::tie(a->layer, a->weight) < std::tie(b->layer, b->weight) ||
+           (std::tie(a->layer, a->weight) == std::tie(b->layer, b->weight) && column(a->tensor) < column(b->tensor));
+  });
+  return out;
+}
+
+void draw_scale_controls(ViewState& view) {
+  ImGui::Checkbox("symmetric", &view.symmetric_scale);
+  ImGui::SameLine();
+  ImGui::Checkbox("lock", &view.lock_scale);
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("a fixed colour range, so frames compare by colour");
+  if (view.lock_scale) {
+    ImGui::SameLine();
+    ImGui::SetNextItemWidth(90.0f);
+    ImGui::DragFloat("##range", &view.locked_range, 0.01f, 1e-4f, 1e4f, "+-%.3g", ImGuiSliderFlags_Logarithmic);
+  }
+}
+
+void draw_head_selector(GuiApp& app) {
+  ViewState& view = app.view();
+  const int heads = std::max(1, app.shown_cache().heads());
+  ImGui::AlignTextToFramePadding();
+  ImGui::TextUnformatted("head");
+  for (int h = 0; h < heads; ++h) {
+    ImGui::SameLine();
+    ImGui::PushID(h);
+    if (ImGui::RadioButton(std::to_string(h).c_str(), view.head == h)) view.head = h;
+    ImGui::PopID();
+  }
+  if (view.head >= heads) view.head = 0;
+}
+
+// One heatmap cell with its title and a one-line summary; a click enlarges it.
+void matrix_cell(GuiApp& app, const std::string& id, const model::Frame& frame, const model::MatrixSnapshot& m,
+                 ImVec2 size) {
+  ViewState& view = app.view();
+  ImGui::TextColored(viz::colors::muted(), "L%d %s %s", m.layer, m.weight == "M" ? "" : m.weight.c_str(), tensor_title(m.tensor));
+  viz::Heatmap& heatmap = app.textures().heatmap(id, frame, m, view);
+  if (heatmap.stats().nan || heatmap.stats().inf) {
+    ImGui::SameLine();
+    ImGui::TextColored(viz::colors::error(), "%zu NaN %zu Inf", heatmap.stats().nan, heatmap.stats().inf);
+  }
+  if (heatmap.draw(id.c_str(), size)) {
+    view.has_enlarged = true;
+    view.enlarged = {m.layer, m.head, m.weight, m.tensor};
+  }
+  app.note_rect("matrix/" + id);
+}
+
+void draw_grid(GuiApp& app, const Run& run, int run_index, int timeline, int64_t step, bool only_m) {
+  ViewState& view = app.view();
+  const auto frame = run.snapshot_frame(timeline, step);
+  const auto latest = run.frame(timeline, -1);
+  if (!frame && latest && latest->heads == 0) {
+    ImGui::PushTextWrapPos(0.0f);
+    ImGui::TextColored(viz::colors::muted(), "This model's memory has no per-head matrices to show: HOPE blocks are probed in the "
+                                             "HOPE tab (CMS levels, self-modifying memories, per-feature gates).");
+    ImGui::PopTextWrapPos();
+    return;
+  }
+  if (!frame) {
+    ImGui::TextColored(viz::colors::muted(), step < 0 ? "No snapshot yet: step the model (Space or Right)."
+                                                     : "No snapshot held at or before this step (the ring dropped it).");
+    return;
+  }
+  auto cells = head_snapshots(*frame, view.head);
+  if (only_m) cells.erase(std::remove_if(cells.begin(), cells.end(), [](const auto* m) { return m->tensor != "M"; }), cells.end());
+  if (cells.empty()) {
+    ImGui::TextColored(viz::colors::muted(), "This model has no memory matrices (an attention-only preset).");
+    return;
+  }
+  int columns = 0;
+  for (const auto* m : cells)
+    if (m->layer == cells.front()->layer && m->weight == cells.front()->weight) ++columns;
+  const int rows = static_cast<int>((cells.size() + columns - 1) / columns);
+  const ImVec2 avail = ImGui::GetContentRegionAvail();
+  const float line = ImGui::GetTextLineHeightWithSpacing();
+  const float cell_w = (avail.x - ImGui::GetStyle().ItemSpacing.x * (columns - 1)) / columns;
+  const float cell_h = std::max(40.0f, (avail.y - rows * (line + ImGui::GetStyle().ItemSpacing.y * 2)) / rows);
+  // Square cells read as matrices; the colour bar takes ~60 px of the width.
+  const float side = std::min(cell_w - 60.0f, cell_h);
+  if (frame->step != step && step >= 0)
+    ImGui::TextColored(viz::colors::muted(), "snapshot of step %lld (probe.matrices_every)", static_cast<long long>(frame->step));
+  if (ImGui::BeginTable("grid", columns, ImGuiTableFlags_SizingStretchSame)) {
+    for (const auto* m : cells) {
+      ImGui::TableNextColumn();
+      const std::string id = std::to_string(run_index) + "/" + std::to_string(timeline) + "/" + std::to_string(m->layer) +
+                             "/" + std::to_string(m->head) + "/" + m->weight + "/" + m->tensor;
+      matrix_cell(app, id, *frame, *m, {side + 60.0f, side});
+    }
+    ImGui::EndTable();
+  }
+}
+
+}  // namespace
+
+void draw_memory_panel(GuiApp& app) {
+  ViewState& view = app.view();
+  ImGui::TextColored(viz::colors::accent(), "Memory");
+  ImGui::SameLine();
+  ImGui::TextColored(viz::colors::muted(), view.show_compare ? "M of every run, side by side" : "layers x {M, S, dM}");
+  ImGui::SameLine();
+  draw_head_selector(app);
+  ImGui::SameLine();
+  draw_scale_controls(view);
+  ImGui::Separator();
+  const int64_t step = view.follow ? -1 : view.cursor;
+  if (!view.show_compare) {
+    draw_grid(app, app.main(), 0, view.timeline, step, false);
+    return;
+  }
+  // Compare: one column per run and timeline.
+  std::vector<std::pair<int, int>> columns;
+  for (size_t r = 0; r < app.runs().size(); ++r)
+    for (size_t t = 0; t < app.runs()[r]->caches.size(); ++t) columns.push_back({static_cast<int>(r), static_cast<int>(t)});
+  if (ImGui::BeginTable("compare memory", static_cast<int>(columns.size()), ImGuiTableFlags_SizingStretchSame | ImGuiTableFlags_BordersInnerV)) {
+    for (const auto& [r, t] : columns) {
+      ImGui::TableNextColumn();
+      const Run& run = *app.runs()[static_cast<size_t>(r)];
+      ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(run_color(r, t)), "%s%s", run.label.c_str(),
+                         t ? (" / fork " + std::to_string(t)).c_str() : "");
+      ImGui::PushID(r * 100 + t);
+      draw_grid(app, run, r, t, step, true);
+      ImGui::PopID();
+    }
+    ImGui::EndTable();
+  }
+}
+
+void draw_enlarged_matrix(GuiApp& app) {
+  ViewState& view = app.view();
+  const auto frame = app.main().snapshot_frame(view.timeline, view.follow ? -1 : view.cursor);
+  const model::MatrixSnapshot* m = nullptr;
+  if (frame)
+    for (const auto& s : frame->matrices)
+      if (MatrixKey{s.layer, s.head, s.weight, s.tensor} == view.enlarged) m = &s;
+  const ImGuiViewport* viewport = ImGui::GetMainViewport();
+  ImGui::SetNextWindowPos({viewport->WorkPos.x + viewport->WorkSize.x * 0.5f, viewport->WorkPos.y + viewport->WorkSize.y * 0.5f},
+                          ImGuiCond_Appearing, {0.5f, 0.5f});
+  ImGui::SetNextWindowSize({900, 640}, ImGuiCond_Appearing);
+  const std::string title = "layer " + std::to_string(view.enlarged.layer) + " head " + std::to_string(view.enlarged.head) +
+                            " " + view.enlarged.weight + " " + tensor_title(view.enlarged.tensor) + "###enlarged";
+  if (!ImGui::Begin(title.c_str(), &view.has_enlarged, ImGuiWindowFlags_NoSavedSettings | ImGuiWindowFlags_NoCollapse)) {
+    ImGui::End();
+    return;
+  }
+  if (!m) {
+    ImGui::TextColored(viz::colors::muted(), "This matrix is not in the shown frame.");
+    ImGui::End();
+    return;
+  }
+  const float side = std::min(ImGui::GetContentRegionAvail().y - 40.0f, ImGui::GetContentRegionAvail().x * 0.55f);
+  ImGui::BeginGroup();
+  viz::Heatmap& heatmap = app.textures().heatmap("enlarged", *frame, *m, view);
+  heatmap.draw("enlarged", {side + 70.0f, side});
+  ImGui::TextColored(viz::colors::muted(), "step %lld, %dx%d%s", static_cast<long long>(frame->step), m->rows, m->cols,
+                     m->rows != m->full_rows || m->cols != m->full_cols
+                         ? (" shown, area-averaged from " + std::to_string(m->full_rows) + "x" + std::to_string(m->full_cols)).c_str()
+                         : "");
+  ImGui::EndGroup();
+  ImGui::SameLine();
+  ImGui::BeginGroup();
+  // The spectrum, recomputed only when the shown matrix changes.
+  static std::vector<float> spectrum;
+  static std::pair<const model::Frame*, const model::MatrixSnapshot*> spectrum_of{};
+  if (spectrum_of != std::make_pair(frame.get(), m)) {
+    spectrum = singular_values(m->values.data(), m->rows, m->cols);
+    spectrum_of = {frame.get(), m};
+  }
+  ImGui::TextColored(viz::colors::accent(), "singular values");
+  if (spectrum.empty()) {
+    ImGui::TextColored(viz::colors::error(), "not finite: no spectrum");
+  } else {
+    double total = 0, entropy = 0;
+    for (float s : spectrum) total += s;
+    for (float s : spectrum)
+      if (s > 0 && total > 0) entropy -= (s / total) * std::log(s / total);
+    ImGui::Text("sigma_max %.4g   sigma_min %.4g", spectrum.front(), spectrum.back());
+    ImGui::Text("effective rank %.3g of %zu (of the shown matrix)", std::exp(entropy), spectrum.size());
+    ImGui::PlotHistogram("##spectrum", spectrum.data(), static_cast<int>(spectrum.size()), 0, nullptr, 0.0f, spectrum.front() * 1.05f,
+                         {ImGui::GetContentRegionAvail().x, side * 0.6f});
+    app.note_rect("enlarged/spectrum");
+  }
+  ImGui::TextColored(viz::colors::muted(), "range [%.4g, %.4g], %zu NaN, %zu Inf", heatmap.stats().min, heatmap.stats().max,
+                     heatmap.stats().nan, heatmap.stats().inf);
+  ImGui::EndGroup();
+  ImGui::End();
+}
+
+}  // namespace memscope::app

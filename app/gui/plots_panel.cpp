@@ -1,0 +1,126 @@
+// Plots against step (DESIGN "GUI" → Plots): loss, surprise before and after the write, effective
+// rank, the Newton–Schulz error with σ_min/σ_max, the gates, effective retention and the norms of
+// one layer and head, with the events marked on the shared step axis. A click seeks.
+#include <imgui.h>
+
+#include <cmath>
+
+#include "app/gui/event_style.h"
+#include "app/gui/gui_app.h"
+#include "app/gui/panels.h"
+#include "app/gui/plot_helpers.h"
+#include "viz/theme.h"
+
+namespace memscope::app {
+
+using model::HeadMetric;
+using model::WeightMetric;
+
+std::vector<viz::PlotMarker> event_markers(const Run& run, int timeline) {
+  std::vector<viz::PlotMarker> markers;
+  for (const auto& e : run.events)
+    if (e.timeline == timeline && e.kind != model::EventKind::Command)
+      markers.push_back({static_cast<double>(e.step), event_color(e.kind), e.message.c_str()});
+  return markers;
+}
+
+void plot(GuiApp& app, const char* id, const char* title, const std::vector<viz::PlotSeries>& series,
+          const std::vector<viz::PlotMarker>& markers, float height) {
+  ImGui::TextColored(viz::colors::muted(), "%s", title);
+  const double clicked = viz::draw_line_plot(id, app.view().plots[id], series, markers, {ImGui::GetContentRegionAvail().x, height});
+  app.note_rect(std::string("plot/") + id);
+  if (std::isfinite(clicked)) app.seek(static_cast<int64_t>(clicked));
+}
+
+void draw_layer_selector(GuiApp& app) {
+  ViewState& view = app.view();
+  const int layers = std::max(1, app.shown_cache().layers());
+  ImGui::AlignTextToFramePadding();
+  ImGui::TextUnformatted("layer");
+  for (int l = 0; l < layers; ++l) {
+    ImGui::SameLine();
+    ImGui::PushID(l);
+    if (ImGui::RadioButton(std::to_string(l).c_str(), view.layer == l)) view.layer = l;
+    ImGui::PopID();
+  }
+  if (view.layer >= layers) view.layer = 0;
+  ImGui::SameLine();
+  ImGui::TextColored(viz::colors::muted(), "head %d (memory panel)", app.view().head);
+}
+
+void draw_plots_panel(GuiApp& app) {
+  const ViewState& view = app.view();
+  const TimelineCache& c = app.shown_cache();
+  draw_layer_selector(app);
+  const auto markers = event_markers(app.main(), view.timeline);
+  const int l = view.layer, h = view.head;
+  const int plots = 6;
+  const float height = std::max(60.0f, (ImGui::GetContentRegionAvail().y - plots * (ImGui::GetTextLineHeightWithSpacing() +
+                                                                                      ImGui::GetStyle().ItemSpacing.y)) / plots);
+  const auto& xs = c.steps();
+  const auto series = [&](const char* name, const std::vector<float>& ys, ImU32 color) {
+    return viz::PlotSeries{name, xs.data(), ys.data(), std::min(xs.size(), ys.size()), color};
+  };
+  plot(app, "loss", "loss: token -log p(target) (inspect), training loss (train)",
+       {series("token", c.token_loss(), kBlue), series("train", c.train_loss(), kOrange)}, markers, height);
+  plot(app, "surprise", "surprise: inner loss before and after the write",
+       {series("before", c.head(l, h, HeadMetric::SurpriseBefore), kOrange),
+        series("after", c.head(l, h, HeadMetric::SurpriseAfter), kGreen)},
+       markers, height);
+  plot(app, "erank", "effective rank of M", {series("erank", c.weight(l, h, 0, WeightMetric::Erank), kPurple)}, markers, height);
+  plot(app, "ns", "Newton-Schulz: orthogonality error, sigma_min, sigma_max",
+       {series("error", c.weight(l, h, 0, WeightMetric::NsError), kRed), series("s_min", c.weight(l, h, 0, WeightMetric::NsSmin), kBlue),
+        series("s_max", c.weight(l, h, 0, WeightMetric::NsSmax), kGreen)},
+       markers, height);
+  plot(app, "gates", "gates: retain alpha, lr eta, momentum beta, gamma; effective retention min/max",
+       {series("retain", c.head(l, h, HeadMetric::Retain), kBlue), series("lr", c.head(l, h, HeadMetric::Lr), kOrange),
+        series("momentum", c.head(l, h, HeadMetric::Momentum), kGreen), series("gamma", c.head(l, h, HeadMetric::Gamma), kPurple),
+        series("ret_min", c.head(l, h, HeadMetric::RetainMin), kGrey)},
+       markers, height);
+  plot(app, "norms", "norms: |M|, |S|, |dM|",
+       {series("|M|", c.weight(l, h, 0, WeightMetric::NormM), kBlue), series("|S|", c.weight(l, h, 0, WeightMetric::NormS), kOrange),
+        series("|dM|", c.weight(l, h, 0, WeightMetric::NormDM), kGreen)},
+       markers, height);
+}
+
+void draw_compare_view(GuiApp& app) {
+  ViewState& view = app.view();
+  draw_layer_selector(app);
+  ImGui::TextColored(viz::colors::muted(), "every run and timeline overlaid; C leaves the compare view");
+  // One colour per run and timeline, named in every legend.
+  std::vector<std::string> names;
+  std::vector<const TimelineCache*> caches;
+  std::vector<ImU32> colors;
+  for (size_t r = 0; r < app.runs().size(); ++r)
+    for (size_t t = 0; t < app.runs()[r]->caches.size(); ++t) {
+      names.push_back(app.runs()[r]->label + (t ? " / fork " + std::to_string(t) : ""));
+      caches.push_back(&app.runs()[r]->caches[t]);
+      colors.push_back(run_color(static_cast<int>(r), static_cast<int>(t)));
+    }
+  if (caches.size() < 2)
+    ImGui::TextColored(viz::colors::warning(), "Only one timeline: fork (transport), load a teaching preset, or File > Compare with session.");
+  const auto markers = event_markers(app.main(), 0);
+  const int l = view.layer, h = view.head;
+  const auto overlay = [&](auto pick) {
+    std::vector<viz::PlotSeries> out;
+    for (size_t i = 0; i < caches.size(); ++i) {
+      const auto& ys = pick(*caches[i]);
+      out.push_back({names[i].c_str(), caches[i]->steps().data(), ys.data(), std::min(caches[i]->steps().size(), ys.size()), colors[i]});
+    }
+    return out;
+  };
+  const int plots = 5;
+  const float height = std::max(60.0f, (ImGui::GetContentRegionAvail().y - plots * (ImGui::GetTextLineHeightWithSpacing() +
+                                                                                      ImGui::GetStyle().ItemSpacing.y)) / plots);
+  plot(app, "cmp loss", "token loss", overlay([](const TimelineCache& c) -> const std::vector<float>& { return c.token_loss(); }), markers, height);
+  plot(app, "cmp surprise", "surprise before the write",
+       overlay([&](const TimelineCache& c) -> const std::vector<float>& { return c.head(l, h, HeadMetric::SurpriseBefore); }), markers, height);
+  plot(app, "cmp erank", "effective rank of M",
+       overlay([&](const TimelineCache& c) -> const std::vector<float>& { return c.weight(l, h, 0, WeightMetric::Erank); }), markers, height);
+  plot(app, "cmp ns", "Newton-Schulz orthogonality error",
+       overlay([&](const TimelineCache& c) -> const std::vector<float>& { return c.weight(l, h, 0, WeightMetric::NsError); }), markers, height);
+  plot(app, "cmp norm", "|M|",
+       overlay([&](const TimelineCache& c) -> const std::vector<float>& { return c.weight(l, h, 0, WeightMetric::NormM); }), markers, height);
+}
+
+}  // namespace memscope::app

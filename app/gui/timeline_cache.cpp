@@ -1,0 +1,121 @@
+#include "app/gui/timeline_cache.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace memscope::app {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+const std::vector<float> kEmpty;
+
+const std::vector<float>& at_or_empty(const std::vector<std::vector<float>>& all, size_t i) {
+  return i < all.size() ? all[i] : kEmpty;
+}
+
+float mean_surprise(const model::Frame& f) {
+  double sum = 0;
+  int n = 0;
+  for (int l = 0; l < f.layers; ++l)
+    for (int h = 0; h < f.heads; ++h) {
+      const float s = f.head(l, h, model::HeadMetric::SurpriseBefore);
+      if (std::isfinite(s)) sum += s, ++n;
+    }
+  return n ? static_cast<float>(sum / n) : kNaN;
+}
+
+}  // namespace
+
+const char* selfmod_memory_name(int memory) {
+  static const char* names[kSelfModMemories] = {"M_k", "M_v", "M_eta", "M_alpha", "M"};
+  return memory >= 0 && memory < kSelfModMemories ? names[memory] : "?";
+}
+
+void TimelineCache::clear() {
+  *this = TimelineCache{};
+}
+
+bool TimelineCache::update(const model::FrameRing& ring) {
+  const auto latest = ring.latest();
+  const int64_t generation = ring.generation();
+  if (generation == generation_ && latest.get() == newest_) return false;
+  if (generation != generation_) {
+    const int64_t keep_generation = generation;
+    clear();
+    generation_ = keep_generation;
+  }
+  newest_ = latest.get();
+  const int64_t have = last_step();
+  const bool empty = steps_.empty();
+  for (const auto& frame : ring.frames())
+    if (empty || frame->step > have) append(*frame);
+  return true;
+}
+
+void TimelineCache::shape_from(const model::Frame& f) {
+  layers_ = f.layers;
+  heads_ = f.heads;
+  weight_names_ = f.weights;
+  cms_levels_ = f.cms_levels;
+  head_.assign(static_cast<size_t>(layers_ * heads_ * model::kHeadMetricCount), {});
+  weight_.assign(static_cast<size_t>(layers_ * heads_) * weight_names_.size() * model::kWeightMetricCount, {});
+  cms_norm_.assign(static_cast<size_t>(layers_ * cms_levels_), {});
+  cms_tick_.assign(static_cast<size_t>(layers_ * cms_levels_), {});
+  selfmod_.assign(static_cast<size_t>(layers_ * kSelfModMemories), {});
+}
+
+void TimelineCache::append(const model::Frame& f) {
+  // A restart can change the model's shape: the old series no longer mean anything.
+  if (steps_.empty() || f.layers != layers_ || f.heads != heads_ || f.weights != weight_names_ ||
+      f.cms_levels != cms_levels_) {
+    const int64_t generation = generation_;
+    const model::Frame* newest = newest_;
+    clear();
+    generation_ = generation, newest_ = newest;
+    shape_from(f);
+  }
+  steps_.push_back(static_cast<double>(f.step));
+  const bool train = f.kind == model::FrameKind::Train;
+  train_loss_.push_back(train ? static_cast<float>(f.loss) : kNaN);
+  token_loss_.push_back(train ? kNaN : static_cast<float>(f.loss));
+  grad_norm_.push_back(static_cast<float>(f.grad_norm));
+  acc_.push_back(static_cast<float>(f.acc));
+  // A frame that measured nothing per head (a train frame) has empty metric arrays: NaN there.
+  const bool has_heads = f.head_metrics.size() == head_.size();
+  for (size_t i = 0; i < head_.size(); ++i) head_[i].push_back(has_heads ? f.head_metrics[i] : kNaN);
+  const bool has_weights = f.weight_metrics.size() == weight_.size();
+  for (size_t i = 0; i < weight_.size(); ++i) weight_[i].push_back(has_weights ? f.weight_metrics[i] : kNaN);
+  const bool has_cms = f.cms_norm.size() == cms_norm_.size() && f.cms_tick.size() == cms_tick_.size();
+  for (size_t i = 0; i < cms_norm_.size(); ++i) {
+    cms_norm_[i].push_back(has_cms ? f.cms_norm[i] : kNaN);
+    cms_tick_[i].push_back(has_cms ? f.cms_tick[i] : kNaN);
+  }
+  const bool has_selfmod = f.selfmod_error.size() == selfmod_.size();
+  for (size_t i = 0; i < selfmod_.size(); ++i) selfmod_[i].push_back(has_selfmod ? f.selfmod_error[i] : kNaN);
+  if (f.kind == model::FrameKind::Inspect && f.token >= 0)
+    tokens_.push_back({f.step, f.sequence, f.token, f.target, f.predicted, static_cast<float>(f.loss), mean_surprise(f)});
+}
+
+const std::vector<float>& TimelineCache::head(int layer, int h, model::HeadMetric m) const {
+  return at_or_empty(head_, (static_cast<size_t>(layer) * heads_ + h) * model::kHeadMetricCount + static_cast<int>(m));
+}
+
+const std::vector<float>& TimelineCache::weight(int layer, int h, int w, model::WeightMetric m) const {
+  return at_or_empty(weight_, ((static_cast<size_t>(layer) * heads_ + h) * weight_names_.size() + w) *
+                                  model::kWeightMetricCount + static_cast<int>(m));
+}
+
+const std::vector<float>& TimelineCache::cms_norm(int layer, int level) const {
+  return at_or_empty(cms_norm_, static_cast<size_t>(layer) * cms_levels_ + level);
+}
+
+const std::vector<float>& TimelineCache::cms_tick(int layer, int level) const {
+  return at_or_empty(cms_tick_, static_cast<size_t>(layer) * cms_levels_ + level);
+}
+
+const std::vector<float>& TimelineCache::selfmod_error(int layer, int memory) const {
+  return at_or_empty(selfmod_, static_cast<size_t>(layer) * kSelfModMemories + memory);
+}
+
+}  // namespace memscope::app

@@ -1,0 +1,112 @@
+// Every panel and overlay renders in a real window without an ImGui assertion (Debian's libimgui
+// is built with asserts on: a broken Begin/End pairing or ID stack aborts the test), on a live
+// HOPE run, a fork, a compare preset and a replay.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+#include "app/app_harness.h"
+
+using memscope::test::AppHarness;
+namespace model = memscope::model;
+
+namespace {
+
+// Draws every view of the app at least once.
+void visit_everything(AppHarness& h) {
+  auto& view = h.app().view();
+  for (int tab = 0; tab < 3; ++tab) {
+    view.select_left_tab = tab;
+    h.frames(2);
+  }
+  for (int tab = 0; tab < 2; ++tab) {
+    view.select_right_tab = tab;
+    h.frames(2);
+  }
+  view.show_compare = true;
+  h.frames(2);
+  view.show_compare = false;
+  view.show_help = true;
+  view.show_presets = true;
+  h.frames(2);
+  view.show_help = view.show_presets = false;
+  view.has_enlarged = true;
+  view.enlarged = {0, 0, "M", "M"};
+  h.frames(2);
+  view.lock_scale = true;
+  view.symmetric_scale = false;
+  h.frames(2);
+  view.has_enlarged = false;
+  view.prompt = "open";
+  h.frames(2);
+  view.prompt.clear();
+  h.app().show_error("a test error: nothing is wrong");
+  h.frames(2);
+  view.knob_filter = "memory";
+  h.frames(2);
+}
+
+}  // namespace
+
+TEST_CASE("app: every panel renders on a live HOPE run with a fork", "[gui]") {
+  memscope::app::GuiOptions o;
+  o.preset = "demo-mqar-hope";
+  o.sets = {"probe.matrices_every=1"};
+  AppHarness h(o);
+  h.app().post_all(model::Command::steps(12));
+  h.settle();
+  h.app().post(model::Command::fork(6, {"memory.lr.max=0.5"}));
+  h.settle();
+  REQUIRE(h.app().main().caches.size() == 2);
+  visit_everything(h);
+  // The HOPE panel found its data.
+  h.app().view().select_right_tab = 1;
+  h.frames(2);
+  CHECK(h.app().shown_cache().cms_levels() > 0);
+  CHECK(h.app().rects().count("plot/cms norms") == 1);
+}
+
+TEST_CASE("app: clicking a heatmap enlarges it with its singular-value spectrum", "[gui]") {
+  memscope::app::GuiOptions o;
+  o.sets = {"probe.matrices_every=1"};
+  AppHarness h(o);
+  h.app().post_all(model::Command::steps(5));
+  h.settle();
+  REQUIRE(h.app().rects().count("matrix/0/0/1/0/M/S") == 1);  // run 0, timeline 0, layer 1, head 0, S
+  h.click("matrix/0/0/1/0/M/S");
+  REQUIRE(h.app().view().has_enlarged);
+  CHECK((h.app().view().enlarged == memscope::app::MatrixKey{1, 0, "M", "S"}));
+  h.frames(2);
+  CHECK(h.app().rects().count("enlarged/spectrum") == 1);
+  h.tap(GLFW_KEY_ESCAPE);
+  CHECK_FALSE(h.app().view().has_enlarged);
+}
+
+TEST_CASE("app: a preset with compare runs opens them side by side and steps them in lockstep", "[gui]") {
+  memscope::app::GuiOptions o;
+  o.preset = std::string(MEMSCOPE_SOURCE_DIR) + "/tests/app/compare-test.toml";
+  AppHarness h(o);
+  REQUIRE(h.app().runs().size() == 2);
+  CHECK(h.app().view().show_compare);
+  h.tap(GLFW_KEY_RIGHT, false, true);
+  h.settle();
+  CHECK(h.app().runs()[0]->steps() == 10);
+  CHECK(h.app().runs()[1]->steps() == 10);
+  CHECK(h.app().runs()[1]->status.preset.memory.window == 2);
+  visit_everything(h);
+}
+
+TEST_CASE("app: loading a preset from the browser replaces the run, a bad one is a banner", "[gui]") {
+  memscope::app::GuiOptions o;
+  AppHarness h(o);
+  h.settle();
+  h.app().load_preset("no-such-preset");
+  CHECK_THAT(h.app().view().banner, Catch::Contains("unknown preset 'no-such-preset'"));
+  CHECK(h.app().main().status.preset.name == "demo-mqar");
+  h.app().load_preset("deltanet");
+  h.settle();
+  CHECK(h.app().main().status.preset.name == "deltanet");
+  h.tap(GLFW_KEY_RIGHT);
+  h.settle();
+  CHECK(h.app().main().steps() == 1);
+}

@@ -1,0 +1,84 @@
+// Sessions in the app: a replayed session's first frame looks exactly like the live frame it was
+// recorded from, and `memscope --session` opens a recording (or says in one line why not).
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+#include "app/app_harness.h"
+#include "support/run_process.h"
+
+using memscope::test::AppHarness;
+using memscope::test::PngImage;
+using memscope::test::run_process;
+namespace model = memscope::model;
+namespace fs = std::filesystem;
+
+namespace {
+
+// The pixels of a named panel from the last frame.
+std::vector<unsigned> region(const PngImage& image, const ImRect& r) {
+  std::vector<unsigned> out;
+  for (int y = static_cast<int>(r.Min.y); y < static_cast<int>(r.Max.y); ++y)
+    for (int x = static_cast<int>(r.Min.x); x < static_cast<int>(r.Max.x); ++x) out.push_back(image.pixel(x, y));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("app: the first frame of a replayed session matches the live frame pixel for pixel", "[gui]") {
+  const std::string dir = memscope::test::temp_path("first-frame") + ".memscope";
+  fs::remove_all(dir);
+  const std::vector<std::string> panels = {"panel/memory", "panel/plots", "panel/tokens"};
+  std::map<std::string, std::vector<unsigned>> live;
+  {
+    memscope::app::GuiOptions o;
+    o.sets = {"probe.matrices_every=1"};
+    AppHarness h(o);
+    h.app().post(model::Command::start_recording(dir));
+    h.app().post(model::Command::steps(1));
+    h.settle();
+    h.app().post({model::Command::Kind::StopRecording});
+    h.settle();
+    const PngImage image = h.screenshot("live");
+    for (const auto& p : panels) live[p] = region(image, h.app().rects().at(p));
+    REQUIRE(h.app().rects().count("matrix/0/0/0/0/M/M") == 1);  // the frame has its heatmaps
+  }
+  memscope::app::GuiOptions o;
+  o.session = dir;
+  AppHarness h(o);
+  CHECK_FALSE(h.app().main().live);
+  h.app().post(model::Command::steps(1));
+  h.settle();
+  REQUIRE(h.app().main().steps() == 1);
+  const PngImage image = h.screenshot("replay");
+  for (const auto& p : panels) {
+    INFO(p);
+    const auto replayed = region(image, h.app().rects().at(p));
+    REQUIRE(replayed.size() == live[p].size());
+    size_t differing = 0;
+    for (size_t i = 0; i < replayed.size(); ++i) differing += replayed[i] != live[p][i];
+    CHECK(differing == 0);
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("memscope --session replays a recording, and a bad path is one line and exit 1", "[gui]") {
+  const std::string dir = memscope::test::temp_path("cli-session") + ".memscope";
+  fs::remove_all(dir);
+  auto record = run_process({MEMSCOPE_CLI_BINARY, "step", "--preset", "demo-mqar", "--tokens", "12", "--record", dir});
+  INFO(record.output);
+  REQUIRE(record.exit_code == 0);
+  const std::string png = memscope::test::temp_path("cli-session") + ".png";
+  auto shown = run_process({MEMSCOPE_GUI_BINARY, "--session", dir, "--steps", "12", "--screenshot", png, "--frames", "4"});
+  INFO(shown.output);
+  CHECK(shown.exit_code == 0);
+  const PngImage image = memscope::test::load_png(png);
+  CHECK(image.width == 1600);
+  fs::remove(png);
+
+  auto missing = run_process({MEMSCOPE_GUI_BINARY, "--session", dir + "-missing", "--screenshot", png});
+  CHECK(missing.exit_code == 1);
+  CHECK(memscope::test::count_lines(missing.output) == 1);
+  CHECK_THAT(missing.output, Catch::Contains("memscope:"));
+  fs::remove_all(dir);
+}
