@@ -9,7 +9,14 @@
 //   when the wait ended early; process CPU seconds (getrusage) over wall seconds, in percent.
 //   AppWindow does not say why a wait ended, so "ended early" is judged by the clock.
 // - "idle_redraw_each_wake": the same, redrawing after every wake as app/gui/main.cpp does now.
-// Flags: --frames N (300), --warmup N (20), --idle-seconds S (10), --width W (1600), --height H (1000).
+// - "frame_follow": frames as "frame_static", with one new sample appended to every plot's series
+//   each frame (a running model in follow mode), so the plots' summaries extend every frame;
+// - "decimate": one 1M-point series decimated into 500 columns, the full range (follow mode):
+//   "scan_ms" without a summary, "summary_ms" over a summary, "rebuild_ms" to summarise it from
+//   scratch, "append_ms" to extend the summary by one sample and decimate (a follow-mode frame).
+//   Medians over --decimate-runs runs (50).
+// Flags: --frames N (300), --warmup N (20), --idle-seconds S (10), --width W (1600), --height H (1000),
+// --decimate-runs N (50).
 #include <GL/gl.h>
 #include <imgui.h>
 #include <sys/resource.h>
@@ -26,8 +33,10 @@
 #include <nlohmann/json.hpp>
 
 #include "viz/app_window.h"
+#include "viz/decimate.h"
 #include "viz/heatmap.h"
 #include "viz/line_plot.h"
+#include "viz/minmax_pyramid.h"
 #include "viz/timeline_scrubber.h"
 #include "viz/token_strip.h"
 
@@ -89,6 +98,14 @@ struct Scene {
       tokens.push_back({"k" + std::to_string(t % 97), (t % 13) / 12.0f, static_cast<long long>(kPoints) - 4096 + t});
   }
 
+  // A step and one sample per plot, as the app's timeline cache appends while the model runs.
+  void append() {
+    std::mt19937 rng(static_cast<unsigned>(steps.size()));
+    std::normal_distribution<float> noise(0.0f, 1.0f);
+    steps.push_back(static_cast<double>(steps.size()));
+    for (auto& ys : metrics) ys.push_back(ys.back() + 0.01f * noise(rng));
+  }
+
   void upload(int frame) {
     for (int h = 0; h < kHeatmaps; ++h)
       heatmaps[h].set_data(matrices[h * kDataVariants + frame % kDataVariants].data(), kMatrixSide, kMatrixSide);
@@ -128,7 +145,7 @@ struct Scene {
       }
       ImGui::TableNextColumn();
       for (int p = 0; p < kPlots; ++p) {
-        const PlotSeries series{kMetricNames[p], steps.data(), metrics[p].data(), kPoints, kColors[p]};
+        const PlotSeries series{kMetricNames[p], steps.data(), metrics[p].data(), metrics[p].size(), kColors[p]};
         draw_line_plot(kMetricNames[p], views[p], {series}, markers, {ImGui::GetContentRegionAvail().x, middle / kPlots - 8.0f});
       }
       ImGui::EndTable();
@@ -141,11 +158,13 @@ struct Scene {
   }
 };
 
-// Times `frames` frames after `warmup` untimed ones; upload says whether heatmaps get new data.
-nlohmann::json time_frames(AppWindow& window, Scene& scene, int warmup, int frames, bool upload) {
+// Times `frames` frames after `warmup` untimed ones; upload says whether heatmaps get new data,
+// append whether the plots' series grow by a sample (before the clock starts, as data arrives).
+nlohmann::json time_frames(AppWindow& window, Scene& scene, int warmup, int frames, bool upload, bool append = false) {
   std::vector<double> frame_ms, present_ms, vertices;
   for (int f = 0; f < warmup + frames; ++f) {
     window.wait_for_events(true);
+    if (append) scene.append();
     const auto start = Clock::now();
     window.begin_frame();
     if (upload) scene.upload(f);
@@ -165,6 +184,40 @@ nlohmann::json time_frames(AppWindow& window, Scene& scene, int warmup, int fram
                             {"p99", percentile(frame_ms, 0.99)}, {"max", percentile(frame_ms, 1.0)}}},
           {"present_ms_median", percentile(present_ms, 0.5)},
           {"vertices_median", percentile(vertices, 0.5)}};
+}
+
+// Decimation of one 1M-point series alone, the way a plot in follow mode asks for it.
+nlohmann::json time_decimation(const Scene& scene, int runs) {
+  constexpr int kColumns = 500;
+  std::vector<double> xs = scene.steps;
+  std::vector<float> ys = scene.metrics[0];
+  xs.resize(kPoints), ys.resize(kPoints);
+  auto median_ms = [&](auto&& work) {
+    std::vector<double> ms;
+    for (int r = 0; r < runs; ++r) {
+      const auto start = Clock::now();
+      work(r);
+      ms.push_back(seconds_since(start) * 1e3);
+    }
+    return percentile(ms, 0.5);
+  };
+  std::size_t kept = 0;  // used, so the work is not optimised away
+  const double scan = median_ms([&](int) {
+    kept += decimate_minmax(xs.data(), ys.data(), kPoints, xs[0], xs[kPoints - 1], kColumns).size();
+  });
+  MinMaxPyramid summary;
+  const double rebuild = median_ms([&](int) { summary.rebuild(ys.data(), kPoints - runs); });
+  summary.rebuild(ys.data(), kPoints - runs);
+  const double append = median_ms([&](int r) {
+    const std::size_t count = kPoints - runs + r + 1;
+    summary.extend(ys.data(), count);
+    kept += decimate_minmax(xs.data(), ys.data(), count, xs[0], xs[count - 1], kColumns, summary).size();
+  });
+  const double query = median_ms([&](int) {
+    kept += decimate_minmax(xs.data(), ys.data(), kPoints, xs[0], xs[kPoints - 1], kColumns, summary).size();
+  });
+  return {{"points", kPoints}, {"columns", kColumns},  {"runs", runs},         {"scan_ms", scan},
+          {"summary_ms", query}, {"rebuild_ms", rebuild}, {"append_ms", append}, {"kept", kept}};
 }
 
 // Idle for `seconds`: returns CPU percent, wakes and redraws.
@@ -193,7 +246,7 @@ nlohmann::json idle(AppWindow& window, Scene& scene, double seconds, bool redraw
 }  // namespace
 
 int main(int argc, char** argv) {
-  int frames = 300, warmup = 20;
+  int frames = 300, warmup = 20, decimate_runs = 50;
   double idle_seconds = 10.0;
   WindowOptions options;
   options.title = "memscope gui_frame bench";
@@ -210,6 +263,7 @@ int main(int argc, char** argv) {
     else if (flag == "--idle-seconds") idle_seconds = std::stod(value);
     else if (flag == "--width") options.width = std::stoi(value);
     else if (flag == "--height") options.height = std::stoi(value);
+    else if (flag == "--decimate-runs") decimate_runs = std::max(1, std::stoi(value));
     else {
       std::cerr << "gui_frame: unknown flag " << flag << "\n";
       return 2;
@@ -237,6 +291,8 @@ int main(int argc, char** argv) {
   };
   line("frame_live", time_frames(*window, scene, warmup, frames, true));
   line("frame_static", time_frames(*window, scene, warmup, frames, false));
+  line("frame_follow", time_frames(*window, scene, warmup, frames, false, true));
+  line("decimate", time_decimation(scene, decimate_runs));
   line("idle", idle(*window, scene, idle_seconds, false));
   line("idle_redraw_each_wake", idle(*window, scene, idle_seconds, true));
   return 0;

@@ -3,10 +3,16 @@
 #include <algorithm>
 #include <cmath>
 
-namespace memscope::viz {
+#include "viz/minmax_pyramid.h"
 
-std::vector<PlotPoint> decimate_minmax(const double* xs, const float* ys, std::size_t count, double x_min,
-                                       double x_max, int columns) {
+namespace memscope::viz {
+namespace {
+
+// Buckets the visible samples into pixel columns and emits first, extremes and last of each;
+// extremes(begin, end) gives the finite extremes of ys[begin, end) (a scan or the pyramid).
+template <typename ExtremesOf>
+std::vector<PlotPoint> decimate(const double* xs, const float* ys, std::size_t count, double x_min, double x_max,
+                                int columns, ExtremesOf extremes) {
   std::vector<PlotPoint> out;
   if (count == 0 || columns <= 0 || !(x_max > x_min)) return out;
   // Visible samples via binary search: the cost is O(visible), not O(series).
@@ -15,35 +21,69 @@ std::vector<PlotPoint> decimate_minmax(const double* xs, const float* ys, std::s
   if (begin > 0) --begin;
   if (end < count) ++end;
 
-  auto keep = [&](std::size_t i) {
-    if (std::isfinite(ys[i])) out.push_back({xs[i], ys[i]});
-  };
   if (end - begin <= static_cast<std::size_t>(columns) * 2) {
-    for (std::size_t i = begin; i < end; ++i) keep(i);
+    for (std::size_t i = begin; i < end; ++i)
+      if (std::isfinite(ys[i])) out.push_back({xs[i], ys[i]});
     return out;
   }
 
+  out.reserve(static_cast<std::size_t>(columns) * 4 + 2);
   const double column_width = (x_max - x_min) / columns;
-  std::size_t i = begin;
-  while (i < end) {
-    // One bucket: every sample that falls in the same pixel column as sample i.
-    const double column = std::floor((xs[i] - x_min) / column_width);
-    std::size_t first = end, last = end, lo = end, hi = end;
-    for (; i < end && std::floor((xs[i] - x_min) / column_width) == column; ++i) {
-      if (!std::isfinite(ys[i])) continue;
-      if (first == end) first = lo = hi = i;
-      last = i;
-      if (ys[i] < ys[lo]) lo = i;
-      if (ys[i] > ys[hi]) hi = i;
+  auto column_of = [&](std::size_t i) { return std::floor((xs[i] - x_min) / column_width); };
+  constexpr std::size_t kNone = MinMaxPyramid::kNone;
+  for (std::size_t i = begin; i < end;) {
+    // One bucket: the samples in the same pixel column as sample i. column_of never decreases
+    // along xs, so the bucket's end is a binary search with the very expression that defines it.
+    const double column = column_of(i);
+    std::size_t stop = i + 1;
+    if (stop < end && column_of(stop) == column) {
+      std::size_t n = end - stop, base = stop;
+      while (n > 0) {
+        const std::size_t half = n / 2;
+        if (column_of(base + half) == column) base += half + 1, n -= half + 1;
+        else n = half;
+      }
+      stop = base;
     }
-    if (first == end) continue;
+    const auto [lo, hi] = extremes(i, stop);
+    const std::size_t bucket = i;
+    i = stop;
+    if (lo == kNone) continue;
+    // The first and last finite samples lie no further in than the extremes, so finding them
+    // scans only non-finite samples.
+    std::size_t first = bucket, last = stop - 1;
+    while (!std::isfinite(ys[first])) ++first;
+    while (!std::isfinite(ys[last])) --last;
     // Emit first, extremes in x order, last: the polyline passes through min and max.
-    std::size_t picks[4] = {first, std::min(lo, hi), std::max(lo, hi), last};
-    std::size_t previous = end;
+    const std::size_t picks[4] = {first, std::min(lo, hi), std::max(lo, hi), last};
+    std::size_t previous = kNone;
     for (std::size_t p : picks)
       if (p != previous) out.push_back({xs[p], ys[p]}), previous = p;
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<PlotPoint> decimate_minmax(const double* xs, const float* ys, std::size_t count, double x_min,
+                                       double x_max, int columns) {
+  return decimate(xs, ys, count, x_min, x_max, columns, [&](std::size_t begin, std::size_t end) {
+    MinMaxPyramid::Extremes e;
+    for (std::size_t i = begin; i < end; ++i) {
+      if (!std::isfinite(ys[i])) continue;
+      if (e.lo == MinMaxPyramid::kNone) e.lo = e.hi = i;
+      if (ys[i] < ys[e.lo]) e.lo = i;
+      if (ys[i] > ys[e.hi]) e.hi = i;
+    }
+    return e;
+  });
+}
+
+std::vector<PlotPoint> decimate_minmax(const double* xs, const float* ys, std::size_t count, double x_min,
+                                       double x_max, int columns, const MinMaxPyramid& summary) {
+  if (summary.size() != count) return decimate_minmax(xs, ys, count, x_min, x_max, columns);
+  return decimate(xs, ys, count, x_min, x_max, columns,
+                  [&](std::size_t begin, std::size_t end) { return summary.extremes(ys, begin, end); });
 }
 
 }  // namespace memscope::viz

@@ -7,6 +7,8 @@
 
 namespace memscope::viz {
 
+class MinMaxPyramid;
+
 struct PlotPoint {
   double x;
   float y;
@@ -19,5 +21,12 @@ struct PlotPoint {
 // are fewer samples than columns.
 std::vector<PlotPoint> decimate_minmax(const double* xs, const float* ys, std::size_t count, double x_min,
                                        double x_max, int columns);
+
+// The same output, with each column's extremes read from `summary` instead of a scan:
+// O(columns · log count) rather than O(visible samples). `summary` must summarise these very
+// ys[0, count) (viz/series_summary_cache.h keeps that true for line plots); one of another
+// length is ignored and the scan runs.
+std::vector<PlotPoint> decimate_minmax(const double* xs, const float* ys, std::size_t count, double x_min,
+                                       double x_max, int columns, const MinMaxPyramid& summary);
 
 }  // namespace memscope::viz

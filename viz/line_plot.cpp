@@ -9,12 +9,29 @@
 
 #include "viz/axis_ticks.h"
 #include "viz/decimate.h"
+#include "viz/series_summary_cache.h"
 #include "viz/theme.h"
 
 namespace memscope::viz {
 namespace {
 
 constexpr float kAxisLabelWidth = 52.0f;
+// A plot not drawn for this many frames gives its summaries back (about 2 bytes per sample).
+constexpr int kForgetAfterFrames = 600;
+
+// Decimates one series over its summary, which lives as long as the plot keeps being drawn.
+std::vector<PlotPoint> decimate_series(ImGuiID plot_id, std::size_t index, const PlotSeries& s, const PlotView& view,
+                                       int columns) {
+  if (s.count > MinMaxPyramid::kMaxSamples)
+    return decimate_minmax(s.xs, s.ys, s.count, view.x_min, view.x_max, columns);
+  static SeriesSummaryCache cache;
+  static int swept_frame = -1;
+  const int frame = ImGui::GetFrameCount();
+  if (frame != swept_frame) cache.forget_unused_since(frame - kForgetAfterFrames), swept_frame = frame;
+  const std::uint64_t key = (static_cast<std::uint64_t>(plot_id) << 32) | (index & 0xffffffffu);
+  const MinMaxPyramid& summary = cache.summary(key, s.ys, s.count, s.revision, frame);
+  return decimate_minmax(s.xs, s.ys, s.count, view.x_min, view.x_max, columns, summary);
+}
 
 // The data's full x extent over all series.
 bool data_extent(const std::vector<PlotSeries>& series, double& lo, double& hi) {
@@ -69,6 +86,7 @@ double draw_line_plot(const char* id, PlotView& view, const std::vector<PlotSeri
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   const ImRect frame(origin, {origin.x + size.x, origin.y + size.y});
   const ImRect plot({frame.Min.x + kAxisLabelWidth, frame.Min.y + 4.0f}, {frame.Max.x - 4.0f, frame.Max.y - 4.0f});
+  const ImGuiID plot_id = ImGui::GetID("plot");
   ImGui::InvisibleButton("plot", size);
   const bool hovered = ImGui::IsItemHovered();
   double clicked_step = std::numeric_limits<double>::quiet_NaN();
@@ -87,8 +105,8 @@ double draw_line_plot(const char* id, PlotView& view, const std::vector<PlotSeri
   const int columns = std::max(1, static_cast<int>(plot.GetWidth()));
   std::vector<std::vector<PlotPoint>> decimated;
   float y_lo = std::numeric_limits<float>::max(), y_hi = std::numeric_limits<float>::lowest();
-  for (const auto& s : series) {
-    decimated.push_back(decimate_minmax(s.xs, s.ys, s.count, view.x_min, view.x_max, columns));
+  for (std::size_t k = 0; k < series.size(); ++k) {
+    decimated.push_back(decimate_series(plot_id, k, series[k], view, columns));
     for (const auto& p : decimated.back())
       if (p.x >= view.x_min && p.x <= view.x_max) y_lo = std::min(y_lo, p.y), y_hi = std::max(y_hi, p.y);
   }

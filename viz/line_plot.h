@@ -1,10 +1,12 @@
 // Line plots against step: several series, a legend, event markers on the shared step axis,
 // a hover readout, and zoom (wheel) / pan (drag) / follow (double-click). Series of a million
-// points draw through min/max decimation (viz/decimate.h).
+// points draw through min/max decimation (viz/decimate.h) over a summary kept across frames
+// (viz/series_summary_cache.h), so a growing series costs little more than its new samples.
 #pragma once
 #include <imgui.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 namespace memscope::viz {
@@ -15,6 +17,9 @@ struct PlotSeries {
   const float* ys;
   std::size_t count;
   ImU32 color;
+  // Bump when samples already drawn are rewritten in place (not appended) with the count and the
+  // newest sample unchanged; see viz/series_summary_cache.h for when the plot notices by itself.
+  std::uint64_t revision = 0;
 };
 
 struct PlotMarker {

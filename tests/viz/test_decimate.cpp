@@ -8,8 +8,10 @@
 #include <vector>
 
 #include "viz/decimate.h"
+#include "viz/minmax_pyramid.h"
 
 using memscope::viz::decimate_minmax;
+using memscope::viz::MinMaxPyramid;
 
 namespace {
 struct Series {
@@ -95,8 +97,8 @@ struct ColumnExtremes {
   }
 };
 
-void check_against_brute_force(const Series& s, double x_min, double x_max, int columns) {
-  const auto out = decimate_minmax(s.xs.data(), s.ys.data(), s.xs.size(), x_min, x_max, columns);
+void check_output(const Series& s, const std::vector<memscope::viz::PlotPoint>& out, double x_min, double x_max,
+                  int columns) {
   ColumnExtremes expected(columns), got(columns);
   for (std::size_t i = 0; i < s.xs.size(); ++i) expected.add(s.xs[i], s.ys[i], x_min, x_max, columns);
   for (const auto& p : out) got.add(p.x, p.y, x_min, x_max, columns);
@@ -117,6 +119,21 @@ void check_against_brute_force(const Series& s, double x_min, double x_max, int 
   }
   CHECK(before <= 1);
   CHECK(after <= 1);
+}
+
+// Both paths, the scan and the summary, against the brute force, and the same points from each.
+void check_against_brute_force(const Series& s, double x_min, double x_max, int columns) {
+  const auto scanned = decimate_minmax(s.xs.data(), s.ys.data(), s.xs.size(), x_min, x_max, columns);
+  check_output(s, scanned, x_min, x_max, columns);
+  MinMaxPyramid summary;
+  summary.rebuild(s.ys.data(), s.ys.size());
+  const auto summarised = decimate_minmax(s.xs.data(), s.ys.data(), s.xs.size(), x_min, x_max, columns, summary);
+  check_output(s, summarised, x_min, x_max, columns);
+  REQUIRE(summarised.size() == scanned.size());
+  for (std::size_t k = 0; k < scanned.size(); ++k) {
+    CHECK(summarised[k].x == scanned[k].x);
+    CHECK(summarised[k].y == scanned[k].y);
+  }
 }
 
 // Steps with gaps: runs of consecutive steps separated by jumps of up to 5000 steps.
