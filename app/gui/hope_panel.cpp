@@ -71,7 +71,7 @@ void draw_hope_panel(GuiApp& app) {
     std::vector<viz::PlotSeries> norms;
     for (int k = 0; k < c.cms_levels(); ++k)
       norms.push_back({names[k].c_str(), xs.data(), c.cms_norm(l, k).data(), std::min(xs.size(), c.cms_norm(l, k).size()),
-                       kLevelColors[k % 7]});
+                       kLevelColors[k % 7], c.revision()});
     plot(app, "cms norms", "CMS: state norm per level", norms, markers, height);
     // Ticks as a levels × recent-steps map: a bright cell is an update.
     const auto ring = app.main().source->ring(view.timeline);
@@ -79,23 +79,29 @@ void draw_hope_panel(GuiApp& app) {
       const auto frames = ring->frames();
       const int levels = c.cms_levels();
       const auto ticks = recent_matrix(frames, levels, [&](const model::Frame& f, int k) {
-        return f.cms_tick.size() == static_cast<size_t>(f.layers * levels) ? f.cms_tick[static_cast<size_t>(l * levels + k)] : std::nanf("");
+        const size_t i = static_cast<size_t>(l * levels + k);
+        return f.cms_levels == levels && i < f.cms_tick.size() ? f.cms_tick[i] : std::nanf("");
       });
       small_heatmap(app, "cms ticks", "CMS update ticks, levels (rows) over the last 96 steps", ticks, levels, version,
                     viz::ScaleMode::Auto, std::min(height * 0.6f, 18.0f * levels));
     }
   }
-  plot(app, "retention", "effective retention: smallest / largest eigenvalue of the retention map",
-       {{"min", xs.data(), c.head(l, view.head, model::HeadMetric::RetainMin).data(),
-         std::min(xs.size(), c.head(l, view.head, model::HeadMetric::RetainMin).size()), kBlue},
-        {"max", xs.data(), c.head(l, view.head, model::HeadMetric::RetainMax).data(),
-         std::min(xs.size(), c.head(l, view.head, model::HeadMetric::RetainMax).size()), kOrange}},
-       markers, height);
+  if (c.layers() > 0) {
+    plot(app, "retention", "effective retention: smallest / largest eigenvalue of the retention map",
+         {{"min", xs.data(), c.head(l, view.head, model::HeadMetric::RetainMin).data(),
+           std::min(xs.size(), c.head(l, view.head, model::HeadMetric::RetainMin).size()), kBlue, c.revision()},
+          {"max", xs.data(), c.head(l, view.head, model::HeadMetric::RetainMax).data(),
+           std::min(xs.size(), c.head(l, view.head, model::HeadMetric::RetainMax).size()), kOrange, c.revision()}},
+         markers, height);
+  } else {
+    ImGui::TextColored(viz::colors::muted(), "effective retention: probed per head for dgd memories (gated-deltanet); "
+                                             "a hope block's memories have no per-head probes");
+  }
   if (has_selfmod) {
     std::vector<viz::PlotSeries> errors;
     for (int m = 0; m < kSelfModMemories; ++m)
       errors.push_back({selfmod_memory_name(m), xs.data(), c.selfmod_error(l, m).data(),
-                        std::min(xs.size(), c.selfmod_error(l, m).size()), kLevelColors[m]});
+                        std::min(xs.size(), c.selfmod_error(l, m).size()), kLevelColors[m], c.revision()});
     plot(app, "selfmod", "self-modifying memories: target error 1/2|M(k) - v_hat|^2 / d", errors, markers, height);
   }
   if (has_features) {

@@ -78,7 +78,8 @@ void matrix_cell(GuiApp& app, const std::string& id, const model::Frame& frame, 
   app.note_rect("matrix/" + id);
 }
 
-void draw_grid(GuiApp& app, const Run& run, int run_index, int timeline, int64_t step, bool only_m) {
+// `stacked`: one column (the compare view gives each run a column of its own).
+void draw_grid(GuiApp& app, const Run& run, int run_index, int timeline, int64_t step, bool stacked) {
   ViewState& view = app.view();
   const auto frame = run.snapshot_frame(timeline, step);
   const auto latest = run.frame(timeline, -1);
@@ -95,7 +96,6 @@ void draw_grid(GuiApp& app, const Run& run, int run_index, int timeline, int64_t
     return;
   }
   auto cells = head_snapshots(*frame, view.head);
-  if (only_m) cells.erase(std::remove_if(cells.begin(), cells.end(), [](const auto* m) { return m->tensor != "M"; }), cells.end());
   if (cells.empty()) {
     ImGui::TextColored(viz::colors::muted(), "This model has no memory matrices (an attention-only preset).");
     return;
@@ -103,6 +103,7 @@ void draw_grid(GuiApp& app, const Run& run, int run_index, int timeline, int64_t
   int columns = 0;
   for (const auto* m : cells)
     if (m->layer == cells.front()->layer && m->weight == cells.front()->weight) ++columns;
+  if (stacked) columns = 1;
   const int rows = static_cast<int>((cells.size() + columns - 1) / columns);
   const ImVec2 avail = ImGui::GetContentRegionAvail();
   const float line = ImGui::GetTextLineHeightWithSpacing();
@@ -129,7 +130,7 @@ void draw_memory_panel(GuiApp& app) {
   ViewState& view = app.view();
   ImGui::TextColored(viz::colors::accent(), "Memory");
   ImGui::SameLine();
-  ImGui::TextColored(viz::colors::muted(), view.show_compare ? "M of every run, side by side" : "layers x {M, S, dM}");
+  ImGui::TextColored(viz::colors::muted(), view.show_compare ? "every run side by side, same step" : "layers x {M, S, dM}");
   ImGui::SameLine();
   draw_head_selector(app);
   ImGui::SameLine();

@@ -3,6 +3,7 @@
 // one layer and head, with the events marked on the shared step axis. A click seeks.
 #include <imgui.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "app/gui/event_style.h"
@@ -34,7 +35,7 @@ void plot(GuiApp& app, const char* id, const char* title, const std::vector<viz:
 
 void draw_layer_selector(GuiApp& app) {
   ViewState& view = app.view();
-  const int layers = std::max(1, app.shown_cache().layers());
+  const int layers = std::max({1, app.shown_cache().layers(), app.shown_cache().hope_layers()});
   ImGui::AlignTextToFramePadding();
   ImGui::TextUnformatted("layer");
   for (int l = 0; l < layers; ++l) {
@@ -59,7 +60,7 @@ void draw_plots_panel(GuiApp& app) {
                                                                                       ImGui::GetStyle().ItemSpacing.y)) / plots);
   const auto& xs = c.steps();
   const auto series = [&](const char* name, const std::vector<float>& ys, ImU32 color) {
-    return viz::PlotSeries{name, xs.data(), ys.data(), std::min(xs.size(), ys.size()), color};
+    return viz::PlotSeries{name, xs.data(), ys.data(), std::min(xs.size(), ys.size()), color, c.revision()};
   };
   plot(app, "loss", "loss: token -log p(target) (inspect), training loss (train)",
        {series("token", c.token_loss(), kBlue), series("train", c.train_loss(), kOrange)}, markers, height);
@@ -105,7 +106,8 @@ void draw_compare_view(GuiApp& app) {
     std::vector<viz::PlotSeries> out;
     for (size_t i = 0; i < caches.size(); ++i) {
       const auto& ys = pick(*caches[i]);
-      out.push_back({names[i].c_str(), caches[i]->steps().data(), ys.data(), std::min(caches[i]->steps().size(), ys.size()), colors[i]});
+      out.push_back({names[i].c_str(), caches[i]->steps().data(), ys.data(), std::min(caches[i]->steps().size(), ys.size()), colors[i],
+                     caches[i]->revision()});
     }
     return out;
   };

@@ -1,6 +1,7 @@
 #include "app/gui/timeline_cache.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 
@@ -33,7 +34,9 @@ const char* selfmod_memory_name(int memory) {
 }
 
 void TimelineCache::clear() {
+  static std::atomic<uint64_t> revisions{0};
   *this = TimelineCache{};
+  revision_ = ++revisions;
 }
 
 bool TimelineCache::update(const model::FrameRing& ring) {
@@ -58,17 +61,20 @@ void TimelineCache::shape_from(const model::Frame& f) {
   heads_ = f.heads;
   weight_names_ = f.weights;
   cms_levels_ = f.cms_levels;
+  // The HOPE arrays are per model layer: [layers, levels] and [layers, 5].
+  hope_layers_ = std::max(f.cms_levels ? static_cast<int>(f.cms_norm.size()) / f.cms_levels : 0,
+                          static_cast<int>(f.selfmod_error.size()) / kSelfModMemories);
   head_.assign(static_cast<size_t>(layers_ * heads_ * model::kHeadMetricCount), {});
   weight_.assign(static_cast<size_t>(layers_ * heads_) * weight_names_.size() * model::kWeightMetricCount, {});
-  cms_norm_.assign(static_cast<size_t>(layers_ * cms_levels_), {});
-  cms_tick_.assign(static_cast<size_t>(layers_ * cms_levels_), {});
-  selfmod_.assign(static_cast<size_t>(layers_ * kSelfModMemories), {});
+  cms_norm_.assign(static_cast<size_t>(hope_layers_ * cms_levels_), {});
+  cms_tick_.assign(static_cast<size_t>(hope_layers_ * cms_levels_), {});
+  selfmod_.assign(f.selfmod_error.empty() ? 0 : static_cast<size_t>(hope_layers_ * kSelfModMemories), {});
 }
 
 void TimelineCache::append(const model::Frame& f) {
   // A restart can change the model's shape: the old series no longer mean anything.
   if (steps_.empty() || f.layers != layers_ || f.heads != heads_ || f.weights != weight_names_ ||
-      f.cms_levels != cms_levels_) {
+      f.cms_levels != cms_levels_ || (!f.selfmod_error.empty() && f.selfmod_error.size() != selfmod_.size())) {
     const int64_t generation = generation_;
     const model::Frame* newest = newest_;
     clear();
@@ -107,10 +113,12 @@ const std::vector<float>& TimelineCache::weight(int layer, int h, int w, model::
 }
 
 const std::vector<float>& TimelineCache::cms_norm(int layer, int level) const {
+  if (level >= cms_levels_) return kEmpty;
   return at_or_empty(cms_norm_, static_cast<size_t>(layer) * cms_levels_ + level);
 }
 
 const std::vector<float>& TimelineCache::cms_tick(int layer, int level) const {
+  if (level >= cms_levels_) return kEmpty;
   return at_or_empty(cms_tick_, static_cast<size_t>(layer) * cms_levels_ + level);
 }
 

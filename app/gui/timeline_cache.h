@@ -33,6 +33,8 @@ class TimelineCache {
   int heads() const { return heads_; }
   int weights() const { return static_cast<int>(weight_names_.size()); }
   int cms_levels() const { return cms_levels_; }
+  // Layers with HOPE probes: a hope block has no per-head probes, so layers() can be 0 there.
+  int hope_layers() const { return hope_layers_; }
   const std::vector<std::string>& weight_names() const { return weight_names_; }
 
   // The x axis every series shares: the step of each cached frame, ascending.
@@ -54,18 +56,22 @@ class TimelineCache {
   const std::vector<TokenEntry>& tokens() const { return tokens_; }
   int64_t last_step() const { return steps_.empty() ? 0 : static_cast<int64_t>(steps_.back()); }
   int64_t generation() const { return generation_; }
+  // Changes whenever the cache starts over (a rewind, a new shape), never when it only grows: the
+  // plots' decimation summaries extend while it holds and rebuild when it moves.
+  uint64_t revision() const { return revision_; }
 
  private:
   void append(const model::Frame& f);
   void shape_from(const model::Frame& f);
 
-  int layers_ = 0, heads_ = 0, cms_levels_ = 0;
+  int layers_ = 0, heads_ = 0, cms_levels_ = 0, hope_layers_ = 0;
   std::vector<std::string> weight_names_;
   std::vector<double> steps_;
   std::vector<float> train_loss_, token_loss_, grad_norm_, acc_;
   std::vector<std::vector<float>> head_, weight_, cms_norm_, cms_tick_, selfmod_;
   std::vector<TokenEntry> tokens_;
   int64_t generation_ = -1;
+  uint64_t revision_ = 0;
   const model::Frame* newest_ = nullptr;  // identity of the ring's newest frame at the last update
 };
 

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "app/app_harness.h"
+#include "viz/colormap.h"
 
 using memscope::test::AppHarness;
 namespace model = memscope::model;
@@ -53,9 +54,9 @@ TEST_CASE("app: every panel renders on a live HOPE run with a fork", "[gui]") {
   o.preset = "demo-mqar-hope";
   o.sets = {"probe.matrices_every=1"};
   AppHarness h(o);
-  h.app().post_all(model::Command::steps(12));
+  h.app().post_all(model::Command::steps(100));  // the CMS ticks map shows the last 96 steps
   h.settle();
-  h.app().post(model::Command::fork(6, {"memory.lr.max=0.5"}));
+  h.app().post(model::Command::fork(50, {"memory.lr.max=0.5"}));
   h.settle();
   REQUIRE(h.app().main().caches.size() == 2);
   visit_everything(h);
@@ -64,6 +65,24 @@ TEST_CASE("app: every panel renders on a live HOPE run with a fork", "[gui]") {
   h.frames(2);
   CHECK(h.app().shown_cache().cms_levels() > 0);
   CHECK(h.app().rects().count("plot/cms norms") == 1);
+  CHECK(h.app().rects().count("plot/selfmod") == 1);
+  // The CMS ticks map shows real ticks: level 0 updates every step (viridis' bright end), a slower
+  // level mostly does not (its dark end); never the magenta of a value that is missing.
+  const memscope::test::PngImage image = h.screenshot("hope");
+  const ImRect ticks = h.app().rects().at("hope/cms ticks");
+  const int levels = h.app().shown_cache().cms_levels();
+  const auto& viridis = memscope::viz::colormap(memscope::viz::ColormapKind::Viridis);
+  const float row_height = (ticks.Max.y - ticks.Min.y) / static_cast<float>(levels);
+  const auto row_pixel = [&](int level) {
+    return image.pixel(static_cast<int>(ticks.Max.x) - 90, static_cast<int>(ticks.Min.y + row_height * (level + 0.5f)));
+  };
+  const auto rgb = [](memscope::viz::Rgba8 c) { return (unsigned(c.r) << 16) | (unsigned(c.g) << 8) | c.b; };
+  CHECK(row_pixel(0) == rgb(viridis.at(1.0f)));
+  unsigned dark = 0;
+  for (int dx = 0; dx < 40; ++dx)
+    dark += image.pixel(static_cast<int>(ticks.Max.x) - 90 - dx, static_cast<int>(ticks.Min.y + row_height * (levels - 0.5f))) ==
+            rgb(viridis.at(0.0f));
+  CHECK(dark > 20);
 }
 
 TEST_CASE("app: clicking a heatmap enlarges it with its singular-value spectrum", "[gui]") {
