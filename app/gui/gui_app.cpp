@@ -112,7 +112,8 @@ bool GuiApp::poll() {
 void GuiApp::pace() {
   // A limited speed is paced here with Step commands (the engine itself has no clock); as fast as
   // possible is the engine's own Run.
-  const double now = ImGui::GetCurrentContext() ? ImGui::GetTime() : 0.0;
+  // The wall clock, not ImGui's: an idle window skips frames, and ImGui's time stands still then.
+  const double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   if (!view_.playing || view_.speed <= 0.0f) {
     last_pace_time_ = now;
     return;

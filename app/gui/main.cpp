@@ -60,24 +60,30 @@ int run(Options options) {
   // A teacher opening the demo sees it move; a screenshot shows exactly the steps asked for.
   if (!screenshot_mode && !options.paused) app.toggle_run();
 
-  int settle = 3;  // ImGui settles hover and layout over a couple of frames after input
+  // Redraw only for input or news, at most 60 times a second: an idle window sleeps, and a
+  // running one draws each new frame the engine publishes, not every loop.
+  constexpr double kFrameInterval = 1.0 / 60.0;
+  int settle = 3;        // ImGui settles hover and layout over a couple of frames after input
+  bool pending = false;  // news not drawn yet
   using clock = std::chrono::steady_clock;
   auto last_frame = clock::now();
+  const auto since_last_frame = [&] { return std::chrono::duration<double>(clock::now() - last_frame).count(); };
   for (int frame = 1; !window.should_close(); ++frame) {
-    const bool animating = app.animating();
     bool input = false;
     if (screenshot_mode || settle > 0) {
       input = window.wait_for_events(true);
-    } else if (animating) {
-      // About 60 frames a second while a run steps; input still wakes the loop at once.
-      const double left = 1.0 / 60.0 - std::chrono::duration<double>(clock::now() - last_frame).count();
-      input = left > 0 ? window.wait_for_events(false, left) : window.wait_for_events(true);
     } else {
-      input = window.wait_for_events(false, 1.0);  // idle: asleep until input or a source's news
+      // Awake often enough to pace a limited-speed run and to draw pending news on time.
+      const double timeout = pending ? std::max(0.0, kFrameInterval - since_last_frame())
+                             : app.animating() ? kFrameInterval
+                                               : 1.0;
+      input = window.wait_for_events(false, timeout);
     }
-    const bool news = app.poll();
-    if (!screenshot_mode && !animating && !input && !news && settle == 0) continue;  // nothing to redraw
-    settle = input || news ? 3 : std::max(0, settle - 1);
+    pending = app.poll() || pending;
+    const bool due = pending && since_last_frame() >= kFrameInterval;
+    if (!screenshot_mode && settle == 0 && !input && !due) continue;
+    settle = input ? 3 : std::max(0, settle - 1);
+    pending = false;
     last_frame = clock::now();
 
     window.begin_frame();

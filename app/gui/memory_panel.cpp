@@ -11,6 +11,7 @@
 #include "app/gui/gui_app.h"
 #include "app/gui/matrix_textures.h"
 #include "app/gui/panels.h"
+#include "app/gui/plot_helpers.h"
 #include "app/gui/spectrum.h"
 #include "viz/line_plot.h"
 #include "viz/theme.h"
@@ -48,17 +49,7 @@ void draw_scale_controls(ViewState& view) {
 }
 
 void draw_head_selector(GuiApp& app) {
-  ViewState& view = app.view();
-  const int heads = std::max(1, app.shown_cache().heads());
-  ImGui::AlignTextToFramePadding();
-  ImGui::TextUnformatted("head");
-  for (int h = 0; h < heads; ++h) {
-    ImGui::SameLine();
-    ImGui::PushID(h);
-    if (ImGui::RadioButton(std::to_string(h).c_str(), view.head == h)) view.head = h;
-    ImGui::PopID();
-  }
-  if (view.head >= heads) view.head = 0;
+  draw_index_radios("head", std::max(1, app.shown_cache().heads()), app.view().head);
 }
 
 // One heatmap cell with its title and a one-line summary; a click enlarges it.

@@ -27,5 +27,7 @@ void plot(GuiApp& app, const char* id, const char* title, const std::vector<viz:
           const std::vector<viz::PlotMarker>& markers, float height);
 // The layer radio buttons the plots share (the head comes from the memory panel).
 void draw_layer_selector(GuiApp& app);
+// "label 0 1 2 …": one radio button per index in [0, count); `value` is kept in range.
+void draw_index_radios(const char* label, int count, int& value);
 
 }  // namespace memscope::app

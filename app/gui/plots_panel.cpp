@@ -33,18 +33,20 @@ void plot(GuiApp& app, const char* id, const char* title, const std::vector<viz:
   if (std::isfinite(clicked)) app.seek(static_cast<int64_t>(clicked));
 }
 
-void draw_layer_selector(GuiApp& app) {
-  ViewState& view = app.view();
-  const int layers = std::max({1, app.shown_cache().layers(), app.shown_cache().hope_layers()});
+void draw_index_radios(const char* label, int count, int& value) {
   ImGui::AlignTextToFramePadding();
-  ImGui::TextUnformatted("layer");
-  for (int l = 0; l < layers; ++l) {
+  ImGui::TextUnformatted(label);
+  for (int i = 0; i < count; ++i) {
     ImGui::SameLine();
-    ImGui::PushID(l);
-    if (ImGui::RadioButton(std::to_string(l).c_str(), view.layer == l)) view.layer = l;
+    ImGui::PushID(i);
+    if (ImGui::RadioButton(std::to_string(i).c_str(), value == i)) value = i;
     ImGui::PopID();
   }
-  if (view.layer >= layers) view.layer = 0;
+  if (value >= count) value = 0;
+}
+
+void draw_layer_selector(GuiApp& app) {
+  draw_index_radios("layer", std::max({1, app.shown_cache().layers(), app.shown_cache().hope_layers()}), app.view().layer);
   ImGui::SameLine();
   ImGui::TextColored(viz::colors::muted(), "head %d (memory panel)", app.view().head);
 }
