@@ -33,6 +33,9 @@ class AppHarness {
   explicit AppHarness(const app::GuiOptions& options, int width = 1600, int height = 1000) {
     window_ = open_test_window(width, height, "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf");
     window_->set_input_hook([this](ImGuiIO& io) {
+      // Tests running in parallel open windows on the same X display and take the focus; ImGui
+      // would then release every key at NewFrame. The simulated user types into this window.
+      io.AppFocusLost = false;
       io.MousePos = mouse_;
       for (bool& down : io.MouseDown) down = false;
       io.MouseDown[0] = mouse_down_;
