@@ -94,7 +94,8 @@ AppWindow::AppWindow(const WindowOptions& options) {
   ImGui::CreateContext();
   ImGuiIO& io = ImGui::GetIO();
   io.IniFilename = nullptr;  // the layout is computed from the window size, not remembered
-  io.ConfigFlags |= ImGuiConfigFlags_NavEnableKeyboard;
+  // No keyboard navigation: the arrows step the model and Space runs it; with nav on they would
+  // also move a focus highlight and press the focused button.
   if (file_exists(options.font_path)) {
     // Latin plus the Greek letters, arrows and maths signs the model's messages use (‖M‖, σ, Δ,
     // α, η, −): without them ImGui draws '?'.

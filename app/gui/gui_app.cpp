@@ -87,7 +87,8 @@ GuiApp::~GuiApp() {
 void GuiApp::replace_runs(std::vector<std::unique_ptr<Run>> runs) {
   for (auto& run : runs_) run->source->stop();
   runs_ = std::move(runs);
-  textures_->entries.clear();
+  // Not now: this frame's draw list may still use the old textures (a Load clicked mid-frame).
+  clear_textures_ = true;
   view_.follow = true;
   view_.cursor = 0;
   view_.timeline = 0;
@@ -100,10 +101,12 @@ void GuiApp::replace_runs(std::vector<std::unique_ptr<Run>> runs) {
 }
 
 bool GuiApp::poll() {
+  if (clear_textures_) textures_->entries.clear(), clear_textures_ = false;
   bool changed = false;
   for (auto& run : runs_) changed = run->poll() || changed;
-  pace();
+  // Events first: a breakpoint that paused the source must stop the pacing before it posts more.
   raise_banner_from_events();
+  pace();
   // Forks come and go with rewinds and restarts: keep the shown timeline valid.
   if (view_.timeline >= static_cast<int>(main().caches.size())) view_.timeline = 0;
   return changed;
@@ -123,19 +126,29 @@ void GuiApp::pace() {
   last_pace_time_ = now;
   const int64_t due = static_cast<int64_t>(view_.play_clock);
   if (due <= 0) return;
-  // Never queue more than one batch: a slow model drops the pace, it does not pile up steps.
+  // Never queue more than one batch: a model slower than the pace drops it, it does not pile up
+  // steps to post in a burst later.
   for (auto& run : runs_)
-    if (run->busy()) return;
+    if (run->busy()) {
+      view_.play_clock = std::min(view_.play_clock, 1.0);
+      return;
+    }
   view_.play_clock -= static_cast<double>(due);
   post_all(model::Command::steps(std::min<int64_t>(due, 1000)));
 }
 
 void GuiApp::raise_banner_from_events() {
   const auto& events = main().events;
-  if (view_.banner_event > events.size()) view_.banner_event = 0;  // a rewind erased some
-  for (size_t i = view_.banner_event; i < events.size(); ++i)
-    if (events[i].kind == model::EventKind::Error)
-      view_.banner = "step " + std::to_string(events[i].step) + ": " + events[i].message;
+  // A rewind erases events: what is left was seen already.
+  view_.banner_event = std::min(view_.banner_event, events.size());
+  for (size_t i = view_.banner_event; i < events.size(); ++i) {
+    const model::Event& e = events[i];
+    if (e.kind == model::EventKind::Error) view_.banner = "step " + std::to_string(e.step) + ": " + e.message;
+    // What pauses the source must also stop a run the GUI paces with Step commands.
+    if (e.kind == model::EventKind::Error || e.kind == model::EventKind::Breakpoint ||
+        e.kind == model::EventKind::NonFinite || e.message.rfind("end of the recording", 0) == 0)
+      view_.playing = false;
+  }
   view_.banner_event = events.size();
 }
 
@@ -189,11 +202,13 @@ void GuiApp::follow_latest() {
 void GuiApp::seek(int64_t step) {
   view_.follow = false;
   view_.cursor = step;
-  // A replay can show any recorded step: seek the source when the ring no longer holds it.
+  // A replay can show any recorded step: when the ring no longer holds it, seek the source to the
+  // step before and play the step itself back into the ring.
   if (!main().live && !main().frame(view_.timeline, step)) {
-    model::Command c = model::Command::rewind(step);
+    model::Command c = model::Command::rewind(std::max<int64_t>(0, step - 1));
     c.timeline = view_.timeline;
     post(c);
+    post(model::Command::steps(1));
   }
 }
 
@@ -206,7 +221,9 @@ void GuiApp::rewind_to_cursor() {
 }
 
 void GuiApp::fork_at_cursor(const std::vector<std::string>& sets) {
-  post(model::Command::fork(view_.follow ? main().steps(view_.timeline) : view_.cursor, sets));
+  model::Command c = model::Command::fork(view_.follow ? main().steps(view_.timeline) : view_.cursor, sets);
+  c.timeline = view_.timeline;
+  post(c);
   view_.show_compare = true;
 }
 

@@ -87,6 +87,7 @@ class GuiApp {
   std::map<std::string, ImRect> rects_;
   std::unique_ptr<Textures> textures_;
   double last_pace_time_ = -1;
+  bool clear_textures_ = false;
 };
 
 // A run of a preset (plus overrides) as a started live engine.

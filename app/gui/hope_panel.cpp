@@ -20,10 +20,11 @@ constexpr int kRecentTokens = 96;  // columns of the over-token heatmaps
 
 const ImU32 kLevelColors[] = {kBlue, kOrange, kGreen, kPurple, kRed, kYellow, kGrey};
 
-// [rows × the last kRecentTokens frames] of one per-frame array, oldest column first. NaN where a
-// frame did not measure it.
-std::vector<float> recent_matrix(const std::vector<std::shared_ptr<const model::Frame>>& frames, int rows,
+// [rows × the last kRecentTokens frames up to `until`] of one per-frame array, oldest column first.
+// NaN where a frame did not measure it.
+std::vector<float> recent_matrix(std::vector<std::shared_ptr<const model::Frame>> frames, int64_t until, int rows,
                                  const std::function<float(const model::Frame&, int)>& value) {
+  while (!frames.empty() && frames.back()->step > until) frames.pop_back();  // a pinned view
   const size_t n = std::min<size_t>(frames.size(), kRecentTokens);
   std::vector<float> out(static_cast<size_t>(rows) * kRecentTokens, std::nanf(""));
   for (size_t j = 0; j < n; ++j) {
@@ -34,10 +35,11 @@ std::vector<float> recent_matrix(const std::vector<std::shared_ptr<const model::
   return out;
 }
 
-void small_heatmap(GuiApp& app, const char* id, const char* title, const std::vector<float>& values, int rows,
-                   int64_t version, viz::ScaleMode mode, float height) {
+void small_heatmap(GuiApp& app, const char* id, const std::string& where, const char* title, const std::vector<float>& values,
+                   int rows, int64_t version, viz::ScaleMode mode, float height) {
   ImGui::TextColored(viz::colors::muted(), "%s", title);
-  viz::Heatmap& h = app.textures().heatmap(id, values.data(), rows, kRecentTokens, version, viz::ColormapKind::Viridis, mode);
+  viz::Heatmap& h = app.textures().heatmap(std::string("hope/") + id + where, values.data(), rows, kRecentTokens, version,
+                                           viz::ColormapKind::Viridis, mode);
   h.draw(id, {ImGui::GetContentRegionAvail().x, height});
   app.note_rect(std::string("hope/") + id);
 }
@@ -64,6 +66,9 @@ void draw_hope_panel(GuiApp& app) {
   const auto& xs = c.steps();
   const float height = std::max(60.0f, ImGui::GetContentRegionAvail().y / 6.0f);
   const int64_t version = (frame ? frame->step : 0) * 1000 + c.generation();
+  // Texture ids name what they show, so a layer, head or timeline switch uploads again.
+  const std::string where = "/" + std::to_string(view.timeline) + "/" + std::to_string(l) + "/" + std::to_string(view.head);
+  const int64_t until = app.shown_step();
 
   if (has_cms) {
     std::vector<std::string> names;
@@ -71,27 +76,27 @@ void draw_hope_panel(GuiApp& app) {
     std::vector<viz::PlotSeries> norms;
     for (int k = 0; k < c.cms_levels(); ++k)
       norms.push_back({names[k].c_str(), xs.data(), c.cms_norm(l, k).data(), std::min(xs.size(), c.cms_norm(l, k).size()),
-                       kLevelColors[k % 7], c.revision()});
+                       kLevelColors[k % 7], series_revision(c, l, view.head)});
     plot(app, "cms norms", "CMS: state norm per level", norms, markers, height);
     // Ticks as a levels × recent-steps map: a bright cell is an update.
     const auto ring = app.main().source->ring(view.timeline);
     if (ring) {
       const auto frames = ring->frames();
       const int levels = c.cms_levels();
-      const auto ticks = recent_matrix(frames, levels, [&](const model::Frame& f, int k) {
+      const auto ticks = recent_matrix(frames, until, levels, [&](const model::Frame& f, int k) {
         const size_t i = static_cast<size_t>(l * levels + k);
         return f.cms_levels == levels && i < f.cms_tick.size() ? f.cms_tick[i] : std::nanf("");
       });
-      small_heatmap(app, "cms ticks", "CMS update ticks, levels (rows) over the last 96 steps", ticks, levels, version,
+      small_heatmap(app, "cms ticks", where, "CMS update ticks, levels (rows) over the last 96 steps", ticks, levels, version,
                     viz::ScaleMode::Auto, std::min(height * 0.6f, 18.0f * levels));
     }
   }
   if (c.layers() > 0) {
     plot(app, "retention", "effective retention: smallest / largest eigenvalue of the retention map",
          {{"min", xs.data(), c.head(l, view.head, model::HeadMetric::RetainMin).data(),
-           std::min(xs.size(), c.head(l, view.head, model::HeadMetric::RetainMin).size()), kBlue, c.revision()},
+           std::min(xs.size(), c.head(l, view.head, model::HeadMetric::RetainMin).size()), kBlue, series_revision(c, l, view.head)},
           {"max", xs.data(), c.head(l, view.head, model::HeadMetric::RetainMax).data(),
-           std::min(xs.size(), c.head(l, view.head, model::HeadMetric::RetainMax).size()), kOrange, c.revision()}},
+           std::min(xs.size(), c.head(l, view.head, model::HeadMetric::RetainMax).size()), kOrange, series_revision(c, l, view.head)}},
          markers, height);
   } else {
     ImGui::TextColored(viz::colors::muted(), "effective retention: probed per head for dgd memories (gated-deltanet); "
@@ -101,7 +106,7 @@ void draw_hope_panel(GuiApp& app) {
     std::vector<viz::PlotSeries> errors;
     for (int m = 0; m < kSelfModMemories; ++m)
       errors.push_back({selfmod_memory_name(m), xs.data(), c.selfmod_error(l, m).data(),
-                        std::min(xs.size(), c.selfmod_error(l, m).size()), kLevelColors[m], c.revision()});
+                        std::min(xs.size(), c.selfmod_error(l, m).size()), kLevelColors[m], series_revision(c, l, view.head)});
     plot(app, "selfmod", "self-modifying memories: target error 1/2|M(k) - v_hat|^2 / d", errors, markers, height);
   }
   if (has_features) {
@@ -109,15 +114,15 @@ void draw_hope_panel(GuiApp& app) {
     const auto frames = ring->frames();
     const int dim = frame->feature_dim, row = std::min(view.head, frame->feature_rows - 1);
     const auto feature = [&](bool lr) {
-      return recent_matrix(frames, dim, [&](const model::Frame& f, int d) {
+      return recent_matrix(frames, until, dim, [&](const model::Frame& f, int d) {
         const auto& v = lr ? f.lr_feature : f.retain_feature;
         const size_t i = (static_cast<size_t>(l) * f.feature_rows + row) * f.feature_dim + d;
         return f.feature_dim == dim && i < v.size() ? v[i] : std::nanf("");
       });
     };
     const float h = std::max(40.0f, height * 0.8f);
-    small_heatmap(app, "eta", "per-feature eta (features x last 96 tokens)", feature(true), dim, version, viz::ScaleMode::Auto, h);
-    small_heatmap(app, "alpha", "per-feature alpha (features x last 96 tokens)", feature(false), dim, version, viz::ScaleMode::Auto, h);
+    small_heatmap(app, "eta", where, "per-feature eta (features x last 96 tokens)", feature(true), dim, version, viz::ScaleMode::Auto, h);
+    small_heatmap(app, "alpha", where, "per-feature alpha (features x last 96 tokens)", feature(false), dim, version, viz::ScaleMode::Auto, h);
   }
 }
 

@@ -1,5 +1,5 @@
-// Keyboard shortcuts (DESIGN "GUI" → Keys). One table drives both the handling and the `?`
-// overlay, so the help can never disagree with what the keys do.
+// Keyboard shortcuts (DESIGN "GUI" → Keys): their handling, and the `?` overlay that lists them
+// (keys.cpp keeps the two side by side).
 #pragma once
 
 namespace memscope::app {

@@ -79,7 +79,7 @@ void draw_breakpoints_panel(GuiApp& app) {
     if (ImGui::SmallButton("x")) {
       model::Command c{model::Command::Kind::RemoveBreakpoint};
       c.breakpoint = b;
-      app.post(c);
+      app.post_all(c);  // added to every run in lockstep, removed from every run
     }
     ImGui::SameLine();
     ImGui::TextColored(viz::colors::warning(), "%s", model::describe(b).c_str());

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <tuple>
 
@@ -53,8 +54,8 @@ void draw_head_selector(GuiApp& app) {
 }
 
 // One heatmap cell with its title and a one-line summary; a click enlarges it.
-void matrix_cell(GuiApp& app, const std::string& id, const model::Frame& frame, const model::MatrixSnapshot& m,
-                 ImVec2 size) {
+void matrix_cell(GuiApp& app, const std::string& id, int run, int timeline, const model::Frame& frame,
+                 const model::MatrixSnapshot& m, ImVec2 size) {
   ViewState& view = app.view();
   ImGui::TextColored(viz::colors::muted(), "L%d %s %s", m.layer, m.weight == "M" ? "" : m.weight.c_str(), tensor_title(m.tensor));
   viz::Heatmap& heatmap = app.textures().heatmap(id, frame, m, view);
@@ -65,6 +66,8 @@ void matrix_cell(GuiApp& app, const std::string& id, const model::Frame& frame, 
   if (heatmap.draw(id.c_str(), size)) {
     view.has_enlarged = true;
     view.enlarged = {m.layer, m.head, m.weight, m.tensor};
+    view.enlarged_run = run;
+    view.enlarged_timeline = timeline;
   }
   app.note_rect("matrix/" + id);
 }
@@ -109,7 +112,7 @@ void draw_grid(GuiApp& app, const Run& run, int run_index, int timeline, int64_t
       ImGui::TableNextColumn();
       const std::string id = std::to_string(run_index) + "/" + std::to_string(timeline) + "/" + std::to_string(m->layer) +
                              "/" + std::to_string(m->head) + "/" + m->weight + "/" + m->tensor;
-      matrix_cell(app, id, *frame, *m, {side + 60.0f, side});
+      matrix_cell(app, id, run_index, timeline, *frame, *m, {side + 60.0f, side});
     }
     ImGui::EndTable();
   }
@@ -152,7 +155,9 @@ void draw_memory_panel(GuiApp& app) {
 
 void draw_enlarged_matrix(GuiApp& app) {
   ViewState& view = app.view();
-  const auto frame = app.main().snapshot_frame(view.timeline, view.follow ? -1 : view.cursor);
+  if (view.enlarged_run >= static_cast<int>(app.runs().size())) view.enlarged_run = 0, view.enlarged_timeline = 0;
+  const Run& run = *app.runs()[static_cast<size_t>(view.enlarged_run)];
+  const auto frame = run.snapshot_frame(view.enlarged_timeline, view.follow ? -1 : view.cursor);
   const model::MatrixSnapshot* m = nullptr;
   if (frame)
     for (const auto& s : frame->matrices)
@@ -161,7 +166,8 @@ void draw_enlarged_matrix(GuiApp& app) {
   ImGui::SetNextWindowPos({viewport->WorkPos.x + viewport->WorkSize.x * 0.5f, viewport->WorkPos.y + viewport->WorkSize.y * 0.5f},
                           ImGuiCond_Appearing, {0.5f, 0.5f});
   ImGui::SetNextWindowSize({900, 640}, ImGuiCond_Appearing);
-  const std::string title = "layer " + std::to_string(view.enlarged.layer) + " head " + std::to_string(view.enlarged.head) +
+  const std::string title = run.label + (view.enlarged_timeline ? " / fork " + std::to_string(view.enlarged_timeline) : "") +
+                            ": layer " + std::to_string(view.enlarged.layer) + " head " + std::to_string(view.enlarged.head) +
                             " " + view.enlarged.weight + " " + tensor_title(view.enlarged.tensor) + "###enlarged";
   if (!ImGui::Begin(title.c_str(), &view.has_enlarged, ImGuiWindowFlags_NoSavedSettings | ImGuiWindowFlags_NoCollapse)) {
     ImGui::End();
@@ -174,7 +180,9 @@ void draw_enlarged_matrix(GuiApp& app) {
   }
   const float side = std::min(ImGui::GetContentRegionAvail().y - 40.0f, ImGui::GetContentRegionAvail().x * 0.55f);
   ImGui::BeginGroup();
-  viz::Heatmap& heatmap = app.textures().heatmap("enlarged", *frame, *m, view);
+  const std::string id = "enlarged/" + std::to_string(view.enlarged_run) + "/" + std::to_string(view.enlarged_timeline) + "/" +
+                         std::to_string(m->layer) + "/" + std::to_string(m->head) + "/" + m->weight + "/" + m->tensor;
+  viz::Heatmap& heatmap = app.textures().heatmap(id, *frame, *m, view);
   heatmap.draw("enlarged", {side + 70.0f, side});
   ImGui::TextColored(viz::colors::muted(), "step %lld, %dx%d%s", static_cast<long long>(frame->step), m->rows, m->cols,
                      m->rows != m->full_rows || m->cols != m->full_cols
@@ -185,10 +193,11 @@ void draw_enlarged_matrix(GuiApp& app) {
   ImGui::BeginGroup();
   // The spectrum, recomputed only when the shown matrix changes.
   static std::vector<float> spectrum;
-  static std::pair<const model::Frame*, const model::MatrixSnapshot*> spectrum_of{};
-  if (spectrum_of != std::make_pair(frame.get(), m)) {
+  static std::string spectrum_of;  // the texture id and the step: pointers could be reused
+  const std::string spectrum_key = id + "@" + std::to_string(frame->step) + "@" + std::to_string(reinterpret_cast<std::uintptr_t>(m));
+  if (spectrum_of != spectrum_key) {
     spectrum = singular_values(m->values.data(), m->rows, m->cols);
-    spectrum_of = {frame.get(), m};
+    spectrum_of = spectrum_key;
   }
   ImGui::TextColored(viz::colors::accent(), "singular values");
   if (spectrum.empty()) {

@@ -5,6 +5,8 @@
 
 #include <vector>
 
+#include <cstdint>
+
 #include "app/gui/run.h"
 #include "viz/line_plot.h"
 
@@ -27,6 +29,9 @@ void plot(GuiApp& app, const char* id, const char* title, const std::vector<viz:
           const std::vector<viz::PlotMarker>& markers, float height);
 // The layer radio buttons the plots share (the head comes from the memory panel).
 void draw_layer_selector(GuiApp& app);
+// PlotSeries::revision for a series of (layer, head) of a cache: the plots' decimation summaries
+// are kept per plot and series slot, so switching the layer or head must read as a new series.
+uint64_t series_revision(const TimelineCache& cache, int layer, int head);
 // "label 0 1 2 …": one radio button per index in [0, count); `value` is kept in range.
 void draw_index_radios(const char* label, int count, int& value);
 

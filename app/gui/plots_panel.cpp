@@ -33,6 +33,10 @@ void plot(GuiApp& app, const char* id, const char* title, const std::vector<viz:
   if (std::isfinite(clicked)) app.seek(static_cast<int64_t>(clicked));
 }
 
+uint64_t series_revision(const TimelineCache& cache, int layer, int head) {
+  return cache.revision() * 1000003u + static_cast<uint64_t>(layer) * 1009u + static_cast<uint64_t>(head);
+}
+
 void draw_index_radios(const char* label, int count, int& value) {
   ImGui::AlignTextToFramePadding();
   ImGui::TextUnformatted(label);
@@ -62,7 +66,7 @@ void draw_plots_panel(GuiApp& app) {
                                                                                       ImGui::GetStyle().ItemSpacing.y)) / plots);
   const auto& xs = c.steps();
   const auto series = [&](const char* name, const std::vector<float>& ys, ImU32 color) {
-    return viz::PlotSeries{name, xs.data(), ys.data(), std::min(xs.size(), ys.size()), color, c.revision()};
+    return viz::PlotSeries{name, xs.data(), ys.data(), std::min(xs.size(), ys.size()), color, series_revision(c, l, h)};
   };
   plot(app, "loss", "loss: token -log p(target) (inspect), training loss (train)",
        {series("token", c.token_loss(), kBlue), series("train", c.train_loss(), kOrange)}, markers, height);
@@ -109,7 +113,7 @@ void draw_compare_view(GuiApp& app) {
     for (size_t i = 0; i < caches.size(); ++i) {
       const auto& ys = pick(*caches[i]);
       out.push_back({names[i].c_str(), caches[i]->steps().data(), ys.data(), std::min(caches[i]->steps().size(), ys.size()), colors[i],
-                     caches[i]->revision()});
+                     series_revision(*caches[i], l, h)});
     }
     return out;
   };

@@ -30,8 +30,12 @@ bool Run::poll() {
     }
     changed = caches[static_cast<size_t>(t)].update(*ring) || changed;
   }
-  if (reload_events) {
+  // A rewind re-runs steps before it erases the abandoned events: keep reloading until the source
+  // is idle again, so a poll in between cannot leave stale or missing events behind.
+  if (reload_events) reload_pending_ = true;
+  if (reload_pending_) {
     events = source->events();
+    reload_pending_ = !status.idle;
     changed = true;
   } else if (auto fresh = source->events(events.size()); !fresh.empty()) {
     events.insert(events.end(), std::make_move_iterator(fresh.begin()), std::make_move_iterator(fresh.end()));

@@ -32,6 +32,7 @@ struct Run {
 
  private:
   std::vector<int64_t> ring_generations_;
+  bool reload_pending_ = false;
 };
 
 // The colour of run r, timeline t in plots and legends (stable as runs are added).

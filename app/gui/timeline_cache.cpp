@@ -42,7 +42,8 @@ void TimelineCache::clear() {
 bool TimelineCache::update(const model::FrameRing& ring) {
   const auto latest = ring.latest();
   const int64_t generation = ring.generation();
-  if (generation == generation_ && latest.get() == newest_) return false;
+  // Identity and step: a freed frame's memory can hold the next newest frame.
+  if (generation == generation_ && latest.get() == newest_ && (!latest || latest->step == last_step())) return false;
   if (generation != generation_) {
     const int64_t keep_generation = generation;
     clear();
@@ -104,25 +105,28 @@ void TimelineCache::append(const model::Frame& f) {
 }
 
 const std::vector<float>& TimelineCache::head(int layer, int h, model::HeadMetric m) const {
+  if (layer < 0 || layer >= layers_ || h < 0 || h >= heads_) return kEmpty;
   return at_or_empty(head_, (static_cast<size_t>(layer) * heads_ + h) * model::kHeadMetricCount + static_cast<int>(m));
 }
 
 const std::vector<float>& TimelineCache::weight(int layer, int h, int w, model::WeightMetric m) const {
+  if (layer < 0 || layer >= layers_ || h < 0 || h >= heads_ || w < 0 || w >= weights()) return kEmpty;
   return at_or_empty(weight_, ((static_cast<size_t>(layer) * heads_ + h) * weight_names_.size() + w) *
                                   model::kWeightMetricCount + static_cast<int>(m));
 }
 
 const std::vector<float>& TimelineCache::cms_norm(int layer, int level) const {
-  if (level >= cms_levels_) return kEmpty;
+  if (level < 0 || level >= cms_levels_) return kEmpty;
   return at_or_empty(cms_norm_, static_cast<size_t>(layer) * cms_levels_ + level);
 }
 
 const std::vector<float>& TimelineCache::cms_tick(int layer, int level) const {
-  if (level >= cms_levels_) return kEmpty;
+  if (level < 0 || level >= cms_levels_) return kEmpty;
   return at_or_empty(cms_tick_, static_cast<size_t>(layer) * cms_levels_ + level);
 }
 
 const std::vector<float>& TimelineCache::selfmod_error(int layer, int memory) const {
+  if (memory < 0 || memory >= kSelfModMemories) return kEmpty;
   return at_or_empty(selfmod_, static_cast<size_t>(layer) * kSelfModMemories + memory);
 }
 

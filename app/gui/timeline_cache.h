@@ -1,8 +1,9 @@
 // TimelineCache: what the GUI keeps of one timeline between frames: the per-step series its plots
 // draw, gathered from the frames the source pushes into its ring. The ring holds whole frames
 // within a memory budget; the cache keeps only floats per step, so plots keep their history after
-// the ring has dropped old frames. A rewind truncates the ring; the cache then starts over from
-// what the ring still holds (DESIGN principle 2: a slow GUI loses frames from its view only).
+// the ring has dropped old frames, until a rewind: that truncates the ring, and the cache then
+// starts over from what the ring still holds (DESIGN principle 2: a slow GUI loses frames from
+// its view only).
 #pragma once
 #include <cstdint>
 #include <memory>

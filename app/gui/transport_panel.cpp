@@ -78,8 +78,19 @@ void draw_transport(GuiApp& app) {
   }
   ImGui::SameLine();
   ImGui::SetNextItemWidth(150.0f);
-  ImGui::SliderFloat("##speed", &view.speed, 0.0f, 200.0f, view.speed <= 0.0f ? "speed: max" : "%.0f steps/s",
-                     ImGuiSliderFlags_Logarithmic);
+  const bool was_limited = view.speed > 0.0f;
+  if (ImGui::SliderFloat("##speed", &view.speed, 0.0f, 200.0f, view.speed <= 0.0f ? "speed: max" : "%.0f steps/s",
+                         ImGuiSliderFlags_Logarithmic) &&
+      running && was_limited != (view.speed > 0.0f)) {
+    // Switch a running run between the engine's own Run (max) and paced steps, without a stop.
+    if (view.speed > 0.0f) {
+      app.post_all(model::Command::pause());
+      view.playing = true;
+    } else {
+      view.playing = false;
+      app.post_all(model::Command::run());
+    }
+  }
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("steps per second while running (0: as fast as the model goes)");
   ImGui::SameLine();
   draw_mode_combo(app);

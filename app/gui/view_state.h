@@ -28,9 +28,10 @@ struct ViewState {
   int64_t cursor = 0;
   int timeline = 0;  // the main run's timeline the panels show (forks count from 1)
 
-  int layer = 0, head = 0;          // the head the plots and heatmaps show; head -1: all heads
+  int layer = 0, head = 0;          // the layer the plots show, the head the plots and heatmaps show
   bool has_enlarged = false;        // the click-to-enlarge view
   MatrixKey enlarged;
+  int enlarged_run = 0, enlarged_timeline = 0;  // whose matrix (the compare view shows several runs)
   bool symmetric_scale = true;      // false: auto [min, max]
   bool lock_scale = false;          // keep the current range so frames compare by colour
   float locked_range = 1.0f;

@@ -111,3 +111,19 @@ TEST_CASE("app: a refused command shows a banner with the reason and the app kee
   h.settle();
   CHECK(h.app().main().steps() == 1);
 }
+
+TEST_CASE("app: a breakpoint stops a run the GUI paces at a set speed", "[gui]") {
+  AppHarness h(demo());
+  h.app().view().speed = 200.0f;  // paced with Step commands, not the engine's own Run
+  model::Command c{model::Command::Kind::AddBreakpoint};
+  c.breakpoint = model::parse_breakpoint("step==5");
+  h.app().post_all(c);
+  h.settle();
+  h.tap(GLFW_KEY_SPACE);
+  REQUIRE(h.app().view().playing);
+  for (int i = 0; i < 600 && h.app().view().playing; ++i) h.frame();
+  CHECK_FALSE(h.app().view().playing);
+  h.settle();
+  h.frames(30);  // paced steps would have gone on by now
+  CHECK(h.app().main().steps() == 5);
+}
