@@ -22,13 +22,14 @@ const ImU32 kLevelColors[] = {kBlue, kOrange, kGreen, kPurple, kRed, kYellow, kG
 
 // [rows × the last kRecentTokens frames up to `until`] of one per-frame array, oldest column first.
 // NaN where a frame did not measure it.
-std::vector<float> recent_matrix(std::vector<std::shared_ptr<const model::Frame>> frames, int64_t until, int rows,
+std::vector<float> recent_matrix(const std::vector<std::shared_ptr<const model::Frame>>& frames, int64_t until, int rows,
                                  const std::function<float(const model::Frame&, int)>& value) {
-  while (!frames.empty() && frames.back()->step > until) frames.pop_back();  // a pinned view
-  const size_t n = std::min<size_t>(frames.size(), kRecentTokens);
+  size_t end = frames.size();
+  while (end > 0 && frames[end - 1]->step > until) --end;  // a pinned view
+  const size_t n = std::min<size_t>(end, kRecentTokens);
   std::vector<float> out(static_cast<size_t>(rows) * kRecentTokens, std::nanf(""));
   for (size_t j = 0; j < n; ++j) {
-    const model::Frame& f = *frames[frames.size() - n + j];
+    const model::Frame& f = *frames[end - n + j];
     const size_t column = kRecentTokens - n + j;
     for (int r = 0; r < rows; ++r) out[static_cast<size_t>(r) * kRecentTokens + column] = value(f, r);
   }
@@ -69,6 +70,10 @@ void draw_hope_panel(GuiApp& app) {
   // Texture ids name what they show, so a layer, head or timeline switch uploads again.
   const std::string where = "/" + std::to_string(view.timeline) + "/" + std::to_string(l) + "/" + std::to_string(view.head);
   const int64_t until = app.shown_step();
+  // The ring's frames, fetched once, for the over-token maps.
+  std::vector<std::shared_ptr<const model::Frame>> frames;
+  if (has_cms || has_features)
+    if (const auto ring = app.main().source->ring(view.timeline)) frames = ring->frames();
 
   if (has_cms) {
     std::vector<std::string> names;
@@ -79,17 +84,13 @@ void draw_hope_panel(GuiApp& app) {
                        kLevelColors[k % 7], series_revision(c, l, view.head)});
     plot(app, "cms norms", "CMS: state norm per level", norms, markers, height);
     // Ticks as a levels × recent-steps map: a bright cell is an update.
-    const auto ring = app.main().source->ring(view.timeline);
-    if (ring) {
-      const auto frames = ring->frames();
-      const int levels = c.cms_levels();
-      const auto ticks = recent_matrix(frames, until, levels, [&](const model::Frame& f, int k) {
-        const size_t i = static_cast<size_t>(l * levels + k);
-        return f.cms_levels == levels && i < f.cms_tick.size() ? f.cms_tick[i] : std::nanf("");
-      });
-      small_heatmap(app, "cms ticks", where, "CMS update ticks, levels (rows) over the last 96 steps", ticks, levels, version,
-                    viz::ScaleMode::Auto, std::min(height * 0.6f, 18.0f * levels));
-    }
+    const int levels = c.cms_levels();
+    const auto ticks = recent_matrix(frames, until, levels, [&](const model::Frame& f, int k) {
+      const size_t i = static_cast<size_t>(l * levels + k);
+      return f.cms_levels == levels && i < f.cms_tick.size() ? f.cms_tick[i] : std::nanf("");
+    });
+    small_heatmap(app, "cms ticks", where, "CMS update ticks, levels (rows) over the last 96 steps", ticks, levels, version,
+                  viz::ScaleMode::Auto, std::min(height * 0.6f, 18.0f * levels));
   }
   if (c.layers() > 0) {
     plot(app, "retention", "effective retention: smallest / largest eigenvalue of the retention map",
@@ -110,8 +111,6 @@ void draw_hope_panel(GuiApp& app) {
     plot(app, "selfmod", "self-modifying memories: target error 1/2|M(k) - v_hat|^2 / d", errors, markers, height);
   }
   if (has_features) {
-    const auto ring = app.main().source->ring(view.timeline);
-    const auto frames = ring->frames();
     const int dim = frame->feature_dim, row = std::min(view.head, frame->feature_rows - 1);
     const auto feature = [&](bool lr) {
       return recent_matrix(frames, until, dim, [&](const model::Frame& f, int d) {

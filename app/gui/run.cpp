@@ -51,17 +51,11 @@ std::shared_ptr<const model::Frame> Run::frame(int timeline, int64_t step) const
 }
 
 std::shared_ptr<const model::Frame> Run::snapshot_frame(int timeline, int64_t step) const {
-  const auto ring = source->ring(timeline);
-  if (!ring) return nullptr;
-  if (step < 0) {
-    // Cheap first try: the newest frame usually has them with probe.matrices_every = 1.
-    auto latest = ring->latest();
-    if (!latest || !latest->matrices.empty()) return latest;
-  }
-  const auto frames = ring->frames();
-  for (auto it = frames.rbegin(); it != frames.rend(); ++it)
-    if ((step < 0 || (*it)->step <= step) && !(*it)->matrices.empty()) return *it;
-  return nullptr;
+  // The cache knows which steps had snapshots: one lookup, no copy of the ring per frame. Null when
+  // the ring has dropped that frame (then it has dropped every older one too).
+  if (timeline < 0 || timeline >= static_cast<int>(caches.size())) return nullptr;
+  const int64_t at = caches[static_cast<size_t>(timeline)].snapshot_step(step);
+  return at < 0 ? nullptr : frame(timeline, at);
 }
 
 int64_t Run::steps(int timeline) const {

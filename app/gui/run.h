@@ -25,7 +25,7 @@ struct Run {
   bool poll();
   // The frame of `timeline` at `step` if the ring still holds it; step < 0: the newest.
   std::shared_ptr<const model::Frame> frame(int timeline, int64_t step) const;
-  // The newest frame at or before `step` (< 0: any) that carries matrix snapshots.
+  // The newest frame at or before `step` (< 0: any) that carries matrix snapshots, as of the last poll.
   std::shared_ptr<const model::Frame> snapshot_frame(int timeline, int64_t step) const;
   int64_t steps(int timeline = 0) const;  // steps the timeline has completed
   bool busy() const { return status.running || !status.idle || status.pending_steps > 0; }

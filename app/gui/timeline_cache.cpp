@@ -100,8 +100,15 @@ void TimelineCache::append(const model::Frame& f) {
   }
   const bool has_selfmod = f.selfmod_error.size() == selfmod_.size();
   for (size_t i = 0; i < selfmod_.size(); ++i) selfmod_[i].push_back(has_selfmod ? f.selfmod_error[i] : kNaN);
+  if (!f.matrices.empty()) snapshot_steps_.push_back(f.step);
   if (f.kind == model::FrameKind::Inspect && f.token >= 0)
     tokens_.push_back({f.step, f.sequence, f.token, f.target, f.predicted, static_cast<float>(f.loss), mean_surprise(f)});
+}
+
+int64_t TimelineCache::snapshot_step(int64_t step) const {
+  if (step < 0) return snapshot_steps_.empty() ? -1 : snapshot_steps_.back();
+  const auto it = std::upper_bound(snapshot_steps_.begin(), snapshot_steps_.end(), step);
+  return it == snapshot_steps_.begin() ? -1 : *std::prev(it);
 }
 
 const std::vector<float>& TimelineCache::head(int layer, int h, model::HeadMetric m) const {

@@ -55,6 +55,8 @@ class TimelineCache {
   const std::vector<float>& selfmod_error(int layer, int memory) const;
 
   const std::vector<TokenEntry>& tokens() const { return tokens_; }
+  // The newest step at or before `step` (< 0: any) whose frame carried matrix snapshots; -1: none.
+  int64_t snapshot_step(int64_t step) const;
   int64_t last_step() const { return steps_.empty() ? 0 : static_cast<int64_t>(steps_.back()); }
   int64_t generation() const { return generation_; }
   // Changes whenever the cache starts over (a rewind, a new shape), never when it only grows: the
@@ -71,6 +73,7 @@ class TimelineCache {
   std::vector<float> train_loss_, token_loss_, grad_norm_, acc_;
   std::vector<std::vector<float>> head_, weight_, cms_norm_, cms_tick_, selfmod_;
   std::vector<TokenEntry> tokens_;
+  std::vector<int64_t> snapshot_steps_;  // ascending
   int64_t generation_ = -1;
   uint64_t revision_ = 0;
   const model::Frame* newest_ = nullptr;  // identity of the ring's newest frame at the last update

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "model/memory/gate_bias.h"
 #include "model/memory/inner_clip.h"
 #include "model/memory/mlp_memory.h"
 #include "model/util/errors.h"
@@ -37,8 +38,6 @@ std::vector<int64_t> parse_cms_periods(const std::string& text, const std::strin
 }
 
 namespace {
-
-constexpr double kLrBias = -4.6;  // SPEC §1: lr starts near 0.01·max_lr
 
 template <typename F>
 CmsState map_tensors(const CmsState& s, F f) {
@@ -79,7 +78,7 @@ ContinuumMemoryImpl::ContinuumMemoryImpl(CmsOptions options) : options_(std::mov
     ln_weight.push_back(register_parameter(p + "ln_weight", torch::ones({1, D})));
     ln_bias.push_back(register_parameter(p + "ln_bias", torch::zeros({1, D})));
     lr_w.push_back(register_parameter(p + "lr_w", torch::randn({D}) * scale));
-    lr_b.push_back(register_parameter(p + "lr_b", torch::full({1}, kLrBias)));
+    lr_b.push_back(register_parameter(p + "lr_b", torch::full({1}, gate_bias::kLr)));
   }
 }
 

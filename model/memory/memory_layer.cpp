@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "model/memory/feature_map.h"
+#include "model/memory/gate_bias.h"
 #include "model/memory/mlp_memory.h"
 #include "model/memory/retention.h"
 #include "model/util/errors.h"
@@ -22,12 +23,6 @@ const char* to_string(Gate gate) {
 
 namespace {
 
-// SPEC §1 bias initialisations: retain ≈ 0.95, lr ≈ 0.01·max_lr, momentum ≈ 0.9; gated γ ≈ 0.88.
-constexpr double kRetainBias = 3.0;
-constexpr double kLrBias = -4.6;
-constexpr double kMomentumBias = 2.2;
-constexpr double kGammaBias = 2.0;
-
 bool gate_used(const MemoryRule& r, Gate g) {
   switch (g) {
     case Gate::Retain: return r.retention != Retention::None;
@@ -41,10 +36,10 @@ bool gate_used(const MemoryRule& r, Gate g) {
 
 double gate_bias_init(const MemoryRule& r, Gate g) {
   switch (g) {
-    case Gate::Retain: return kRetainBias;
-    case Gate::Lr: return kLrBias;
-    case Gate::Momentum: return kMomentumBias;
-    case Gate::Gamma: return kGammaBias;
+    case Gate::Retain: return gate_bias::kRetain;
+    case Gate::Lr: return gate_bias::kLr;
+    case Gate::Momentum: return gate_bias::kMomentum;
+    case Gate::Gamma: return gate_bias::kGamma;
     case Gate::HuberDelta: return std::log(std::expm1(r.huber_delta));  // softplus(b) = δ_0
   }
   return 0.0;

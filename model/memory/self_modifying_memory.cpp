@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "model/memory/dgd_preconditioner.h"
+#include "model/memory/gate_bias.h"
 #include "model/memory/inner_clip.h"
 #include "model/memory/mlp_memory.h"
 #include "model/util/errors.h"
@@ -24,10 +25,6 @@ const char* to_string(SelfModMemory m) {
 }
 
 namespace {
-
-// SPEC §1 bias initialisations: retain ≈ 0.95, lr ≈ 0.01·max_lr.
-constexpr double kRetainBias = 3.0;
-constexpr double kLrBias = -4.6;
 
 template <typename F>
 SelfModState map_tensors(const SelfModState& s, F f) {
@@ -63,8 +60,8 @@ SelfModifyingMemoryImpl::SelfModifyingMemoryImpl(SelfModOptions options) : optio
     ln_weight[m] = register_parameter(p + "ln_weight", torch::ones({1, d}));
     ln_bias[m] = register_parameter(p + "ln_bias", torch::zeros({1, d}));
   }
-  b_lr = register_parameter("b_lr", torch::full({d}, kLrBias));
-  b_retain = register_parameter("b_retain", torch::full({d}, kRetainBias));
+  b_lr = register_parameter("b_lr", torch::full({d}, gate_bias::kLr));
+  b_retain = register_parameter("b_retain", torch::full({d}, gate_bias::kRetain));
 }
 
 SelfModState SelfModifyingMemoryImpl::initial_state(int64_t batch) const {

@@ -3,8 +3,6 @@
 #pragma once
 #include <catch2/catch.hpp>
 #include <imgui.h>
-#include <backends/imgui_impl_glfw.h>
-#include <backends/imgui_impl_opengl3.h>
 
 #include <cfloat>
 #include <chrono>
@@ -48,16 +46,16 @@ struct TestMouse {
   bool down = false;
 };
 
-// One frame of draw() with the mouse at `mouse`. AppWindow::begin_frame is split open here
-// because the GLFW backend sets the mouse from the real pointer between its steps.
+// One frame of draw() with the mouse at `mouse`, set through the window's input hook: after the
+// GLFW backend has read the real pointer, before ImGui sees it.
 inline void widget_frame(viz::AppWindow& window, const std::function<void()>& draw, TestMouse mouse = {}) {
   window.wait_for_events(true);
-  ImGui_ImplOpenGL3_NewFrame();
-  ImGui_ImplGlfw_NewFrame();
-  ImGuiIO& io = ImGui::GetIO();
-  io.MousePos = mouse.pos;
-  io.MouseDown[ImGuiMouseButton_Left] = mouse.down;
-  ImGui::NewFrame();
+  window.set_input_hook([mouse](ImGuiIO& io) {
+    io.MousePos = mouse.pos;
+    io.MouseDown[ImGuiMouseButton_Left] = mouse.down;
+  });
+  window.begin_frame();
+  const ImGuiIO& io = ImGui::GetIO();
   ImGui::SetNextWindowPos({0, 0});
   ImGui::SetNextWindowSize(io.DisplaySize);
   ImGui::Begin("widget", nullptr, ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoSavedSettings);
