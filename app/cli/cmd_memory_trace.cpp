@@ -92,7 +92,7 @@ void run_trace(const TraceOptions& o) {
     CmsOptions c;
     c.d_model = o.dim;
     c.periods = parse_cms_periods(preset.model.cms_periods, "model.cms.periods");
-    c.variant = preset.model.cms_variant == "independent" ? CmsVariant::Independent : CmsVariant::Sequential;
+    c.variant = parse_cms_variant(preset.model.cms_variant, "model.cms.variant");
     c.max_lr = rule.max_lr;
     c.inner_clip = rule.inner_clip;
     ContinuumMemory cms(c);  // drawn after x, so the memory layer's tensors match a run without CMS

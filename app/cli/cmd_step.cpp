@@ -60,15 +60,17 @@ class Printer : public model::FrameSink {
                   std::isfinite(f.loss) ? format(f.loss).c_str() : "-");
     std::cout << line;
     for (int l = 0; l < f.layers; ++l) {
-      double norm = 0, erank = 0, ns = 0, gain = 0;
+      double norm = 0, erank = 0, ns = std::nan(""), gain = 0;
       for (int h = 0; h < f.heads; ++h) {
         norm += f.weight(l, h, 0, model::WeightMetric::NormM) / f.heads;
         erank += f.weight(l, h, 0, model::WeightMetric::Erank) / f.heads;
-        ns = std::max<double>(ns, f.weight(l, h, 0, model::WeightMetric::NsError));
+        const double e = f.weight(l, h, 0, model::WeightMetric::NsError);  // NaN: not muon
+        if (std::isfinite(e)) ns = std::isfinite(ns) ? std::max(ns, e) : e;
         gain += f.head(l, h, model::HeadMetric::Gain) / f.heads;
       }
-      std::cout << " | L" << l << " ‖M‖ " << format(norm) << " erank " << format(erank) << " ns " << format(ns)
-                << " gain " << format(gain);
+      std::cout << " | L" << l << " ‖M‖ " << format(norm) << " erank " << format(erank);
+      if (std::isfinite(ns)) std::cout << " ns " << format(ns);
+      std::cout << " gain " << format(gain);
     }
     // HOPE: each CMS level's ‖W‖ with a * where it updated at this token, and the main memory's target error.
     const size_t hope_layers = f.cms_levels > 0 ? f.cms_norm.size() / static_cast<size_t>(f.cms_levels) : f.selfmod_error.size() / 5;
@@ -82,6 +84,8 @@ class Printer : public model::FrameSink {
         }
       }
       if (!f.selfmod_error.empty()) std::cout << " target err " << format(f.selfmod_error[l * 5 + 4]);
+      if (!f.selfmod_retention.empty())
+        std::cout << " retention [" << format(f.selfmod_retention[l * 2]) << ", " << format(f.selfmod_retention[l * 2 + 1]) << "]";
     }
     std::cout << '\n';
   }

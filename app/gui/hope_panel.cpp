@@ -1,5 +1,6 @@
 // HOPE's internals (issue 8 "Probes"): the CMS levels' state norms and update ticks, the DGD
-// retention map's smallest and largest eigenvalue (effective retention, SPEC §8), the
+// retention map's (or, in a hope block, the diagonal preconditioner's) smallest and largest
+// eigenvalue (effective retention, SPEC §8), the
 // self-modifying memories' target errors, and per-feature η and α as heatmaps over tokens.
 #include <imgui.h>
 
@@ -92,16 +93,19 @@ void draw_hope_panel(GuiApp& app) {
     small_heatmap(app, "cms ticks", where, "CMS update ticks, levels (rows) over the last 96 steps", ticks, levels, version,
                   viz::ScaleMode::Auto, std::min(height * 0.6f, 18.0f * levels));
   }
+  // Effective retention (SPEC §8): per head from the memory layer's retention map (dgd memories),
+  // or from the self-modifying memories' diagonal preconditioner α − η⊙k² in a hope block.
+  const auto retention_series = [&](const std::vector<float>& lo, const std::vector<float>& hi) {
+    return std::vector<viz::PlotSeries>{{"min", xs.data(), lo.data(), std::min(xs.size(), lo.size()), kBlue, series_revision(c, l, view.head)},
+                                        {"max", xs.data(), hi.data(), std::min(xs.size(), hi.size()), kOrange, series_revision(c, l, view.head)}};
+  };
   if (c.layers() > 0) {
     plot(app, "retention", "effective retention: smallest / largest eigenvalue of the retention map",
-         {{"min", xs.data(), c.head(l, view.head, model::HeadMetric::RetainMin).data(),
-           std::min(xs.size(), c.head(l, view.head, model::HeadMetric::RetainMin).size()), kBlue, series_revision(c, l, view.head)},
-          {"max", xs.data(), c.head(l, view.head, model::HeadMetric::RetainMax).data(),
-           std::min(xs.size(), c.head(l, view.head, model::HeadMetric::RetainMax).size()), kOrange, series_revision(c, l, view.head)}},
+         retention_series(c.head(l, view.head, model::HeadMetric::RetainMin), c.head(l, view.head, model::HeadMetric::RetainMax)),
          markers, height);
-  } else {
-    ImGui::TextColored(viz::colors::muted(), "effective retention: probed per head for dgd memories (gated-deltanet); "
-                                             "a hope block's memories have no per-head probes");
+  } else if (has_selfmod) {
+    plot(app, "retention", "effective retention: eigenvalue range of the dgd preconditioner alpha - eta*k^2",
+         retention_series(c.selfmod_retention(l, 0), c.selfmod_retention(l, 1)), markers, height);
   }
   if (has_selfmod) {
     std::vector<viz::PlotSeries> errors;

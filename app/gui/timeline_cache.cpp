@@ -70,6 +70,7 @@ void TimelineCache::shape_from(const model::Frame& f) {
   cms_norm_.assign(static_cast<size_t>(hope_layers_ * cms_levels_), {});
   cms_tick_.assign(static_cast<size_t>(hope_layers_ * cms_levels_), {});
   selfmod_.assign(f.selfmod_error.empty() ? 0 : static_cast<size_t>(hope_layers_ * kSelfModMemories), {});
+  selfmod_retention_.assign(f.selfmod_error.empty() ? 0 : static_cast<size_t>(hope_layers_ * 2), {});
 }
 
 void TimelineCache::append(const model::Frame& f) {
@@ -100,6 +101,10 @@ void TimelineCache::append(const model::Frame& f) {
   }
   const bool has_selfmod = f.selfmod_error.size() == selfmod_.size();
   for (size_t i = 0; i < selfmod_.size(); ++i) selfmod_[i].push_back(has_selfmod ? f.selfmod_error[i] : kNaN);
+  // Sessions recorded before the retention probe have none: NaN.
+  const bool has_retention = f.selfmod_retention.size() == selfmod_retention_.size();
+  for (size_t i = 0; i < selfmod_retention_.size(); ++i)
+    selfmod_retention_[i].push_back(has_retention ? f.selfmod_retention[i] : kNaN);
   if (!f.matrices.empty()) snapshot_steps_.push_back(f.step);
   if (f.kind == model::FrameKind::Inspect && f.token >= 0)
     tokens_.push_back({f.step, f.sequence, f.token, f.target, f.predicted, static_cast<float>(f.loss), mean_surprise(f)});
@@ -135,6 +140,11 @@ const std::vector<float>& TimelineCache::cms_tick(int layer, int level) const {
 const std::vector<float>& TimelineCache::selfmod_error(int layer, int memory) const {
   if (memory < 0 || memory >= kSelfModMemories) return kEmpty;
   return at_or_empty(selfmod_, static_cast<size_t>(layer) * kSelfModMemories + memory);
+}
+
+const std::vector<float>& TimelineCache::selfmod_retention(int layer, int bound) const {
+  if (bound < 0 || bound > 1) return kEmpty;
+  return at_or_empty(selfmod_retention_, static_cast<size_t>(layer) * 2 + bound);
 }
 
 }  // namespace memscope::app

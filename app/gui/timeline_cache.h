@@ -53,6 +53,8 @@ class TimelineCache {
   const std::vector<float>& cms_tick(int layer, int level) const;
   // Self-modifying memories' target error, per layer and memory (k, v, eta, alpha, memory).
   const std::vector<float>& selfmod_error(int layer, int memory) const;
+  // Their dgd preconditioner's smallest (bound 0) and largest (bound 1) eigenvalue, per layer.
+  const std::vector<float>& selfmod_retention(int layer, int bound) const;
 
   const std::vector<TokenEntry>& tokens() const { return tokens_; }
   // The newest step at or before `step` (< 0: any) whose frame carried matrix snapshots; -1: none.
@@ -71,7 +73,7 @@ class TimelineCache {
   std::vector<std::string> weight_names_;
   std::vector<double> steps_;
   std::vector<float> train_loss_, token_loss_, grad_norm_, acc_;
-  std::vector<std::vector<float>> head_, weight_, cms_norm_, cms_tick_, selfmod_;
+  std::vector<std::vector<float>> head_, weight_, cms_norm_, cms_tick_, selfmod_, selfmod_retention_;
   std::vector<TokenEntry> tokens_;
   std::vector<int64_t> snapshot_steps_;  // ascending
   int64_t generation_ = -1;

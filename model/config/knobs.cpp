@@ -205,8 +205,9 @@ std::vector<Knob> model_knobs() {
   k.push_back(string_knob("model.cms.periods", Restart,
                           "CMS update periods C_l, one per level, comma-separated (e.g. \"1,4,32,128\")",
                           KNOB_FIELD(p.model.cms_periods)));
-  k.push_back(string_choice_knob("model.cms.variant", {"sequential", "independent"}, Restart,
-                                 "CMS levels in a chain y = L_K(...L_1(x)), or side by side on x with their residuals summed",
+  k.push_back(string_choice_knob("model.cms.variant", {"sequential", "independent", "nested"}, Restart,
+                                 "CMS levels in a chain y = L_K(...L_1(x)), side by side on x with their residuals summed, "
+                                 "or chained with each level restarting from the next slower level's weights when that one updates",
                                  KNOB_FIELD(p.model.cms_variant)));
   k.push_back(float_knob("model.hope.aux_weight", 0.0, 100.0, Restart,
                          "weight of HOPE's auxiliary retrieval loss that trains M_k and M_v (seed 004 change 1)",

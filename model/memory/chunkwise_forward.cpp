@@ -77,6 +77,13 @@ class ChunkRunner {
  private:
   bool linear() const { return rule_.structure == Structure::Linear; }
 
+  // Each chunk token's own φ_t² weighted by its own window weight: the k² of the MLP dgd
+  // preconditioner (sequential_step.cpp), [B,H,n,d_φ].
+  at::Tensor own_key_squares() const {
+    const int64_t c = rule_.window;
+    return win_phi_.select(3, c - 1).pow(2) * weights_.select(-1, c - 1).unsqueeze(-1);
+  }
+
   // Outputs of the memory `mem` (one matrix stack per weight, [B,H,n,…] or [B,H,…]) on the windows.
   at::Tensor window_read(const std::vector<at::Tensor>& mem, bool per_token) const {
     auto w = [&](const at::Tensor& m) { return per_token ? m : m.unsqueeze(2); };
@@ -141,18 +148,31 @@ class ChunkRunner {
                            const at::Tensor& eta, const at::Tensor& beta) {
     const int64_t n = q.size(2);
     ChunkResult out;
-    const bool per_feature = rule_.dgd_per_feature;
+    // dgd on MLP memory keeps a diagonal preconditioner p_t = α_t − η_t ⊙ k_sq_t (dgd_preconditioner.h),
+    // so like per-feature dgd each feature follows its own recurrence, in p_t instead of α_t.
+    const bool mlp_dgd = !linear() && rule_.optimiser == Optimiser::Dgd;
+    const bool per_feature = rule_.dgd_per_feature || mlp_dgd;
+    at::Tensor keep = alpha, lr = eta;  // [B,H,n] per head, or [B,H,n,d_φ] per feature
+    if (mlp_dgd) {
+      const at::Tensor k_sq = own_key_squares();
+      keep = rule_.dgd_per_feature ? alpha : alpha.unsqueeze(-1).expand_as(k_sq);
+      lr = rule_.dgd_per_feature ? eta : eta.unsqueeze(-1).expand_as(k_sq);
+      keep = keep - lr * k_sq;
+    }
     // Per feature, column j of M follows its own recurrence in α_t[j]: products over [B,H,d_φ,n].
-    const DecayProducts retain = decay_products(per_feature ? alpha.transpose(-1, -2) : alpha);
+    const DecayProducts retain = decay_products(per_feature ? keep.transpose(-1, -2) : keep);
     std::vector<at::Tensor> before = state_.memory;
     std::vector<at::Tensor> mem_all, s_all;
     for (size_t i = 0; i < grads.size(); ++i) {
-      const at::Tensor& g = grads[i];
-      const at::Tensor s0 = state_.momentum[i].unsqueeze(2);
+      // W1 [d,4d] of an MLP has its features on the rows: its recurrence runs on the transpose.
+      const bool rows = mlp_dgd && i == 0;
+      auto oriented = [&](const at::Tensor& t) { return rows ? t.transpose(-1, -2) : t; };
+      const at::Tensor g = oriented(grads[i]);
+      const at::Tensor s0 = oriented(state_.momentum[i]).unsqueeze(2);
       at::Tensor momentum, update;
       if (rule_.optimiser == Optimiser::Dgd) {
         momentum = s0.expand_as(g);
-        update = per_feature ? g * eta.unsqueeze(-2) : per_token_scale(eta) * g;  // g_t diag(η_t)
+        update = per_feature ? g * lr.unsqueeze(-2) : per_token_scale(lr) * g;  // g_t diag(η_t)
       } else {
         // S_t = β_t S_{t−1} + u_t with u = η g (gd-momentum) or g (muon), SPEC §5.
         const DecayProducts decay = decay_products(beta);
@@ -167,7 +187,7 @@ class ChunkRunner {
       switch (rule_.retention) {
         case Retention::LqNormalize: z0 = state_.latent; break;
         case Retention::Softmax: z0 = softmax_latent(state_.memory[i]); break;
-        default: z0 = state_.memory[i];
+        default: z0 = oriented(state_.memory[i]);
       }
       at::Tensor latent;
       if (per_feature) {
@@ -185,8 +205,9 @@ class ChunkRunner {
           if (record_) out.latent = latent;
           break;
         case Retention::Softmax: memory = softmax_rows(latent); break;
-        default: memory = latent;
+        default: memory = oriented(latent);
       }
+      momentum = oriented(momentum);
       mem_all.push_back(memory);
       s_all.push_back(momentum);
       state_.memory[i] = memory.select(2, n - 1);

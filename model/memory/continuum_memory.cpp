@@ -13,7 +13,20 @@
 
 namespace memscope::model {
 
-const char* to_string(CmsVariant v) { return v == CmsVariant::Sequential ? "sequential" : "independent"; }
+const char* to_string(CmsVariant v) {
+  switch (v) {
+    case CmsVariant::Sequential: return "sequential";
+    case CmsVariant::Independent: return "independent";
+    case CmsVariant::Nested: return "nested";
+  }
+  return "?";
+}
+
+CmsVariant parse_cms_variant(const std::string& text, const std::string& key) {
+  for (CmsVariant v : {CmsVariant::Sequential, CmsVariant::Independent, CmsVariant::Nested})
+    if (text == to_string(v)) return v;
+  throw UserError(key + ": '" + text + "' is not one of sequential, independent, nested");
+}
 
 std::vector<int64_t> parse_cms_periods(const std::string& text, const std::string& key) {
   std::vector<int64_t> periods;
@@ -111,9 +124,7 @@ at::Tensor ContinuumMemoryImpl::level_step(int64_t level, const at::Tensor& z_t,
   std::vector<at::Tensor> g;
   {
     at::AutoGradMode grad_on(true);
-    std::vector<at::Tensor> leaves = s.weights;
-    if (!differentiable)
-      for (auto& w : leaves) w = w.detach().requires_grad_(true);
+    const std::vector<at::Tensor> leaves = inner_gradient_inputs(s.weights, differentiable);
     const at::Tensor key = differentiable ? k : k.detach();
     const at::Tensor value = differentiable ? v : v.detach();
     const at::Tensor out = mlp_pass(key, leaves[0], leaves[1], ln_w, ln_b).y;
@@ -233,30 +244,84 @@ at::Tensor ContinuumMemoryImpl::step(const at::Tensor& x_t, CmsState& state) con
   at::Tensor h = x_t, sum = x_t;
   for (int64_t l = 0; l < levels(); ++l) {
     const bool update = ticks(l, state.tokens);
-    if (options_.variant == CmsVariant::Sequential) {
-      h = level_step(l, h, state.levels[static_cast<size_t>(l)], update);
-    } else {
+    if (options_.variant == CmsVariant::Independent) {
       sum = sum + level_step(l, x_t, state.levels[static_cast<size_t>(l)], update) - x_t;
+    } else {
+      h = level_step(l, h, state.levels[static_cast<size_t>(l)], update);
     }
   }
+  apply_resets(state, state.tokens, nullptr);
   state.tokens += 1;
-  return options_.variant == CmsVariant::Sequential ? h : sum;
+  return options_.variant == CmsVariant::Independent ? sum : h;
+}
+
+void ContinuumMemoryImpl::apply_resets(CmsState& state, int64_t position, CmsTrace* trace) const {
+  for (int64_t l = levels() - 2; l >= 0; --l) {
+    if (!resets(l, position)) continue;
+    CmsLevelState& fast = state.levels[static_cast<size_t>(l)];
+    fast.weights = state.levels[static_cast<size_t>(l + 1)].weights;  // never modified in place
+    for (auto& g : fast.accumulated) g = at::zeros_like(g);
+    if (trace) {
+      for (size_t i = 0; i < 2; ++i) {
+        at::Tensor& w = trace->weights[static_cast<size_t>(l)][i];  // [B,n,…]: the last token's weights change
+        w = at::cat({w.narrow(1, 0, w.size(1) - 1), fast.weights[i]}, 1);
+      }
+    }
+  }
+}
+
+at::Tensor ContinuumMemoryImpl::chain_forward(const at::Tensor& x, CmsState& state, CmsTrace* trace) const {
+  const int64_t T = x.size(1);
+  if (options_.variant != CmsVariant::Nested) {
+    at::Tensor h = x;
+    for (int64_t l = 0; l < levels(); ++l) h = level_forward(l, h, state.levels[static_cast<size_t>(l)], state.tokens, trace);
+    state.tokens += T;
+    return h;
+  }
+  std::vector<at::Tensor> outputs;
+  std::vector<CmsTrace> parts;
+  for (int64_t t = 0; t < T;) {
+    // The stretch ends at the next update of any level above the first (a reset), or at the call's end.
+    int64_t n = T - t;
+    for (int64_t l = 1; l < levels(); ++l) {
+      const int64_t period = options_.periods[static_cast<size_t>(l)];
+      n = std::min(n, period - state.tokens % period);
+    }
+    CmsTrace part;
+    at::Tensor h = x.narrow(1, t, n);
+    for (int64_t l = 0; l < levels(); ++l)
+      h = level_forward(l, h, state.levels[static_cast<size_t>(l)], state.tokens, trace ? &part : nullptr);
+    state.tokens += n;
+    apply_resets(state, state.tokens - 1, trace ? &part : nullptr);
+    outputs.push_back(h);
+    if (trace) parts.push_back(std::move(part));
+    t += n;
+  }
+  if (trace) {
+    for (int64_t l = 0; l < levels(); ++l) {
+      const auto level = static_cast<size_t>(l);
+      std::vector<at::Tensor> w1, w2, tick;
+      for (const auto& p : parts) {
+        w1.push_back(p.weights[level][0]);
+        w2.push_back(p.weights[level][1]);
+        tick.push_back(p.tick[level]);
+      }
+      trace->weights.push_back({at::cat(w1, 1), at::cat(w2, 1)});
+      trace->tick.push_back(at::cat(tick, 0));
+    }
+  }
+  return outputs.size() == 1 ? outputs.front() : at::cat(outputs, 1);
 }
 
 at::Tensor ContinuumMemoryImpl::forward(const at::Tensor& x, CmsState& state, CmsTrace* trace) const {
   TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "cms forward: expected x of shape [B,T,",
               options_.d_model, "], got ", x.sizes());
-  at::Tensor h = x, sum = x;
-  for (int64_t l = 0; l < levels(); ++l) {
-    CmsLevelState& s = state.levels[static_cast<size_t>(l)];
-    if (options_.variant == CmsVariant::Sequential) {
-      h = level_forward(l, h, s, state.tokens, trace);
-    } else {
-      sum = sum + level_forward(l, x, s, state.tokens, trace) - x;
-    }
-  }
+  if (options_.variant != CmsVariant::Independent) return chain_forward(x, state, trace);
+  at::Tensor sum = x;
+  for (int64_t l = 0; l < levels(); ++l)
+    sum = sum + level_forward(l, x, state.levels[static_cast<size_t>(l)], state.tokens, trace) - x;
   state.tokens += x.size(1);
-  return options_.variant == CmsVariant::Sequential ? h : sum;
+  return sum;
 }
 
 }  // namespace memscope::model

@@ -14,7 +14,12 @@
 //
 // Variants (NL §7):
 //   sequential   y = L_K(…L_1(x)): each level reads the previous level's output (the default);
-//   independent  y = x + Σ_ℓ (L_ℓ(x) − x): every level reads x, their residuals add up.
+//   independent  y = x + Σ_ℓ (L_ℓ(x) − x): every level reads x, their residuals add up;
+//   nested       the chain of `sequential`, where each level's initial state is learned by the
+//                next slower level: whenever level ℓ+1 applies an update, level ℓ restarts from
+//                level ℓ+1's new weights (G ← 0). A level's context is thus one period of the level
+//                above it, and the resets cascade from slow to fast. At the stream start every level
+//                starts from its own W_0, so the outer loss still trains all of them.
 //
 // Two forms, as for every memory (DESIGN principle 4): step() is the per-token reference;
 // forward() batches each stretch between updates (one read and one gradient per stretch).
@@ -28,8 +33,10 @@
 
 namespace memscope::model {
 
-enum class CmsVariant { Sequential, Independent };
-const char* to_string(CmsVariant v);
+enum class CmsVariant { Sequential, Independent, Nested };
+const char* to_string(CmsVariant v);  // "sequential", "independent", "nested"
+// The knob's text → variant; throws UserError naming `key` for anything else.
+CmsVariant parse_cms_variant(const std::string& text, const std::string& key);
 
 struct CmsOptions {
   int64_t d_model = 64;
@@ -86,6 +93,10 @@ class ContinuumMemoryImpl : public torch::nn::Module {
   bool ticks(int64_t level, int64_t position) const {
     return (position + 1) % options_.periods[static_cast<size_t>(level)] == 0;
   }
+  // Nested variant: whether level ℓ restarts from level ℓ+1 after the token at position p.
+  bool resets(int64_t level, int64_t position) const {
+    return options_.variant == CmsVariant::Nested && level + 1 < levels() && ticks(level + 1, position);
+  }
 
   // Outer parameters, per level.
   std::vector<at::Tensor> w_k, w_v;              // [D,D]
@@ -100,6 +111,12 @@ class ContinuumMemoryImpl : public torch::nn::Module {
   at::Tensor level_step(int64_t level, const at::Tensor& z_t, CmsLevelState& s, bool update) const;
   at::Tensor level_forward(int64_t level, const at::Tensor& z, CmsLevelState& s, int64_t start,
                            CmsTrace* trace) const;
+  // The chain of levels over x [B,T,D] (sequential and nested); nested runs it stretch by stretch
+  // between resets, because a reset makes a faster level depend on a slower level's state.
+  at::Tensor chain_forward(const at::Tensor& x, CmsState& state, CmsTrace* trace) const;
+  // Nested: after the token at `position`, restart each level whose slower neighbour updated,
+  // slowest first. `trace` (may be null) holds this stretch's weights, whose last token it amends.
+  void apply_resets(CmsState& state, int64_t position, CmsTrace* trace) const;
 
   CmsOptions options_;
 };

@@ -101,9 +101,6 @@ void MemoryRule::validate() const {
     if (feature_map == FeatureMapKind::Tensor2)
       bad(name, "memory.structure",
           "mlp needs d_v = d_phi, but memory.feature_map.kind = tensor2 makes d_phi = d + d^2");
-    // SPEC §5: dgd is written for linear memory; the MLP diagonal form is HOPE's (issue 8).
-    if (optimiser == Optimiser::Dgd)
-      bad(name, "memory.optimiser", "dgd needs memory.structure = linear, got mlp");
     // log M (softmax) and the q-norm latent are defined for the single matrix of linear memory.
     if (retention == Retention::LqNormalize || retention == Retention::Softmax)
       bad(name, "memory.retention",

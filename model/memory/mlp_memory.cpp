@@ -27,4 +27,10 @@ MlpPass mlp_pass(const at::Tensor& z, const at::Tensor& w1, const at::Tensor& w2
   return p;
 }
 
+std::vector<at::Tensor> inner_gradient_inputs(const std::vector<at::Tensor>& weights, bool differentiable) {
+  std::vector<at::Tensor> out;
+  for (const auto& w : weights) out.push_back(differentiable ? w.view_as(w) : w.detach().requires_grad_(true));
+  return out;
+}
+
 }  // namespace memscope::model

@@ -3,6 +3,8 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <vector>
+
 namespace memscope::model {
 
 // The forward pass with its intermediates, which the chunkwise form back-propagates through
@@ -18,5 +20,13 @@ struct MlpPass {
 // (z's last-but-one dimension is the token axis of the matmul); ln_weight, ln_bias: [H,d].
 MlpPass mlp_pass(const at::Tensor& z, const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& ln_weight,
                  const at::Tensor& ln_bias);
+
+// The weights a per-token inner gradient ∇_W ℓ is taken with respect to (autograd::grad inputs).
+// Differentiable (training, create_graph): a fresh alias of each weight, so that the gradient
+// counts only W's use as the memory that ℓ reads, never a path through a key or value that W
+// also produced (a nested CMS level reads the output of a level restarted from its weights; M_k
+// writes at its own key). With the weights themselves as inputs, autograd would add those paths
+// and training would write differently from inference. Otherwise: detached copies.
+std::vector<at::Tensor> inner_gradient_inputs(const std::vector<at::Tensor>& weights, bool differentiable);
 
 }  // namespace memscope::model

@@ -32,7 +32,7 @@ SelfModState map_tensors(const SelfModState& s, F f) {
   for (auto& w : out.weights)
     for (auto& t : w) t = f(t);
   if (out.aux.defined()) out.aux = f(out.aux);
-  for (at::Tensor* t : {&out.last_error, &out.last_retain, &out.last_lr})
+  for (at::Tensor* t : {&out.last_error, &out.last_retain, &out.last_lr, &out.last_precond})
     if (t->defined()) *t = f(*t);
   return out;
 }
@@ -119,7 +119,7 @@ at::Tensor SelfModifyingMemoryImpl::step(const at::Tensor& x_t, SelfModState& st
     at::AutoGradMode grad_on(true);
     std::vector<at::Tensor> leaves;
     for (const auto& w : state.weights)
-      for (const auto& t : w) leaves.push_back(differentiable ? t : t.detach().requires_grad_(true));
+      for (const auto& t : inner_gradient_inputs(w, differentiable)) leaves.push_back(t);
     const at::Tensor key = differentiable ? k : k.detach();
     at::Tensor total;
     for (int m = 0; m < kSelfModCount; ++m) {
@@ -149,6 +149,7 @@ at::Tensor SelfModifyingMemoryImpl::step(const at::Tensor& x_t, SelfModState& st
   state.last_error = at::stack({error[0], error[1], error[2], error[3], error[4]}, -1).detach();
   state.last_retain = alpha.detach();
   state.last_lr = eta.detach();
+  state.last_precond = (alpha - eta * k.pow(2)).detach();
   const at::Tensor y = read(SelfModMemory::Main, state, q);  // read after the write
 
   if (record) {

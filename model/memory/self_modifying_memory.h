@@ -43,6 +43,9 @@ struct SelfModState {
   at::Tensor aux;      // [B] the auxiliary retrieval loss summed over the tokens so far
   at::Tensor last_error;  // [B,5] the last write's target error per memory (SelfModRecord), for the probes
   at::Tensor last_retain, last_lr;  // [B,d] the last write's per-feature α_t and η_t, for the probes
+  // [B,d] the last write's diagonal dgd preconditioner p = α_t − η_t ⊙ k_t² (dgd_preconditioner.h): the
+  // retention map's eigenvalues, whose range is the effective retention (SPEC §8).
+  at::Tensor last_precond;
   int64_t tokens = 0;  // tokens since the start of the stream
 
   SelfModState clone() const;

@@ -3,6 +3,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "model/memory/attentional_bias.h"
+#include "model/memory/dgd_preconditioner.h"
 #include "model/memory/inner_clip.h"
 #include "model/memory/memory_layer.h"
 #include "model/memory/newton_schulz.h"
@@ -87,43 +88,52 @@ StepOutput MemoryLayerImpl::step(const at::Tensor& x_t, MemoryState& state) cons
 
   // SPEC §5: optimiser, then retention.
   std::vector<at::Tensor> after(before.size());
-  for (size_t i = 0; i < before.size(); ++i) {
-    const at::Tensor& g = rec.gradient[i];
-    at::Tensor update;  // U_t, what is subtracted from the retained memory
-    switch (rule_.optimiser) {
-      case Optimiser::GdMomentum:
-        state.momentum[i] = as_matrix_scale(beta) * state.momentum[i] + as_matrix_scale(eta) * g;
-        update = state.momentum[i];
-        break;
-      case Optimiser::Muon: {
-        state.momentum[i] = as_matrix_scale(beta) * state.momentum[i] + g;
-        at::Tensor orthogonal = newton_schulz(state.momentum[i], rule_.ns);
-        rec.ns_output.push_back(orthogonal);
-        update = as_matrix_scale(eta) * orthogonal;
-        break;
+  if (!linear && rule_.optimiser == Optimiser::Dgd) {
+    // dgd on MLP memory (SPEC §5, seed 004 change 2): the diagonal preconditioner p = α − η ⊙ k²,
+    // k² the token's own φ_t² weighted by its own window weight (as αI − wηφφᵀ for linear memory).
+    const at::Tensor k_sq = phi_k.pow(2) * weights.select(-1, -1).unsqueeze(-1);  // [B,H,d_φ]
+    const at::Tensor a = per_feature ? rec.retain_feature : alpha.unsqueeze(-1).expand_as(k_sq);
+    const at::Tensor e = per_feature ? rec.lr_feature : eta.unsqueeze(-1).expand_as(k_sq);
+    after = dgd_mlp_update(before, rec.gradient, k_sq, a, e);
+  } else {
+    for (size_t i = 0; i < before.size(); ++i) {
+      const at::Tensor& g = rec.gradient[i];
+      at::Tensor update;  // U_t, what is subtracted from the retained memory
+      switch (rule_.optimiser) {
+        case Optimiser::GdMomentum:
+          state.momentum[i] = as_matrix_scale(beta) * state.momentum[i] + as_matrix_scale(eta) * g;
+          update = state.momentum[i];
+          break;
+        case Optimiser::Muon: {
+          state.momentum[i] = as_matrix_scale(beta) * state.momentum[i] + g;
+          at::Tensor orthogonal = newton_schulz(state.momentum[i], rule_.ns);
+          rec.ns_output.push_back(orthogonal);
+          update = as_matrix_scale(eta) * orthogonal;
+          break;
+        }
+        case Optimiser::Dgd:
+          // M_t = M_{t−1}(αI − η φφᵀ) + η v φᵀ = α M_{t−1} − η g_t for the l2 bias and c = 1;
+          // per feature, η scales g's columns: g_t diag(η_t).
+          update = per_feature ? g * rec.lr_feature.unsqueeze(-2) : as_matrix_scale(eta) * g;
+          break;
       }
-      case Optimiser::Dgd:
-        // M_t = M_{t−1}(αI − η φφᵀ) + η v φᵀ = α M_{t−1} − η g_t for the l2 bias and c = 1;
-        // per feature, η scales g's columns: g_t diag(η_t).
-        update = per_feature ? g * rec.lr_feature.unsqueeze(-2) : as_matrix_scale(eta) * g;
-        break;
-    }
-    if (per_feature) {  // M_{t−1} diag(α_t) − g_t diag(η_t); validate() allows l2-decay and none only
-      after[i] = before[i] * rec.retain_feature.unsqueeze(-2) - update;
-      continue;
-    }
-    switch (rule_.retention) {
-      case Retention::L2Decay:
-      case Retention::None:  // α ≡ 1 comes from the gate
-        after[i] = as_matrix_scale(alpha) * before[i] - update;
-        break;
-      case Retention::LqNormalize:
-        state.latent = as_matrix_scale(alpha) * state.latent - update;
-        after[i] = lq_normalize(state.latent, rule_.lq_q);
-        break;
-      case Retention::Softmax:
-        after[i] = softmax_rows(as_matrix_scale(alpha) * softmax_latent(before[i]) - update);
-        break;
+      if (per_feature) {  // M_{t−1} diag(α_t) − g_t diag(η_t); validate() allows l2-decay and none only
+        after[i] = before[i] * rec.retain_feature.unsqueeze(-2) - update;
+        continue;
+      }
+      switch (rule_.retention) {
+        case Retention::L2Decay:
+        case Retention::None:  // α ≡ 1 comes from the gate
+          after[i] = as_matrix_scale(alpha) * before[i] - update;
+          break;
+        case Retention::LqNormalize:
+          state.latent = as_matrix_scale(alpha) * state.latent - update;
+          after[i] = lq_normalize(state.latent, rule_.lq_q);
+          break;
+        case Retention::Softmax:
+          after[i] = softmax_rows(as_matrix_scale(alpha) * softmax_latent(before[i]) - update);
+          break;
+      }
     }
   }
   state.memory = after;

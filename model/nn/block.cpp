@@ -65,7 +65,7 @@ BlockImpl::BlockImpl(const LmConfig& config, const MemoryRule& rule) : config_(c
     CmsOptions o;
     o.d_model = D;
     o.periods = parse_cms_periods(config.cms_periods, "model.cms.periods");
-    o.variant = config.cms_variant == "independent" ? CmsVariant::Independent : CmsVariant::Sequential;
+    o.variant = parse_cms_variant(config.cms_variant, "model.cms.variant");
     o.max_lr = rule.max_lr;
     o.inner_clip = rule.inner_clip;
     cms = register_module("cms", ContinuumMemory(o));

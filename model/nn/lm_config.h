@@ -36,7 +36,7 @@ struct LmConfig {
   bool ttl = true;                   // model.ttl: false freezes every memory at M_0 (the seeds' ablation)
   FfnKind ffn = FfnKind::SwiGlu;     // model.ffn: SwiGLU, or the continuum memory system (SPEC §7)
   std::string cms_periods = "1,4,32,128";  // model.cms.periods: C_l per CMS level, comma-separated
-  std::string cms_variant = "sequential";  // model.cms.variant: sequential | independent (NL §7)
+  std::string cms_variant = "sequential";  // model.cms.variant: sequential | independent | nested (NL §7)
   double hope_aux_weight = 0.1;            // model.hope.aux_weight: weight of the auxiliary retrieval loss
 
   // A MemoryLayer (SPEC §3-§6) with its probes; HOPE's memories are its own modules.

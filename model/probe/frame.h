@@ -89,6 +89,9 @@ struct Frame {
   std::vector<float> cms_norm;       // [layers, cms_levels]: sqrt(‖W1‖² + ‖W2‖²) of each CMS level
   std::vector<float> cms_tick;       // [layers, cms_levels]: 1 where the level updated after the step's last token
   std::vector<float> selfmod_error;  // [layers, 5] (hope): the last write's ½‖M(k) − v̂‖²/d for k, v, eta, alpha, memory
+  // [layers, 2] (hope): the smallest and largest eigenvalue of the last write's diagonal dgd preconditioner
+  // α − η⊙k², the self-modifying memories' effective retention (SPEC §8)
+  std::vector<float> selfmod_retention;
   // Per-feature retain and lr of the step's write (seed 004 change 3): [layers, feature_rows, feature_dim], rows are
   // the memory heads (memory.dgd.per_feature) or 1 (hope blocks); empty otherwise.
   int feature_rows = 0, feature_dim = 0;

@@ -77,7 +77,7 @@ nlohmann::json frame_to_json(const Frame& f) {
     }
   }
   // HOPE (issue 8): per layer, each CMS level's state norm and update tick, and the
-  // self-modifying memories' target errors.
+  // self-modifying memories' target errors and effective retention.
   const int hope_layers = f.cms_levels > 0 ? static_cast<int>(f.cms_norm.size()) / f.cms_levels
                                            : static_cast<int>(f.selfmod_error.size()) / 5;
   if (hope_layers > 0) {
@@ -98,6 +98,11 @@ nlohmann::json frame_to_json(const Frame& f) {
         const char* names[] = {"k", "v", "eta", "alpha", "memory"};
         for (int m = 0; m < 5; ++m) error[names[m]] = number(f.selfmod_error[static_cast<size_t>(l * 5 + m)]);
         layer["target_error"] = std::move(error);
+      }
+      if (!f.selfmod_retention.empty()) {
+        // The dgd preconditioner's eigenvalue range: the effective retention (SPEC §8).
+        layer["retention_min"] = number(f.selfmod_retention[static_cast<size_t>(l * 2)]);
+        layer["retention_max"] = number(f.selfmod_retention[static_cast<size_t>(l * 2 + 1)]);
       }
       hope.push_back(std::move(layer));
     }

@@ -31,6 +31,9 @@ at::Tensor hope_probe_tensor(const LanguageModel& model, const LmState& state, c
         parts.push_back((level.weights[0][0].pow(2).sum() + level.weights[1][0].pow(2).sum()).sqrt().reshape({1}));
   if (has_selfmod(model, state)) {
     for (const auto& b : state.blocks) parts.push_back(b.selfmod.last_error[0]);
+    // The preconditioner is diagonal: its eigenvalues are its entries.
+    for (const auto& b : state.blocks)
+      parts.push_back(at::stack({b.selfmod.last_precond[0].min(), b.selfmod.last_precond[0].max()}));
     for (const auto& b : state.blocks) parts.push_back(b.selfmod.last_retain[0]);
     for (const auto& b : state.blocks) parts.push_back(b.selfmod.last_lr[0]);
   } else if (has_feature_records(model, records)) {
@@ -48,6 +51,7 @@ size_t unpack_hope_probes(Frame& frame, const LanguageModel& model, const LmStat
   frame.cms_norm.clear();
   frame.cms_tick.clear();
   frame.selfmod_error.clear();
+  frame.selfmod_retention.clear();
   frame.feature_rows = 0;
   frame.feature_dim = 0;
   frame.retain_feature.clear();
@@ -71,6 +75,7 @@ size_t unpack_hope_probes(Frame& frame, const LanguageModel& model, const LmStat
   }
   if (has_selfmod(model, state)) {
     take(frame.selfmod_error, layers * 5);
+    take(frame.selfmod_retention, layers * 2);
     frame.feature_rows = 1;
     frame.feature_dim = static_cast<int>(state.blocks.front().selfmod.last_retain.size(-1));
   } else if (has_feature_records(model, records)) {

@@ -16,7 +16,8 @@ namespace memscope::model {
 
 using StepRecords = std::vector<std::optional<StepRecord>>;
 
-// The device-side numbers, flat: [L, levels] CMS norms, [L, 5] target errors, then the
+// The device-side numbers, flat: [L, levels] CMS norms, [L, 5] target errors, [L, 2] the preconditioner's
+// eigenvalue range, then the
 // per-feature retain and lr [L, rows, d] each. Undefined when the model has none of them.
 // `records` (may be null) are the layers' step records (train frames have none).
 at::Tensor hope_probe_tensor(const LanguageModel& model, const LmState& state, const StepRecords* records);

@@ -103,7 +103,18 @@ std::vector<double> collect_probes(Frame& frame, const ProbeInputs& in, const Pr
       const at::Tensor lr = column(1);
       const at::Tensor retain = rule.retention == Retention::None ? at::ones_like(lr) : column(0);
       at::Tensor lo = retain, hi = retain;
-      if (rule.optimiser == Optimiser::Dgd && rule.dgd_per_feature) {
+      if (rule.optimiser == Optimiser::Dgd && rule.structure == Structure::Mlp) {
+        // MLP memory: the diagonal preconditioner α − η⊙(wφ²) (sequential_step.cpp); its entries are its eigenvalues.
+        const at::Tensor p = stacked([&](int64_t l) {
+          const StepRecord& r = *record_of(l);
+          const at::Tensor k_sq = r.phi_k.pow(2) * r.gamma.select(-1, -1).unsqueeze(-1);
+          const at::Tensor a = rule.dgd_per_feature ? r.retain_feature : r.retain.unsqueeze(-1);
+          const at::Tensor e = rule.dgd_per_feature ? r.lr_feature : r.lr.unsqueeze(-1);
+          return (a - e * k_sq).select(0, 0);
+        }).to(options);
+        lo = std::get<0>(p.min(-1));
+        hi = std::get<0>(p.max(-1));
+      } else if (rule.optimiser == Optimiser::Dgd && rule.dgd_per_feature) {
         // M_{t−1}(diag α − φ (wη⊙φ)ᵀ), w the token's own window weight: with u = √(wη)⊙φ the map
         // is similar to the symmetric diag α − u uᵀ, so its eigenvalues are real (eigvalsh).
         const at::Tensor map = stacked([&](int64_t l) {

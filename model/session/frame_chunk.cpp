@@ -40,16 +40,20 @@ constexpr std::array<RealColumn, 6> kRealColumns{{{"loss", &Frame::loss},
                                                    {"tokens_per_s", &Frame::tokens_per_s},
                                                    {"seconds", &Frame::seconds}}};
 
-// HOPE's arrays (issue 8): whole per-row blocks, present or not.
+// HOPE's arrays (issue 8): whole per-row blocks, present or not. The order is the bit order of
+// the `extras` mask in files already written: new arrays go at the end.
+enum class ExtraLayout { PerLevel, PerLayer, PerFeature };  // [layers, levels], [layers, n], [layers, rows, dim]
 struct ExtraArray {
   const char* name;
   std::vector<float> Frame::*field;
+  ExtraLayout layout;
 };
-constexpr std::array<ExtraArray, 5> kExtras{{{"cms_norm", &Frame::cms_norm},
-                                             {"cms_tick", &Frame::cms_tick},
-                                             {"selfmod_error", &Frame::selfmod_error},
-                                             {"retain_feature", &Frame::retain_feature},
-                                             {"lr_feature", &Frame::lr_feature}}};
+constexpr std::array<ExtraArray, ChunkBuilder::kExtraArrays> kExtras{{{"cms_norm", &Frame::cms_norm, ExtraLayout::PerLevel},
+                                             {"cms_tick", &Frame::cms_tick, ExtraLayout::PerLevel},
+                                             {"selfmod_error", &Frame::selfmod_error, ExtraLayout::PerLayer},
+                                             {"retain_feature", &Frame::retain_feature, ExtraLayout::PerFeature},
+                                             {"lr_feature", &Frame::lr_feature, ExtraLayout::PerFeature},
+                                             {"selfmod_retention", &Frame::selfmod_retention, ExtraLayout::PerLayer}}};
 struct ExtraInt {
   const char* name;
   int Frame::*field;
@@ -132,9 +136,11 @@ std::vector<int64_t> ChunkBuilder::extra_shape(const Frame& frame, size_t i) {
   const auto n = static_cast<int64_t>((frame.*kExtras[i].field).size());
   const int64_t layers = frame.layers;
   if (n == 0) return {};
-  if (i <= 1 && layers > 0 && frame.cms_levels > 0 && n == layers * frame.cms_levels) return {layers, frame.cms_levels};
-  if (i == 2 && layers > 0 && n % layers == 0) return {layers, n / layers};
-  if (i >= 3 && layers > 0 && n == layers * frame.feature_rows * frame.feature_dim)
+  const ExtraLayout layout = kExtras[i].layout;
+  if (layout == ExtraLayout::PerLevel && layers > 0 && frame.cms_levels > 0 && n == layers * frame.cms_levels)
+    return {layers, frame.cms_levels};
+  if (layout == ExtraLayout::PerLayer && layers > 0 && n % layers == 0) return {layers, n / layers};
+  if (layout == ExtraLayout::PerFeature && layers > 0 && n == layers * frame.feature_rows * frame.feature_dim)
     return {layers, frame.feature_rows, frame.feature_dim};
   return {n};
 }

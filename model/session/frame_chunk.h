@@ -8,7 +8,7 @@
 //   timeline [K] I32, kind [K] U8 (0 train, 1 inspect), has_probes [K] U8
 //   loss, acc, grad_norm, lr, tokens_per_s, seconds                     [K] F64
 //   cms_levels, feature_rows, feature_dim [K] I32; extras [K] U8: which HOPE arrays a row has
-//   cms_norm, cms_tick [K, layers, levels], selfmod_error [K, layers, 5],
+//   cms_norm, cms_tick [K, layers, levels], selfmod_error [K, layers, 5], selfmod_retention [K, layers, 2],
 //   retain_feature, lr_feature [K, layers, rows, dim]                  F32 (HOPE, SPEC §7; NaN: absent)
 //   layer{L}/head{H}/{head metric}                                      [K] F32 (NaN: not measured)
 //   layer{L}/head{H}/[{weight}/]{weight metric}                         [K] F32
@@ -40,6 +40,8 @@ std::string chunk_tensor_name(int layer, int head, const std::string& weight, co
 
 class ChunkBuilder {
  public:
+  static constexpr size_t kExtraArrays = 6;  // HOPE's arrays: frame_chunk.cpp's kExtras
+
   explicit ChunkBuilder(const RecordConfig& config) : config_(config) {}
 
   // False when the frame's probe layout (layers, heads, weights, snapshot shapes) differs from the
@@ -81,8 +83,8 @@ class ChunkBuilder {
   std::vector<int64_t> seqs_;
   std::array<std::vector<int32_t>, 3> extra_ints_;  // cms_levels, feature_rows, feature_dim
   std::vector<uint8_t> extras_;                      // bit i: the row has HOPE array i
-  std::array<std::vector<int64_t>, 5> extra_shape_;  // per row, from the first row that has it
-  std::array<std::vector<float>, 5> extra_values_;   // [rows, elements of extra_shape_]
+  std::array<std::vector<int64_t>, kExtraArrays> extra_shape_;  // per row, from the first row that has it
+  std::array<std::vector<float>, kExtraArrays> extra_values_;   // [rows, elements of extra_shape_]
   std::vector<int32_t> timelines_;
   std::vector<uint8_t> kinds_, has_probes_;
   // Probe layout (from the first probed frame) and the row-major metric blocks, NaN for unprobed rows.

@@ -15,6 +15,8 @@ using memscope::test::error_of;
 
 namespace {
 
+const CmsVariant kVariants[] = {CmsVariant::Sequential, CmsVariant::Independent, CmsVariant::Nested};
+
 ContinuumMemory make_cms(std::vector<int64_t> periods, CmsVariant variant = CmsVariant::Sequential,
                          double clip = 0.0, int64_t d = 8) {
   torch::manual_seed(5);
@@ -117,8 +119,8 @@ TEST_CASE("cms: one level equals an independent float64 computation", "[model]")
   }
 }
 
-TEST_CASE("cms: the batched form equals the per-token step, both variants", "[model]") {
-  for (CmsVariant variant : {CmsVariant::Sequential, CmsVariant::Independent}) {
+TEST_CASE("cms: the batched form equals the per-token step, every variant", "[model]") {
+  for (CmsVariant variant : kVariants) {
     auto cms = make_cms({1, 2, 3, 5}, variant, 0.1);
     auto x = input(2, 23, 8);
     torch::NoGradGuard no_grad;
@@ -170,7 +172,7 @@ TEST_CASE("cms: each level updates only at the ends of its periods, counted from
 }
 
 TEST_CASE("cms: splitting the stream into calls of any lengths gives identical results", "[model]") {
-  for (CmsVariant variant : {CmsVariant::Sequential, CmsVariant::Independent}) {
+  for (CmsVariant variant : kVariants) {
     auto cms = make_cms({1, 4, 32, 128}, variant, 0.5);
     auto x = input(2, 150, 8);
     torch::NoGradGuard no_grad;
@@ -194,6 +196,89 @@ TEST_CASE("cms: splitting the stream into calls of any lengths gives identical r
     // The 128-period level ticked once in 150 tokens: its W moved away from W_0.
     CHECK_FALSE(torch::equal(whole.levels[3].weights[0][0][0], cms->w1_0[3][0]));
   }
+}
+
+TEST_CASE("cms: nested restarts each level from the next slower level whenever that one updates", "[model]") {
+  // Reference: the sequential chain token by token (tested above against the by-hand level),
+  // with the nested reset written here: after the token at position p, for ℓ from slow to fast,
+  // if level ℓ+1 updated at p then level ℓ takes its weights and G ← 0.
+  const std::vector<int64_t> periods{1, 3, 6};
+  auto nested = make_cms(periods, CmsVariant::Nested, 0.1);
+  auto chain = make_cms(periods, CmsVariant::Sequential, 0.1);  // the same seed: the same parameters
+  auto x = input(2, 20, 8);
+  torch::NoGradGuard no_grad;
+  CmsState ref = chain->initial_state(2);
+  std::vector<torch::Tensor> ys;
+  for (int64_t t = 0; t < x.size(1); ++t) {
+    ys.push_back(chain->step(x.select(1, t), ref));
+    for (int l = 1; l >= 0; --l) {
+      if ((t + 1) % periods[static_cast<size_t>(l + 1)] != 0) continue;
+      auto& fast = ref.levels[static_cast<size_t>(l)];
+      for (size_t i = 0; i < 2; ++i) {
+        fast.weights[i] = ref.levels[static_cast<size_t>(l + 1)].weights[i].clone();
+        fast.accumulated[i] = torch::zeros_like(fast.accumulated[i]);
+      }
+    }
+  }
+  CmsState s = nested->initial_state(2);
+  CmsTrace trace;
+  const torch::Tensor y = nested->forward(x, s, &trace);
+  CHECK(max_abs_diff(y, torch::stack(ys, 1)) < 1e-12);
+  CHECK(state_diff(s, ref) < 1e-12);
+
+  // The trace shows the restarts: after token 2 level 0 holds level 1's weights, after token 5
+  // both faster levels hold level 2's; and the ticks stay each level's own updates.
+  auto w_after = [&](int level, int64_t t) { return trace.weights[static_cast<size_t>(level)][0].select(1, t); };
+  CHECK(torch::equal(w_after(0, 2), w_after(1, 2)));
+  CHECK_FALSE(torch::equal(w_after(1, 2), w_after(2, 2)));
+  CHECK(torch::equal(w_after(0, 5), w_after(2, 5)));
+  CHECK(torch::equal(w_after(1, 5), w_after(2, 5)));
+  CHECK_FALSE(torch::equal(w_after(0, 6), w_after(2, 6)));  // level 0 learns on from there
+  for (size_t l = 0; l < periods.size(); ++l)
+    for (int64_t t = 0; t < 20; ++t) CHECK(trace.tick[l][t].item<double>() == ((t + 1) % periods[l] == 0 ? 1.0 : 0.0));
+
+  // The restarts are what makes it differ from the plain chain …
+  CmsState plain = chain->initial_state(2);
+  CHECK(max_abs_diff(chain->forward(x, plain), y) > 1e-6);
+  // … so before any level above the first updates, nested and sequential are the same model.
+  auto late_nested = make_cms({1, 50}, CmsVariant::Nested, 0.1), late_chain = make_cms({1, 50}, CmsVariant::Sequential, 0.1);
+  CmsState a = late_nested->initial_state(2), b = late_chain->initial_state(2);
+  CHECK(torch::equal(late_nested->forward(x, a), late_chain->forward(x, b)));
+}
+
+TEST_CASE("cms: training writes exactly what inference writes, both forms, every variant", "[model]") {
+  // With grad mode on the inner gradient must still be ∂ℓ/∂W at W's use as the memory: in nested,
+  // a level restarted from the slower level's weights feeds that level's keys, and a gradient
+  // taken with respect to the weights themselves would add that path (it did, before the fix).
+  for (CmsVariant variant : kVariants) {
+    auto cms = make_cms({1, 3, 6}, variant, 0.2);
+    auto x = input(2, 20, 8);
+    auto run = [&](bool grad, bool batched) {
+      torch::AutoGradMode mode(grad);
+      CmsState s = cms->initial_state(2);
+      torch::Tensor y;
+      if (batched) {
+        y = cms->forward(x, s);
+      } else {
+        std::vector<torch::Tensor> ys;
+        for (int64_t t = 0; t < x.size(1); ++t) ys.push_back(cms->step(x.select(1, t), s));
+        y = torch::stack(ys, 1);
+      }
+      return std::make_pair(y.detach(), s.detached());
+    };
+    for (bool batched : {true, false}) {
+      const auto train = run(true, batched), infer = run(false, batched);
+      INFO(to_string(variant) << (batched ? " batched" : " step"));
+      CHECK(max_abs_diff(train.first, infer.first) < 1e-12);
+      CHECK(state_diff(train.second, infer.second) < 1e-12);
+    }
+  }
+}
+
+TEST_CASE("cms: variants parse by name, with an error that names the key", "[model]") {
+  for (CmsVariant v : kVariants) CHECK(parse_cms_variant(to_string(v), "model.cms.variant") == v);
+  CHECK_THAT(error_of([] { parse_cms_variant("parallel", "model.cms.variant"); }),
+             Catch::Contains("model.cms.variant") && Catch::Contains("nested"));
 }
 
 TEST_CASE("cms: memories update in eval mode and without gradients", "[model]") {
@@ -226,7 +311,7 @@ TEST_CASE("cms: the outer loss reaches every level's parameters through its upda
 TEST_CASE("cms: the outer gradient of the batched form equals the per-token step's", "[model]") {
   // Both forms are differentiable (create_graph through every inner gradient); the outer
   // gradient through the updates must not depend on which form ran.
-  for (CmsVariant variant : {CmsVariant::Sequential, CmsVariant::Independent}) {
+  for (CmsVariant variant : kVariants) {
     auto cms = make_cms({1, 4}, variant, 0.3);
     auto x = input(2, 11, 8);
     auto run = [&](bool batched) {

@@ -243,6 +243,25 @@ TEST_CASE("dgd: per-feature gates receive outer gradients through the chunkwise 
   CHECK(layer->m0.grad().abs().sum().item<double>() > 0);
 }
 
+TEST_CASE("dgd: on MLP memory the gates and both initial weights receive outer gradients through the chunkwise form",
+          "[model]") {
+  auto layer = make_layer(load_memory_rule("titans-lmm", {"memory.optimiser=dgd", "memory.dgd.per_feature=true"}), 16, 2,
+                          torch::kFloat64);
+  auto x = make_input(1, 12, 16, torch::kFloat64);
+  MemoryState s = layer->initial_state(1);
+  layer->forward(x, s, 4).y.pow(2).sum().backward();
+  for (Gate g : {Gate::Retain, Gate::Lr}) {
+    const auto& w = layer->gate_w[static_cast<int>(g)];
+    INFO(to_string(g));
+    REQUIRE(w.grad().defined());
+    CHECK(w.grad().abs().sum(-1).min().item<double>() > 0);
+  }
+  for (const auto* w : {&layer->w1_0, &layer->w2_0}) {
+    REQUIRE(w->grad().defined());
+    CHECK(w->grad().abs().sum().item<double>() > 0);
+  }
+}
+
 TEST_CASE("dgd: per_feature needs the dgd optimiser and a linear retention", "[model]") {
   CHECK_THAT(error_of([] { load_memory_rule("deltanet", {"memory.dgd.per_feature=true"}); }),
              Catch::Contains("memory.dgd.per_feature") && Catch::Contains("dgd"));

@@ -102,7 +102,9 @@ torch::Tensor mlp_by_hand(const MemoryLayer& layer, const torch::Tensor& z, cons
   return z + (o - mu) / torch::sqrt(var + 1e-5) * layer->ln_weight.unsqueeze(1) + layer->ln_bias.unsqueeze(1);
 }
 
-// MLP memory, l2 bias, gd-momentum or muon; gradients by autograd at the frozen weights.
+// MLP memory, l2 bias, gd-momentum, muon or dgd; gradients by autograd at the frozen weights.
+// dgd is seed 004's diagonal form: p = α − η⊙k² per input feature, k² = φ_t² times the token's
+// own window weight; W1 [d,4d] ← W1 ⊙ p[:,None] − η[:,None] ⊙ g1, W2 [4d,d] ← W2 ⊙ p[None,:] − η[None,:] ⊙ g2.
 LoopResult frozen_loop_mlp(const MemoryLayer& layer, const torch::Tensor& x, int64_t b) {
   torch::NoGradGuard no_grad;
   const MemoryRule& rule = layer->rule();
@@ -129,6 +131,16 @@ LoopResult frozen_loop_mlp(const MemoryLayer& layer, const torch::Tensor& x, int
       g = torch::autograd::grad({loss}, {w1, w2});
     }
     const torch::Tensor alpha = mat(tok(p.retain, t)), eta = mat(tok(p.lr, t)), beta = mat(tok(p.momentum, t));
+    if (rule.optimiser == Optimiser::Dgd) {
+      const torch::Tensor k_sq = tok(p.phi_k, t).pow(2) * (pos[rule.window - 1] * tok(p.gamma, t)).unsqueeze(-1);
+      const torch::Tensor a = rule.dgd_per_feature ? tok(p.retain_feature, t) : tok(p.retain, t).unsqueeze(-1).expand_as(k_sq);
+      const torch::Tensor e = rule.dgd_per_feature ? tok(p.lr_feature, t) : tok(p.lr, t).unsqueeze(-1).expand_as(k_sq);
+      const torch::Tensor pre = a - e * k_sq;  // [B,H,d]
+      w[0] = w[0] * pre.unsqueeze(-1) - e.unsqueeze(-1) * g[0];
+      w[1] = w[1] * pre.unsqueeze(-2) - e.unsqueeze(-2) * g[1];
+      ys.push_back(mlp_by_hand(layer, tok(p.phi_q, t).unsqueeze(2), w[0], w[1]).squeeze(2));
+      continue;
+    }
     for (int k = 0; k < 2; ++k) {
       if (rule.optimiser == Optimiser::Muon) {
         s[k] = beta * s[k] + g[k];
@@ -206,6 +218,35 @@ TEST_CASE("memory: chunk b equals the sequential loop frozen at chunk starts (T 
       // b = 16 is a different model: the comparison above would not notice a form that ignored b.
       // (The dot bias's gradient −v φᵀ does not depend on M, so there the two coincide.)
       if (layer->rule().bias != Bias::Dot) CHECK(max_abs_diff(frozen.y, exact.y) > 1e-6);
+    }
+  }
+}
+
+TEST_CASE("memory: dgd on MLP memory (the diagonal preconditioner), sequential, chunk 1 and chunk b against the loop",
+          "[model]") {
+  // titans-lmm (c = 1) and atlas (Omega window c = 8, so k² carries the token's own window
+  // weight), with per-head and per-feature gates.
+  for (const char* name : {"titans-lmm", "atlas"}) {
+    for (const char* per_feature : {"false", "true"}) {
+      auto layer = make_layer(test_rule(name, {"memory.conv=false", "memory.optimiser=dgd",
+                                               std::string("memory.dgd.per_feature=") + per_feature}),
+                              16, 2, torch::kFloat64);
+      auto x = make_input(2, 37, 16, torch::kFloat64);
+      torch::NoGradGuard no_grad;
+      INFO(name << " per_feature " << per_feature);
+      MemoryState a = layer->initial_state(2), b = layer->initial_state(2), c = layer->initial_state(2);
+      auto seq = layer->forward_sequential(x, a);
+      auto exact = frozen_loop(layer, x, 1);
+      CHECK(max_abs_diff(seq.y, exact.y) < 1e-9 * scale_of(exact.y));
+      for (size_t i = 0; i < 2; ++i) CHECK(max_abs_diff(a.memory[i], exact.memory[i]) < 1e-9 * scale_of(exact.memory[i]));
+      auto one = layer->forward(x, b, 1);
+      CHECK(max_abs_diff(one.y, exact.y) < 1e-9 * scale_of(exact.y));
+      auto chunk = layer->forward(x, c, 16);
+      auto frozen = frozen_loop(layer, x, 16);
+      CHECK(max_abs_diff(chunk.y, frozen.y) < 1e-9 * scale_of(frozen.y));
+      for (size_t i = 0; i < 2; ++i) CHECK(max_abs_diff(c.memory[i], frozen.memory[i]) < 1e-9 * scale_of(frozen.memory[i]));
+      CHECK(max_abs_diff(frozen.y, exact.y) > 1e-6);
+      CHECK(a.momentum[0].abs().max().item<double>() == 0.0);  // dgd keeps no momentum
     }
   }
 }

@@ -50,12 +50,13 @@ Stepped step_five(const std::string& memory, std::vector<std::string> sets = {})
 }  // namespace
 
 TEST_CASE("probe collector: norms, ΔM, erank, NS error, gates and surprise equal direct computations", "[probe]") {
-  for (const std::string memory : {"atlas-linear", "titans-lmm", "dgd", "dgd-feature"}) {
+  for (const std::string memory : {"atlas-linear", "titans-lmm", "dgd", "dgd-feature", "dgd-mlp"}) {
     INFO(memory);
     // dgd (SPEC §7) on the delta rule: deltanet's linear memory with the dgd optimiser; and with
     // HOPE's per-feature retain and lr (seed 004 change 3).
     Stepped s = memory == "dgd"           ? step_five("deltanet", {"memory.optimiser=dgd"})
                 : memory == "dgd-feature" ? step_five("deltanet", {"memory.optimiser=dgd", "memory.dgd.per_feature=true"})
+                : memory == "dgd-mlp"     ? step_five("titans-lmm", {"memory.optimiser=dgd"})
                                           : step_five(memory);
     Frame frame;
     ProbeInputs in;
@@ -102,6 +103,12 @@ TEST_CASE("probe collector: norms, ΔM, erank, NS error, gates and surprise equa
           const double along = a - eta * rec.phi_k[0][h].pow(2).sum().item<double>();
           CHECK(frame.head(l, h, HeadMetric::RetainMin) == Approx(std::min(a, along)).epsilon(1e-5));
           CHECK(frame.head(l, h, HeadMetric::RetainMax) == Approx(std::max(a, along)).epsilon(1e-5));
+        }
+        if (memory == "dgd-mlp") {
+          // MLP memory: the diagonal preconditioner α − η φ² (window c = 1), whose entries are its eigenvalues.
+          const at::Tensor p = rec.retain[0][h] - rec.lr[0][h] * rec.phi_k[0][h].pow(2);
+          CHECK(frame.head(l, h, HeadMetric::RetainMin) == Approx(p.min().item<double>()).epsilon(1e-5));
+          CHECK(frame.head(l, h, HeadMetric::RetainMax) == Approx(p.max().item<double>()).epsilon(1e-5));
         }
         if (memory == "dgd-feature") {
           // The retention map M ↦ M(diag α − φ (η⊙φ)ᵀ): eigenvalues of the non-symmetric matrix,
@@ -178,7 +185,17 @@ TEST_CASE("probe collector: HOPE's CMS norms and ticks and the target errors (is
       CHECK(frame.retain_feature[static_cast<size_t>(l * 16 + f)] == Approx(b.selfmod.last_retain[0][f].item<double>()));
       CHECK(frame.lr_feature[static_cast<size_t>(l * 16 + f)] == Approx(b.selfmod.last_lr[0][f].item<double>()));
     }
+  // Effective retention: the eigenvalue range of each layer's diagonal preconditioner α − η⊙k².
+  REQUIRE(frame.selfmod_retention.size() == 4);
+  for (int l = 0; l < 2; ++l) {
+    const at::Tensor p = s.state.blocks[static_cast<size_t>(l)].selfmod.last_precond[0];
+    CHECK(frame.selfmod_retention[static_cast<size_t>(l * 2)] == Approx(p.min().item<double>()));
+    CHECK(frame.selfmod_retention[static_cast<size_t>(l * 2 + 1)] == Approx(p.max().item<double>()));
+    CHECK(frame.selfmod_retention[static_cast<size_t>(l * 2)] < frame.selfmod_retention[static_cast<size_t>(l * 2 + 1)]);
+  }
   const nlohmann::json j = frame_to_json(frame);
+  CHECK(j["hope"][1]["retention_min"].get<double>() == Approx(frame.selfmod_retention[2]));
+  CHECK(j["hope"][1]["retention_max"].get<double>() == Approx(frame.selfmod_retention[3]));
   CHECK(j["lr_feature"][1][0].size() == 16);
   REQUIRE(j.contains("hope"));
   CHECK(j["hope"][1]["cms_tick"] == nlohmann::json({1, 0, 1}));

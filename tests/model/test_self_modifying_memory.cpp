@@ -98,6 +98,8 @@ TEST_CASE("self-modifying memory: every write is dgd toward its self-generated t
         CHECK(max_abs_diff(rec.v[b], v) < 1e-12);
         CHECK(max_abs_diff(rec.lr[b], eta) < 1e-12);
         CHECK(max_abs_diff(rec.retain[b], alpha) < 1e-12);
+        // The preconditioner the probes report as effective retention (SPEC §8).
+        CHECK(max_abs_diff(state.last_precond[b], alpha - eta * k * k) < 1e-12);
         for (int m = 0; m < kSelfModCount; ++m) {
           INFO("clip " << clip << " t " << t << " memory " << to_string(static_cast<SelfModMemory>(m)));
           const torch::Tensor target = m == 4 ? v : M(m, v);  // v̂_□ = M_□(v_t); the main memory stores v_t
@@ -131,6 +133,27 @@ TEST_CASE("self-modifying memory: every write is dgd toward its self-generated t
     }
     if (clip > 0) CHECK(clipped > 0);
   }
+}
+
+TEST_CASE("self-modifying memory: training writes exactly what inference writes", "[model]") {
+  // M_k writes at its own key k = normalize(M_k(x)): with grad mode on, the inner gradient must
+  // still be ∂ℓ/∂W_k at the memory read only, not also through k (it was, before the fix), or a
+  // model would learn in training by a different rule than it runs by.
+  auto sm = make_selfmod(0.05);
+  auto x = input(2, 6);
+  auto run = [&](bool grad) {
+    torch::AutoGradMode mode(grad);
+    SelfModState s = sm->initial_state(2);
+    const torch::Tensor y = sm->forward(x, s).detach();
+    return std::make_pair(y, s.detached());
+  };
+  const auto train = run(true), infer = run(false);
+  CHECK(max_abs_diff(train.first, infer.first) < 1e-12);
+  for (int m = 0; m < kSelfModCount; ++m)
+    for (size_t i = 0; i < 2; ++i) {
+      INFO(to_string(static_cast<SelfModMemory>(m)) << " W" << i + 1);
+      CHECK(max_abs_diff(train.second.weights[m][i], infer.second.weights[m][i]) < 1e-12);
+    }
 }
 
 TEST_CASE("self-modifying memory: the self-generated targets differ per memory", "[model]") {

@@ -24,6 +24,7 @@ inline std::shared_ptr<FrameLog> record_session(const model::EngineOptions& opti
   for (const auto& c : commands) engine.post(c);
   engine.post(model::Command{model::Command::Kind::StopRecording});
   engine.wait_idle();
+  INFO("engine error: " << engine.status().last_error);
   REQUIRE(engine.status().last_error.empty());
   return log;
 }
@@ -44,7 +45,8 @@ inline bool identical_frames(const model::Frame& a, const model::Frame& b) {
   // HOPE's arrays (issue 8).
   if (a.cms_levels != b.cms_levels || a.feature_rows != b.feature_rows || a.feature_dim != b.feature_dim ||
       !same_floats(a.cms_norm, b.cms_norm) || !same_floats(a.cms_tick, b.cms_tick) ||
-      !same_floats(a.selfmod_error, b.selfmod_error) || !same_floats(a.retain_feature, b.retain_feature) ||
+      !same_floats(a.selfmod_error, b.selfmod_error) ||
+      !same_floats(a.selfmod_retention, b.selfmod_retention) || !same_floats(a.retain_feature, b.retain_feature) ||
       !same_floats(a.lr_feature, b.lr_feature))
     return false;
   for (size_t i = 0; i < a.matrices.size(); ++i) {
