@@ -49,7 +49,18 @@ void draw_scale_controls(ViewState& view) {
   }
 }
 
+// A hope block has no memory heads: its self-modifying memories take the head's place
+// (probe_collector.h), so the selector picks one of M_k, M_v, M_eta, M_alpha, M.
+bool shows_selfmod_memories(const GuiApp& app) {
+  const TimelineCache& c = app.shown_cache();
+  return c.heads() == 0 && !c.selfmod_error(0, 0).empty();
+}
+
 void draw_head_selector(GuiApp& app) {
+  if (shows_selfmod_memories(app)) {
+    draw_index_radios("memory", kSelfModMemories, app.view().head, selfmod_memory_name);
+    return;
+  }
   draw_index_radios("head", std::max(1, app.shown_cache().heads()), app.view().head);
 }
 
@@ -57,7 +68,10 @@ void draw_head_selector(GuiApp& app) {
 void matrix_cell(GuiApp& app, const std::string& id, int run, int timeline, const model::Frame& frame,
                  const model::MatrixSnapshot& m, ImVec2 size) {
   ViewState& view = app.view();
-  ImGui::TextColored(viz::colors::muted(), "L%d %s %s", m.layer, m.weight == "M" ? "" : m.weight.c_str(), tensor_title(m.tensor));
+  if (shows_selfmod_memories(app))
+    ImGui::TextColored(viz::colors::muted(), "L%d %s %s %s", m.layer, selfmod_memory_name(m.head), m.weight.c_str(), tensor_title(m.tensor));
+  else
+    ImGui::TextColored(viz::colors::muted(), "L%d %s %s", m.layer, m.weight == "M" ? "" : m.weight.c_str(), tensor_title(m.tensor));
   viz::Heatmap& heatmap = app.textures().heatmap(id, frame, m, view);
   if (heatmap.stats().nan || heatmap.stats().inf) {
     ImGui::SameLine();
@@ -77,11 +91,8 @@ void draw_grid(GuiApp& app, const Run& run, int run_index, int timeline, int64_t
   ViewState& view = app.view();
   const auto frame = run.snapshot_frame(timeline, step);
   const auto latest = run.frame(timeline, -1);
-  if (!frame && latest && latest->heads == 0) {
-    ImGui::PushTextWrapPos(0.0f);
-    ImGui::TextColored(viz::colors::muted(), "This model's memory has no per-head matrices to show: HOPE blocks are probed in the "
-                                             "HOPE tab (CMS levels, self-modifying memories, per-feature gates).");
-    ImGui::PopTextWrapPos();
+  if (!frame && latest && latest->heads == 0 && latest->selfmod_error.empty()) {
+    ImGui::TextColored(viz::colors::muted(), "This model has no memory matrices (an attention-only preset).");
     return;
   }
   if (!frame) {
@@ -124,9 +135,10 @@ void draw_memory_panel(GuiApp& app) {
   ViewState& view = app.view();
   ImGui::TextColored(viz::colors::accent(), "Memory");
   ImGui::SameLine();
-  ImGui::TextColored(viz::colors::muted(), view.show_compare ? "every run side by side, same step" : "layers x {M, S, dM}");
-  ImGui::SameLine();
-  draw_head_selector(app);
+  ImGui::TextColored(viz::colors::muted(), view.show_compare            ? "every run side by side, same step"
+                                           : shows_selfmod_memories(app) ? "layers x {W1, W2} x {M, dM} of one self-modifying memory"
+                                                                         : "layers x {M, S, dM}");
+  draw_head_selector(app);  // a line of its own: five memory names or many heads do not fit after the title
   ImGui::SameLine();
   draw_scale_controls(view);
   ImGui::Separator();

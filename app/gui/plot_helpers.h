@@ -32,7 +32,8 @@ void draw_layer_selector(GuiApp& app);
 // PlotSeries::revision for a series of (layer, head) of a cache: the plots' decimation summaries
 // are kept per plot and series slot, so switching the layer or head must read as a new series.
 uint64_t series_revision(const TimelineCache& cache, int layer, int head);
-// "label 0 1 2 …": one radio button per index in [0, count); `value` is kept in range.
-void draw_index_radios(const char* label, int count, int& value);
+// "label 0 1 2 …": one radio button per index in [0, count), captioned by `name(i)` when given;
+// `value` is kept in range.
+void draw_index_radios(const char* label, int count, int& value, const char* (*name)(int) = nullptr);
 
 }  // namespace memscope::app

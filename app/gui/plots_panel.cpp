@@ -37,13 +37,13 @@ uint64_t series_revision(const TimelineCache& cache, int layer, int head) {
   return cache.revision() * 1000003u + static_cast<uint64_t>(layer) * 1009u + static_cast<uint64_t>(head);
 }
 
-void draw_index_radios(const char* label, int count, int& value) {
+void draw_index_radios(const char* label, int count, int& value, const char* (*name)(int)) {
   ImGui::AlignTextToFramePadding();
   ImGui::TextUnformatted(label);
   for (int i = 0; i < count; ++i) {
     ImGui::SameLine();
     ImGui::PushID(i);
-    if (ImGui::RadioButton(std::to_string(i).c_str(), value == i)) value = i;
+    if (ImGui::RadioButton(name ? name(i) : std::to_string(i).c_str(), value == i)) value = i;
     ImGui::PopID();
   }
   if (value >= count) value = 0;
@@ -51,6 +51,7 @@ void draw_index_radios(const char* label, int count, int& value) {
 
 void draw_layer_selector(GuiApp& app) {
   draw_index_radios("layer", std::max({1, app.shown_cache().layers(), app.shown_cache().hope_layers()}), app.view().layer);
+  if (app.shown_cache().heads() == 0) return;  // hope blocks: the memory panel's selector picks a memory, not a head
   ImGui::SameLine();
   ImGui::TextColored(viz::colors::muted(), "head %d (memory panel)", app.view().head);
 }

@@ -144,7 +144,11 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
   const bool probe = due(p.every, step);
   std::vector<std::vector<at::Tensor>> before;
   if (probe)
-    for (const auto& b : inspect_.blocks) before.push_back(b.memory.memory);  // the step replaces, never edits, them
+    for (const auto& b : inspect_.blocks) {  // the step replaces, never edits, them
+      std::vector<at::Tensor> weights = b.memory.memory;
+      for (const auto& w : b.selfmod.weights) weights.insert(weights.end(), w.begin(), w.end());  // hope blocks
+      before.push_back(std::move(weights));
+    }
 
   const auto start = std::chrono::steady_clock::now();
   const LmStepOutput out = model->step(token, inspect_);

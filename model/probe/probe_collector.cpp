@@ -211,6 +211,41 @@ std::vector<double> collect_probes(Frame& frame, const ProbeInputs& in, const Pr
     parts.push_back(at::stack(per_weight, 2).to(at::kFloat).flatten());  // [L,H,W,K]
     for (auto& m : shown) parts.push_back(m.to(at::kFloat));
   }
+  if (in.matrices && model->config().block == BlockKind::Hope && !in.state->blocks.empty()) {
+    // The self-modifying memories as heads: per weight and tensor, one [L·5, r, c] stack.
+    const auto blocks = in.state->blocks.size();
+    const int64_t largest = config.full_matrices ? 0 : config.downsample;
+    const bool have_before = in.memory_before && in.memory_before->size() == blocks;
+    for (size_t w = 0; w < 2; ++w) {
+      std::vector<at::Tensor> now, change;
+      for (size_t l = 0; l < blocks; ++l)
+        for (int m = 0; m < kSelfModCount; ++m) {
+          const at::Tensor t = in.state->blocks[l].selfmod.weights[static_cast<size_t>(m)][w][0][0];  // batch 0, head 0
+          now.push_back(t);
+          if (have_before) change.push_back(t - (*in.memory_before)[l][static_cast<size_t>(m) * 2 + w][0][0]);
+        }
+      const std::vector<std::pair<const char*, std::vector<at::Tensor>*>> kinds{{"M", &now}, {"dM", &change}};
+      for (const auto& [name, list] : kinds) {
+        if (list->empty()) continue;
+        const at::Tensor full = at::stack(*list);
+        const at::Tensor small = downsample_matrix(full, largest);
+        parts.push_back(small.to(at::kFloat).flatten());
+        for (size_t l = 0; l < blocks; ++l)
+          for (int m = 0; m < kSelfModCount; ++m) {
+            MatrixSnapshot snap;
+            snap.layer = static_cast<int>(l);
+            snap.head = m;
+            snap.weight = w == 0 ? "W1" : "W2";
+            snap.tensor = name;
+            snap.rows = static_cast<int>(small.size(-2));
+            snap.cols = static_cast<int>(small.size(-1));
+            snap.full_rows = static_cast<int>(full.size(-2));
+            snap.full_cols = static_cast<int>(full.size(-1));
+            pending.push_back({std::move(snap), small.size(-2) * small.size(-1)});
+          }
+      }
+    }
+  }
   const at::Tensor hope = hope_probe_tensor(model, *in.state, in.records);
   if (hope.defined()) parts.push_back(hope);
   for (const auto& e : in.extra) parts.push_back(e.detach().to(at::kFloat).reshape({1}));

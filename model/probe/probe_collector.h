@@ -16,11 +16,14 @@ namespace memscope::model {
 struct ProbeInputs {
   const LanguageModel* model = nullptr;
   const LmState* state = nullptr;  // after the step; batch row 0 is measured
-  // Per layer, the memory weights before the step (for ΔM); null when unknown (train frames).
+  // Per layer, the memory weights before the step (for ΔM); null when unknown (train frames). A
+  // hope block's entry is its self-modifying memories' {W1, W2} in SelfModMemory order (10 tensors).
   const std::vector<std::vector<at::Tensor>>* memory_before = nullptr;
   // Per layer, what the token step did; null for train frames.
   const std::vector<std::optional<StepRecord>>* records = nullptr;
-  bool matrices = false;  // also take M, S, ΔM snapshots
+  // Also take M, S, ΔM snapshots. Hope blocks: M and ΔM of each self-modifying memory's W1 and W2,
+  // with the memory (k, v, eta, alpha, memory) as the snapshot's head (they have no momentum).
+  bool matrices = false;
   // More 0-d tensors to bring back in the same transfer (e.g. the token's loss); their values are
   // returned by collect_probes in order.
   std::vector<at::Tensor> extra;

@@ -66,6 +66,15 @@ TEST_CASE("app: every panel renders on a live HOPE run with a fork", "[gui]") {
   CHECK(h.app().shown_cache().cms_levels() > 0);
   CHECK(h.app().rects().count("plot/cms norms") == 1);
   CHECK(h.app().rects().count("plot/selfmod") == 1);
+  CHECK(h.app().rects().count("plot/retention") == 1);  // the dgd preconditioner's eigenvalue range
+  // The memory panel shows the self-modifying memories in place of heads: M and ΔM of W1 and W2
+  // per layer for the selected one (head 4: the main memory M).
+  h.app().view().head = 4;
+  h.frames(2);
+  for (const char* cell : {"matrix/0/0/0/4/W1/M", "matrix/0/0/1/4/W2/dM"}) {
+    INFO(cell);
+    CHECK(h.app().rects().count(cell) == 1);
+  }
   // The CMS ticks map shows real ticks: level 0 updates every step (viridis' bright end), a slower
   // level mostly does not (its dark end); never the magenta of a value that is missing.
   const memscope::test::PngImage image = h.screenshot("hope");

@@ -41,7 +41,11 @@ Stepped step_five(const std::string& memory, std::vector<std::string> sets = {})
   s.state = s.lm->initial_state(1);
   for (int64_t t = 0; t < 5; ++t) {
     s.before.clear();
-    for (const auto& b : s.state.blocks) s.before.push_back(b.memory.memory);
+    for (const auto& b : s.state.blocks) {  // as the engine does: a hope block's self-modifying memories
+      std::vector<at::Tensor> weights = b.memory.memory;
+      for (const auto& w : b.selfmod.weights) weights.insert(weights.end(), w.begin(), w.end());
+      s.before.push_back(weights);
+    }
     s.out = s.lm->step(torch::full({1}, (t * 5) % 13, torch::kLong), s.state);
   }
   return s;
@@ -154,9 +158,24 @@ TEST_CASE("probe collector: HOPE's CMS norms and ticks and the target errors (is
   in.model = &s.lm;
   in.state = &s.state;
   in.records = &s.out.records;
+  in.memory_before = &s.before;
+  in.matrices = true;
   in.extra = {torch::tensor(1.5)};
   CHECK(collect_probes(frame, in, ProbeConfig{}) == std::vector<double>{1.5});  // extras still line up
   CHECK(frame.layers == 0);  // no MemoryLayer: the per-head probes do not apply
+  // Snapshots: the self-modifying memories take the heads' place, M and ΔM of W1 and W2 each.
+  REQUIRE(frame.matrices.size() == 2 * 2 * 2 * 5);  // weights × {M, dM} × layers × memories
+  for (const MatrixSnapshot& snap : frame.matrices) {
+    INFO("layer " << snap.layer << " memory " << snap.head << " " << snap.weight << " " << snap.tensor);
+    const size_t w = snap.weight == "W1" ? 0 : 1, m = static_cast<size_t>(snap.head), l = static_cast<size_t>(snap.layer);
+    const at::Tensor now = s.state.blocks[l].selfmod.weights[m][w][0][0];
+    const at::Tensor expect = snap.tensor == "M" ? now : now - s.before[l][m * 2 + w][0][0];
+    REQUIRE(snap.rows == expect.size(0));  // 16×64 and 64×16: below the default downsample, full size
+    REQUIRE(snap.cols == expect.size(1));
+    const at::Tensor got = torch::tensor(snap.values).view({snap.rows, snap.cols});
+    CHECK((got - expect.to(torch::kFloat)).abs().max().item<double>() < 1e-6);
+    if (snap.tensor == "dM") CHECK(expect.abs().max().item<double>() > 0);  // the step wrote
+  }
   REQUIRE(frame.cms_levels == 3);
   REQUIRE(frame.cms_norm.size() == 6);
   REQUIRE(frame.selfmod_error.size() == 10);
