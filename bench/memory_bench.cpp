@@ -1,5 +1,6 @@
 // Sequential step vs chunkwise form, tokens/s (issue 3). One JSON line per configuration:
-// structure × window c × NS on/off × chunk b, with the chunkwise/sequential ratio of the same run.
+// structure × window c × optimiser (gd-momentum, muon = NS on, dgd) × chunk b, with the
+// chunkwise/sequential ratio of the same run.
 // Flags: --tokens T (default 2048), --quick (T = 256, b = 64 only), --heads H, --head-dim d.
 #include <torch/torch.h>
 
@@ -46,11 +47,11 @@ int main(int argc, char** argv) {
   for (const char* structure : {"linear", "mlp"}) {
     if (!only.empty() && only != structure) continue;
     for (int64_t c : {1, 8}) {
-      for (bool ns : {false, true}) {
+      for (const std::string optimiser : {"gd-momentum", "muon", "dgd"}) {
+        const bool ns = optimiser == "muon";
         const MemoryRule rule = load_memory_rule(
             "omeganet", {std::string("memory.structure=") + structure, "memory.feature_map.kind=identity",
-                         "memory.window.c=" + std::to_string(c),
-                         std::string("memory.optimiser=") + (ns ? "muon" : "gd-momentum")});
+                         "memory.window.c=" + std::to_string(c), "memory.optimiser=" + optimiser});
         torch::manual_seed(0);
         MemoryLayer layer(rule, MemoryLayerOptions{heads * head_dim, heads, head_dim});
         const torch::Tensor x = torch::randn({1, tokens, heads * head_dim});
@@ -75,6 +76,7 @@ int main(int argc, char** argv) {
                                       {"structure", structure},
                                       {"c", c},
                                       {"ns", ns},
+                                      {"optimiser", optimiser},
                                       {"chunk", b},
                                       {"tokens", tokens},
                                       {"heads", heads},

@@ -151,13 +151,15 @@ TEST_CASE("language model: with TTL off every memory stays at M_0", "[nn]") {
 
 TEST_CASE("language model: the HOPE LM's step and forward agree, and a split stream equals one call", "[nn]") {
   torch::NoGradGuard no_grad;
-  for (const std::string block : {"hope", "lmm-cms"}) {
+  for (const std::string block : {"hope", "hope-nested", "lmm-cms"}) {
     CAPTURE(block);
-    // hope: self-modifying Titans + CMS; lmm-cms: per-feature dgd memory + CMS (hope-cms-only).
-    LanguageModel lm = block == "hope" ? tiny_model("hope", "hope", {"model.cms.periods=1,2,5"})
-                                       : tiny_model("lmm", "hope-cms-only", {"model.cms.periods=1,2,5"});
+    // hope: self-modifying Titans + CMS (also with the nested CMS); lmm-cms: per-feature dgd memory
+    // + CMS (hope-cms-only).
+    LanguageModel lm = block == "hope"          ? tiny_model("hope", "hope", {"model.cms.periods=1,2,5"})
+                       : block == "hope-nested" ? tiny_model("hope", "hope", {"model.cms.periods=1,2,5", "model.cms.variant=nested"})
+                                                : tiny_model("lmm", "hope-cms-only", {"model.cms.periods=1,2,5"});
     REQUIRE(lm->block(0)->cms);
-    CHECK(static_cast<bool>(lm->block(0)->selfmod) == (block == "hope"));
+    CHECK(static_cast<bool>(lm->block(0)->selfmod) == (block != "lmm-cms"));
     const at::Tensor x = tokens(2, 12);
     LmState a = lm->initial_state(2), b = lm->initial_state(2), c = lm->initial_state(2);
     const at::Tensor forward = lm->forward(x, a, 1);
@@ -173,7 +175,9 @@ TEST_CASE("language model: the HOPE LM's step and forward agree, and a split str
 }
 
 TEST_CASE("language model: HOPE's outer gradient reaches every parameter, aux loss included", "[nn]") {
-  LanguageModel lm = tiny_model("hope", "hope", {"model.cms.periods=1,2,5"});
+  const auto variant = GENERATE(std::string("sequential"), std::string("nested"));
+  CAPTURE(variant);
+  LanguageModel lm = tiny_model("hope", "hope", {"model.cms.periods=1,2,5", "model.cms.variant=" + variant});
   const at::Tensor x = tokens(1, 8);
   LmState state = lm->initial_state(1);
   const at::Tensor logits = lm->forward(x, state, 1);
