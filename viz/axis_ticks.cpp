@@ -1,6 +1,8 @@
 #include "viz/axis_ticks.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 namespace memscope::viz {
 
@@ -15,6 +17,18 @@ std::vector<double> nice_ticks(double lo, double hi, int target) {
   for (double t = std::ceil(lo / step) * step; t <= hi + step * 1e-9; t += step)
     ticks.push_back(std::abs(t) < step * 1e-9 ? 0.0 : t);  // print 0, not -1e-17
   return ticks;
+}
+
+std::string tick_label(double value, double step) {
+  int digits = 3;
+  if (step > 0 && std::isfinite(step) && std::isfinite(value)) {
+    // Digits from the label's leading one down to the step's leading one.
+    const double top = std::max(std::abs(value), step);
+    digits = std::max(digits, static_cast<int>(std::floor(std::log10(top)) - std::floor(std::log10(step))) + 1);
+  }
+  char label[48];
+  std::snprintf(label, sizeof label, "%.*g", std::min(digits, 15), value);
+  return label;
 }
 
 }  // namespace memscope::viz

@@ -120,15 +120,14 @@ double draw_line_plot(const char* id, PlotView& view, const std::vector<PlotSeri
                   plot.Max.y - (y - y_lo) / (y_hi - y_lo) * plot.GetHeight());
   };
 
-  char label[48];
   const ImU32 grid = ImGui::GetColorU32(ImGuiCol_Border);
   const ImU32 text = ImGui::GetColorU32(ImGuiCol_TextDisabled);
-  for (double tick : nice_ticks(y_lo, y_hi, std::max(2, static_cast<int>(plot.GetHeight() / 40.0f)))) {
-    const float y = static_cast<float>(tick);
-    const ImVec2 p = to_screen(view.x_min, y);
+  const auto ticks = nice_ticks(y_lo, y_hi, std::max(2, static_cast<int>(plot.GetHeight() / 40.0f)));
+  for (double tick : ticks) {
+    const ImVec2 p = to_screen(view.x_min, static_cast<float>(tick));
     draw->AddLine({plot.Min.x, p.y}, {plot.Max.x, p.y}, grid);
-    std::snprintf(label, sizeof label, "%.3g", y);
-    draw->AddText({frame.Min.x + 4.0f, p.y - ImGui::GetFontSize() * 0.5f}, text, label);
+    const std::string label = tick_label(tick, ticks.size() > 1 ? ticks[1] - ticks[0] : 0.0);
+    draw->AddText({frame.Min.x + 4.0f, p.y - ImGui::GetFontSize() * 0.5f}, text, label.c_str());
   }
 
   draw->PushClipRect(plot.Min, plot.Max, true);

@@ -109,27 +109,61 @@ void draw_compare_view(GuiApp& app) {
     ImGui::TextColored(viz::colors::warning(), "Only one timeline: fork (transport), load a teaching preset, or File > Compare with session.");
   const auto markers = event_markers(app.main(), 0);
   const int l = view.layer, h = view.head;
-  const auto overlay = [&](auto pick) {
+  // `salt` names a series choice beyond layer and head (the CMS level), so switching it redraws.
+  const auto overlay = [&](auto pick, uint64_t salt = 0) {
     std::vector<viz::PlotSeries> out;
     for (size_t i = 0; i < caches.size(); ++i) {
       const auto& ys = pick(*caches[i]);
       out.push_back({names[i].c_str(), caches[i]->steps().data(), ys.data(), std::min(caches[i]->steps().size(), ys.size()), colors[i],
-                     series_revision(*caches[i], l, h)});
+                     series_revision(*caches[i], l, h) + salt * 7919u});
     }
     return out;
   };
-  const int plots = 5;
+  // The memory-layer plots for runs with memory layers, HOPE's for runs with HOPE parts (a
+  // hope block has no memory layer, so its surprise, rank and norm series are empty); a mixed
+  // comparison shows both.
+  bool memory_layers = false, hope = false;
+  int cms_levels = 0;
+  for (const TimelineCache* c : caches) {
+    memory_layers = memory_layers || c->layers() > 0;
+    hope = hope || c->cms_levels() > 0 || !c->selfmod_error(l, 0).empty();
+    cms_levels = std::max(cms_levels, c->cms_levels());
+  }
+  if (cms_levels > 0) draw_index_radios("CMS level", cms_levels, view.cms_level);
+  const int plots = 1 + (memory_layers ? 4 : 0) + (hope ? 2 + (cms_levels > 0) : 0);
   const float height = std::max(60.0f, (ImGui::GetContentRegionAvail().y - plots * (ImGui::GetTextLineHeightWithSpacing() +
                                                                                       ImGui::GetStyle().ItemSpacing.y)) / plots);
   plot(app, "cmp loss", "token loss", overlay([](const TimelineCache& c) -> const std::vector<float>& { return c.token_loss(); }), markers, height);
-  plot(app, "cmp surprise", "surprise before the write",
-       overlay([&](const TimelineCache& c) -> const std::vector<float>& { return c.head(l, h, HeadMetric::SurpriseBefore); }), markers, height);
-  plot(app, "cmp erank", "effective rank of M",
-       overlay([&](const TimelineCache& c) -> const std::vector<float>& { return c.weight(l, h, 0, WeightMetric::Erank); }), markers, height);
-  plot(app, "cmp ns", "Newton-Schulz orthogonality error",
-       overlay([&](const TimelineCache& c) -> const std::vector<float>& { return c.weight(l, h, 0, WeightMetric::NsError); }), markers, height);
-  plot(app, "cmp norm", "|M|",
-       overlay([&](const TimelineCache& c) -> const std::vector<float>& { return c.weight(l, h, 0, WeightMetric::NormM); }), markers, height);
+  if (memory_layers) {
+    plot(app, "cmp surprise", "surprise before the write",
+         overlay([&](const TimelineCache& c) -> const std::vector<float>& { return c.head(l, h, HeadMetric::SurpriseBefore); }), markers, height);
+    plot(app, "cmp erank", "effective rank of M",
+         overlay([&](const TimelineCache& c) -> const std::vector<float>& { return c.weight(l, h, 0, WeightMetric::Erank); }), markers, height);
+    plot(app, "cmp ns", "Newton-Schulz orthogonality error",
+         overlay([&](const TimelineCache& c) -> const std::vector<float>& { return c.weight(l, h, 0, WeightMetric::NsError); }), markers, height);
+    plot(app, "cmp norm", "|M|",
+         overlay([&](const TimelineCache& c) -> const std::vector<float>& { return c.weight(l, h, 0, WeightMetric::NormM); }), markers, height);
+  }
+  if (hope) {
+    // The main self-modifying memory's target is v_t itself, so its error is HOPE's surprise.
+    plot(app, "cmp selfmod", "self-modifying memory M: target error before the write",
+         overlay([&](const TimelineCache& c) -> const std::vector<float>& { return c.selfmod_error(l, kSelfModMemories - 1); }), markers,
+         height);
+    // Effective retention (SPEC §8): the hope block's preconditioner, or a dgd memory layer's map.
+    plot(app, "cmp retention", "effective retention: smallest eigenvalue",
+         overlay([&](const TimelineCache& c) -> const std::vector<float>& {
+           const auto& selfmod = c.selfmod_retention(l, 0);
+           return selfmod.empty() ? c.head(l, h, HeadMetric::RetainMin) : selfmod;
+         }),
+         markers, height);
+    if (cms_levels > 0) {
+      const std::string title = "CMS level " + std::to_string(view.cms_level) + ": state norm";
+      plot(app, "cmp cms", title.c_str(),
+           overlay([&](const TimelineCache& c) -> const std::vector<float>& { return c.cms_norm(l, view.cms_level); },
+                   static_cast<uint64_t>(view.cms_level) + 1),
+           markers, height);
+    }
+  }
 }
 
 }  // namespace memscope::app

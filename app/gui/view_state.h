@@ -29,6 +29,7 @@ struct ViewState {
   int timeline = 0;  // the main run's timeline the panels show (forks count from 1)
 
   int layer = 0, head = 0;          // the layer the plots show, the head the plots and heatmaps show
+  int cms_level = 0;                // the CMS level the compare view overlays
   bool has_enlarged = false;        // the click-to-enlarge view
   MatrixKey enlarged;
   int enlarged_run = 0, enlarged_timeline = 0;  // whose matrix (the compare view shows several runs)

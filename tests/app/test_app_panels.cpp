@@ -3,6 +3,8 @@
 // HOPE run, a fork, a compare preset and a replay.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 
 #include "app/app_harness.h"
@@ -122,6 +124,45 @@ TEST_CASE("app: a preset with compare runs opens them side by side and steps the
   CHECK(h.app().runs()[1]->steps() == 10);
   CHECK(h.app().runs()[1]->status.preset.memory.window == 2);
   visit_everything(h);
+}
+
+TEST_CASE("app: the compare view overlays HOPE's plots for HOPE runs, per CMS level", "[gui]") {
+  memscope::app::GuiOptions o;
+  o.preset = std::string(MEMSCOPE_SOURCE_DIR) + "/tests/app/compare-hope-test.toml";
+  AppHarness h(o);
+  REQUIRE(h.app().runs().size() == 2);
+  REQUIRE(h.app().view().show_compare);
+  h.app().post_all(model::Command::steps(40));
+  h.settle();
+  REQUIRE(h.app().runs()[1]->steps() == 40);
+  auto& view = h.app().view();
+  view.cms_level = 1;  // level 0 restarts from level 1 in the nested run, so the two runs part
+  h.frames(2);
+  // A hope block has no memory layer: its surprise, rank and norm plots would be empty.
+  for (const char* id : {"plot/cmp loss", "plot/cmp selfmod", "plot/cmp retention", "plot/cmp cms"}) {
+    INFO(id);
+    CHECK(h.app().rects().count(id) == 1);
+  }
+  CHECK(h.app().rects().count("plot/cmp erank") == 0);
+  // Both runs' lines are drawn in the CMS plot, each in its run's colour.
+  const memscope::test::PngImage image = h.screenshot("compare-hope");
+  const ImRect r = h.app().rects().at("plot/cmp cms");
+  const auto count_near = [&](ImU32 color) {
+    const ImVec4 c = ImGui::ColorConvertU32ToFloat4(color);
+    int n = 0;
+    for (int y = static_cast<int>(r.Min.y); y < static_cast<int>(r.Max.y); ++y)
+      for (int x = static_cast<int>(r.Min.x); x < static_cast<int>(r.Max.x); ++x) {
+        const unsigned char* p = image.at(x, y);
+        n += std::abs(p[0] - c.x * 255) < 30 && std::abs(p[1] - c.y * 255) < 30 && std::abs(p[2] - c.z * 255) < 30;
+      }
+    return n;
+  };
+  CHECK(count_near(memscope::app::run_color(0, 0)) > 30);
+  CHECK(count_near(memscope::app::run_color(1, 0)) > 30);
+  // A level past the last (a run with fewer levels was compared) falls back to level 0.
+  view.cms_level = 99;
+  h.frames(2);
+  CHECK(view.cms_level == 0);
 }
 
 TEST_CASE("app: loading a preset from the browser replaces the run, a bad one is a banner", "[gui]") {
