@@ -70,8 +70,7 @@ void draw_right_column(GuiApp& app, float height) {
       draw_compare_view(app);
       return;
     }
-    const auto& cache = app.shown_cache();
-    const bool hope = cache.cms_levels() > 0 || !app.shown_cache().selfmod_error(0, 0).empty();
+    const bool hope = app.shown_cache().hope_layers() > 0;
     if (ImGui::BeginTabBar("plot tabs")) {
       const auto flags = [&](int tab) {
         return app.view().select_right_tab == tab ? ImGuiTabItemFlags_SetSelected : ImGuiTabItemFlags_None;

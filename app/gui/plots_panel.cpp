@@ -126,7 +126,7 @@ void draw_compare_view(GuiApp& app) {
   int cms_levels = 0;
   for (const TimelineCache* c : caches) {
     memory_layers = memory_layers || c->layers() > 0;
-    hope = hope || c->cms_levels() > 0 || !c->selfmod_error(l, 0).empty();
+    hope = hope || c->hope_layers() > 0;
     cms_levels = std::max(cms_levels, c->cms_levels());
   }
   if (cms_levels > 0) draw_index_radios("CMS level", cms_levels, view.cms_level);
