@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The MQAR experiment of issues 4 and 8: demo-mqar (Atlas memory), demo-mqar-titans, demo-mqar-hope,
 # demo-mqar-swa (no memory) and demo-mqar with TTL off, same seed and step budget, on this
-# machine's CPU. ONLY=NAME runs one variant (atlas, titans, hope, swa, ttl-off). Two runs
+# machine's CPU. ONLY=NAME runs one variant (atlas,
+# atlas-mlp, titans, lmm-mlp, hope, swa, ttl-off). Two runs
 # at a time with one torch thread each (a 2-core machine). Prints one JSON line per variant with
 # the final query accuracy, wall time and CPU time; the training logs go to $OUT (default
 # build/mqar_demo/). Usage: bench/mqar_demo.sh [--steps N] [extra --set KEY=VALUE ...]
@@ -36,7 +37,17 @@ print(json.dumps({"variant": name, "preset": preset, "steps": final["step"], "ac
 PY
 }
 
-# Lane 1: the expensive Atlas run, then the cheap no-memory one; lane 2: Titans, HOPE, then TTL off.
-{ run atlas demo-mqar; run swa demo-mqar-swa; } &
-{ run titans demo-mqar-titans; run hope demo-mqar-hope; run ttl-off demo-mqar --set model.ttl=false; } &
+# Lane 1: the expensive Atlas runs, then the cheap no-memory one; lane 2: Titans, HOPE, then TTL off.
+# The deep-memory rows (issue 18): Atlas's rule on its MLP memory, and one MLP memory layer alone.
+{
+  run atlas demo-mqar
+  run atlas-mlp demo-mqar --set memory.structure=mlp
+  run swa demo-mqar-swa
+} &
+{
+  run titans demo-mqar-titans
+  run lmm-mlp demo-mqar-titans --set model.block=lmm --set memory.structure=mlp
+  run hope demo-mqar-hope
+  run ttl-off demo-mqar --set model.ttl=false
+} &
 wait

@@ -5,6 +5,7 @@
 
 #include "memory_test_support.h"
 #include "model/memory/attentional_bias.h"
+#include "model/memory/mlp_memory.h"
 
 using namespace memscope::model;
 using namespace memscope::test;
@@ -149,5 +150,59 @@ TEST_CASE("memory: the outer gradient through three inner steps passes a finite-
           return (layer->forward_sequential(x, state).y.reshape({1, 3, 4}) * target).sum();
         },
         2);
+  }
+}
+
+// Reliability issue item 1: at::gelu's CPU backward in LibTorch 1.13 returned garbage when its
+// incoming gradient was laid out differently from its input, which the outer backward through an
+// MLP memory's inner gradient does at every window size c > 1. The tiny case above (d = 4) stays
+// below the kernels' vector width and never saw it; this one has the demo's head width.
+TEST_CASE("memory: MLP-memory outer gradients at the demo's head width (c = 4) pass a finite-difference check",
+          "[model]") {
+  for (const char* optimiser : {"muon", "gd-momentum"}) {
+    auto layer = make_layer(test_rule("atlas", {"memory.window.c=4", std::string("memory.optimiser=") + optimiser}),
+                            16, 1, torch::kFloat64);
+    auto x = make_input(2, 6, 16, torch::kFloat64);
+    auto target = make_input(2, 6, 16, torch::kFloat64, 5);
+    for (int64_t chunk : {1, 4}) {
+      INFO("optimiser " << optimiser << " chunk " << chunk);
+      check_outer_gradient(
+          layer,
+          [&] {
+            MemoryState state = layer->initial_state(2);
+            return (layer->forward(x, state, chunk).y.reshape({2, 6, 16}) * target).sum();
+          },
+          2);
+    }
+  }
+}
+
+TEST_CASE("memory: the MLP memory's float32 double backward matches float64 for any incoming-gradient layout",
+          "[model]") {
+  // ∂/∂W_1 of ⟨G, δh⟩ where δh = ∂⟨Ψ, M(z)⟩/∂h (create_graph), with G contiguous and with the same
+  // values transposed in memory, as a matmul's backward hands them over. float32 is where LibTorch
+  // 1.13's vectorised gelu_backward went wrong; float64 is the reference.
+  auto layer = make_layer(test_rule("atlas", {"memory.window.c=4"}), 16, 1, torch::kFloat64);
+  torch::manual_seed(5);
+  auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+  const auto z = torch::randn({2, 1, 4, 3, 16}, opts), psi = torch::randn({2, 1, 4, 3, 16}, opts);
+  const auto w1 = torch::randn({2, 1, 1, 16, 64}, opts).div(8), w2 = torch::randn({2, 1, 1, 64, 16}, opts).div(4);
+  const auto g = torch::randn({2, 1, 4, 3, 64}, opts);
+  auto gradient_of_w1 = [&](torch::Dtype dtype, bool transposed) {
+    auto cast = [&](const torch::Tensor& t) { return t.to(dtype); };
+    torch::Tensor w1_leaf = cast(w1).requires_grad_(true);
+    MlpPass pass = mlp_pass(cast(z), w1_leaf, cast(w2).requires_grad_(true), cast(layer->ln_weight), cast(layer->ln_bias));
+    auto dh = torch::autograd::grad({pass.y}, {pass.h}, {cast(psi)}, true, true)[0];
+    torch::Tensor upstream = transposed ? cast(g).transpose(-1, -2).contiguous().transpose(-1, -2) : cast(g);
+    REQUIRE(upstream.is_contiguous() == !transposed);
+    return torch::autograd::grad({dh}, {w1_leaf}, {upstream})[0].to(torch::kFloat64);
+  };
+  const torch::Tensor reference = gradient_of_w1(torch::kFloat64, false);
+  REQUIRE(reference.abs().max().item<double>() > 1e-2);
+  for (bool transposed : {false, true}) {
+    INFO("transposed upstream gradient " << transposed);
+    CHECK(max_abs_diff(gradient_of_w1(torch::kFloat64, transposed), reference) < 1e-12);
+    CHECK(max_abs_diff(gradient_of_w1(torch::kFloat32, transposed), reference) <
+          1e-4 * reference.abs().max().item<double>());
   }
 }
