@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "model/memory/attentional_bias.h"
+#include "model/memory/dgd_preconditioner.h"
 #include "model/memory/inner_clip.h"
 #include "model/memory/linear_scan.h"
 #include "model/memory/memory_layer.h"
@@ -55,6 +56,7 @@ class ChunkRunner {
     win_phi_ = windows(ext_phi_, c);
     win_v_ = windows(ext_v_, c);
     weights_ = windows(ext_gamma_, c) * layer_.position_weights(phi.options());
+    loss_weights_ = weights_ * inner_loss_scale(rule_, layer_.head_dim());  // γ·(1/d_v when normalised)
     win_delta_ = delta.unsqueeze(-1);
 
     ChunkResult out;
@@ -77,12 +79,8 @@ class ChunkRunner {
  private:
   bool linear() const { return rule_.structure == Structure::Linear; }
 
-  // Each chunk token's own φ_t² weighted by its own window weight: the k² of the MLP dgd
-  // preconditioner (sequential_step.cpp), [B,H,n,d_φ].
-  at::Tensor own_key_squares() const {
-    const int64_t c = rule_.window;
-    return win_phi_.select(3, c - 1).pow(2) * weights_.select(-1, c - 1).unsqueeze(-1);
-  }
+  // k̄² of the MLP dgd preconditioner for each chunk token's window (SPEC §5), [B,H,n,d_φ].
+  at::Tensor key_squares() const { return window_key_squares(win_phi_, weights_); }
 
   // Outputs of the memory `mem` (one matrix stack per weight, [B,H,n,…] or [B,H,…]) on the windows.
   at::Tensor window_read(const std::vector<at::Tensor>& mem, bool per_token) const {
@@ -91,7 +89,7 @@ class ChunkRunner {
   }
 
   at::Tensor window_loss(const std::vector<at::Tensor>& per_token_mem) const {
-    return (weights_ * bias_loss(window_read(per_token_mem, true), win_v_, rule_, win_delta_)).sum(-1);
+    return (loss_weights_ * bias_loss(window_read(per_token_mem, true), win_v_, rule_, win_delta_)).sum(-1);
   }
 
   // ψ_{t,j} = γ_{t,j} ∂ℓ/∂y at the chunk-start M for every window slot: [B,H,n,c,d_v]. One
@@ -100,7 +98,7 @@ class ChunkRunner {
     auto sizes = win_phi_.sizes().vec();
     at::Tensor y = at::matmul(win_phi_.flatten(2, 3), m.transpose(-1, -2));
     sizes.back() = m.size(-2);
-    psi_ = bias_grad(y.view(sizes), win_v_, rule_, win_delta_) * weights_.unsqueeze(-1);
+    psi_ = bias_grad(y.view(sizes), win_v_, rule_, win_delta_) * loss_weights_.unsqueeze(-1);
     if (rule_.inner_clip > 0.0) {
       // ‖Σ_j ψ_j φ_jᵀ‖_F² = Σ_{j,k} (ψ_j·ψ_k)(φ_j·φ_k): g_t's norm without materialising g_t.
       const at::Tensor norm_sq = (at::matmul(psi_, psi_.transpose(-1, -2)) *
@@ -120,14 +118,14 @@ class ChunkRunner {
     // outer products; create_graph when training so the outer loss sees through the update.
     const bool differentiable = at::GradMode::is_enabled() &&
                                 (gp[0].requires_grad() || gp[1].requires_grad() || win_phi_.requires_grad() ||
-                                 weights_.requires_grad());
+                                 loss_weights_.requires_grad());
     at::AutoGradMode grad_on(true);
     at::Tensor w1 = differentiable ? gp[0] : gp[0].detach().requires_grad_(true);
     at::Tensor w2 = differentiable ? gp[1] : gp[1].detach().requires_grad_(true);
     at::Tensor z = differentiable ? win_phi_ : win_phi_.detach();
     MlpPass pass = mlp_pass(z, w1.unsqueeze(2), w2.unsqueeze(2), layer_.ln_weight.to(z.dtype()),
                             layer_.ln_bias.to(z.dtype()));
-    at::Tensor psi = bias_grad(pass.y, win_v_, rule_, win_delta_) * weights_.unsqueeze(-1);
+    at::Tensor psi = bias_grad(pass.y, win_v_, rule_, win_delta_) * loss_weights_.unsqueeze(-1);
     if (!differentiable) psi = psi.detach();
     auto d = torch::autograd::grad({pass.y}, {pass.h, pass.o}, {psi}, /*retain_graph=*/differentiable,
                                    /*create_graph=*/differentiable);
@@ -154,7 +152,7 @@ class ChunkRunner {
     const bool per_feature = rule_.dgd_per_feature || mlp_dgd;
     at::Tensor keep = alpha, lr = eta;  // [B,H,n] per head, or [B,H,n,d_φ] per feature
     if (mlp_dgd) {
-      const at::Tensor k_sq = own_key_squares();
+      const at::Tensor k_sq = key_squares();
       keep = rule_.dgd_per_feature ? alpha : alpha.unsqueeze(-1).expand_as(k_sq);
       lr = rule_.dgd_per_feature ? eta : eta.unsqueeze(-1).expand_as(k_sq);
       keep = keep - lr * k_sq;
@@ -283,7 +281,7 @@ class ChunkRunner {
   const MemoryRule& rule_;
   MemoryState& state_;
   bool record_;
-  at::Tensor ext_phi_, ext_v_, ext_gamma_, win_phi_, win_v_, weights_, win_delta_, psi_;
+  at::Tensor ext_phi_, ext_v_, ext_gamma_, win_phi_, win_v_, weights_, loss_weights_, win_delta_, psi_;
 };
 
 }  // namespace

@@ -4,6 +4,12 @@
 
 namespace memscope::model {
 
+at::Tensor window_key_squares(const at::Tensor& window_phi, const at::Tensor& weights) {
+  const at::Tensor total = weights.sum(-1, /*keepdim=*/true);
+  const at::Tensor share = weights / at::where(total > 0, total, at::ones_like(total));
+  return (share.unsqueeze(-1) * window_phi.pow(2)).sum(-2);
+}
+
 std::vector<at::Tensor> dgd_mlp_update(const std::vector<at::Tensor>& w, const std::vector<at::Tensor>& grad,
                                        const at::Tensor& k_sq, const at::Tensor& alpha, const at::Tensor& eta) {
   const at::Tensor p = alpha - eta * k_sq;

@@ -13,6 +13,12 @@
 
 namespace memscope::model {
 
+// k̄² of SPEC §5: the mean of φ_i² over the window's positions, weighted by γ_{t,i} renormalised
+// to sum 1 over the positions that exist (an empty ring slot has γ = 0). For c = 1 it is φ_t².
+// When every weight is 0 (a gated window that prunes every token) it is 0, so p = α.
+// window_phi [...,c,d], weights [...,c] → [...,d].
+at::Tensor window_key_squares(const at::Tensor& window_phi, const at::Tensor& weights);
+
 // w and grad: {W1 [...,d,4d], W2 [...,4d,d]}; k_sq, alpha, eta: [...,d]. Returns the new {W1, W2}.
 std::vector<at::Tensor> dgd_mlp_update(const std::vector<at::Tensor>& w, const std::vector<at::Tensor>& grad,
                                        const at::Tensor& k_sq, const at::Tensor& alpha, const at::Tensor& eta);

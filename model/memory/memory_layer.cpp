@@ -242,19 +242,17 @@ at::Tensor MemoryLayerImpl::gate_value(Gate gate, const at::Tensor& x) const {
 
 at::Tensor MemoryLayerImpl::position_weights(const at::TensorOptions& options) const {
   const int64_t c = rule_.window;
-  // seed 004 change 6: ℓ sums d_v elements; the normalised loss is their mean.
-  const double elements = rule_.inner_normalize ? 1.0 / static_cast<double>(head_dim_) : 1.0;
   switch (rule_.gamma) {
     case WindowWeights::Uniform:
-      return at::full({c}, elements / static_cast<double>(c), options);
+      return at::full({c}, 1.0 / static_cast<double>(c), options);
     case WindowWeights::Decay: {
       // d^{t−i} for positions oldest..newest, normalised over the full window (SPEC §4).
       at::Tensor age = at::arange(c - 1, -1, -1, options.dtype(at::kDouble));
       at::Tensor w = at::pow(rule_.gamma_decay, age);
-      return (elements * w / w.sum()).to(options);
+      return (w / w.sum()).to(options);
     }
     case WindowWeights::Gated:
-      return at::full({c}, elements, options);
+      return at::full({c}, 1.0, options);
   }
   return {};
 }

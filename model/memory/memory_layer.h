@@ -62,6 +62,7 @@ struct StepRecord {
   at::Tensor gamma;                        // [B,H,c] window weights γ_{t,i}, oldest first
   at::Tensor token_gamma;                  // [B,H] this token's own window gate
   at::Tensor retain_feature, lr_feature;   // [B,H,d_φ] (dgd.per_feature only, else undefined)
+  at::Tensor key_squares;                  // [B,H,d_φ] k̄² of the MLP dgd preconditioner (else undefined)
   at::Tensor loss_before;                  // [B,H] L_t(M_{t−1})
   at::Tensor loss_after;                   // [B,H] L_t(M_t)
   std::vector<at::Tensor> gradient;        // g_t per memory weight (state.names order)
@@ -143,8 +144,8 @@ class MemoryLayerImpl : public torch::nn::Module {
   const GateOverride& override_of(Gate gate) const { return overrides_[static_cast<int>(gate)]; }
   void clear_overrides();
 
-  // Window weights by position (oldest first) before the per-token gate: [c]. They carry the
-  // inner loss's 1/d_v when memory.inner.normalize is on (seed 004 change 6).
+  // Window weights by position (oldest first) before the per-token gate: [c]. The inner loss's
+  // 1/d_v (memory.inner.normalize) is not in them: see inner_loss_scale (attentional_bias.h).
   at::Tensor position_weights(const at::TensorOptions& options) const;
 
   // The MLP memory read M(z) = z + LN(W_1 GELU(W_2 z)) (SPEC §3) with batched weights.

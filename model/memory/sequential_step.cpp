@@ -30,6 +30,8 @@ StepOutput MemoryLayerImpl::step(const at::Tensor& x_t, MemoryState& state) cons
   const at::Tensor window_v = at::cat({state.ring_v, v.unsqueeze(2)}, 2);          // [B,H,c,d_v]
   const at::Tensor window_gamma = at::cat({state.ring_gamma, token(p.gamma).unsqueeze(2)}, 2);
   const at::Tensor weights = window_gamma * position_weights(window_gamma.options());  // γ_{t,i}
+  // The inner loss and its gradient carry memory.inner.normalize's 1/d_v; γ itself does not.
+  const at::Tensor loss_weights = weights * inner_loss_scale(rule_, head_dim_);
   const at::Tensor window_delta = delta.unsqueeze(-1);  // L_t uses δ_t for its whole window
 
   const bool linear = rule_.structure == Structure::Linear;
@@ -37,7 +39,7 @@ StepOutput MemoryLayerImpl::step(const at::Tensor& x_t, MemoryState& state) cons
     return linear ? at::matmul(z, mem[0].transpose(-1, -2)) : mlp_read(z, mem[0], mem[1]);
   };
   auto window_loss = [&](const at::Tensor& y) {
-    return (weights * bias_loss(y, window_v, rule_, window_delta)).sum(-1);
+    return (loss_weights * bias_loss(y, window_v, rule_, window_delta)).sum(-1);
   };
 
   StepRecord rec;
@@ -61,18 +63,18 @@ StepOutput MemoryLayerImpl::step(const at::Tensor& x_t, MemoryState& state) cons
     // SPEC §4: g_t = Σ_i γ_{t,i} ∂ℓ/∂y(M φ_i, v_i) φ_iᵀ (analytic).
     at::Tensor y = read(before, window_phi);
     rec.loss_before = window_loss(y);
-    at::Tensor psi = bias_grad(y, window_v, rule_, window_delta) * weights.unsqueeze(-1);
+    at::Tensor psi = bias_grad(y, window_v, rule_, window_delta) * loss_weights.unsqueeze(-1);
     rec.gradient = {at::matmul(psi.transpose(-1, -2), window_phi)};
   } else {
     // SPEC §4: for MLP memory g_t = ∇_M L_t by autograd; with create_graph when training.
     const bool differentiable = at::GradMode::is_enabled() && (before[0].requires_grad() || before[1].requires_grad() ||
-                                                              window_phi.requires_grad() || weights.requires_grad());
+                                                              window_phi.requires_grad() || loss_weights.requires_grad());
     at::AutoGradMode grad_on(true);
     std::vector<at::Tensor> leaves = before;
     if (!differentiable)
       for (auto& w : leaves) w = w.detach().requires_grad_(true);
     at::Tensor y = read(leaves, differentiable ? window_phi : window_phi.detach());
-    at::Tensor psi = bias_grad(y, window_v, rule_, window_delta) * weights.unsqueeze(-1);
+    at::Tensor psi = bias_grad(y, window_v, rule_, window_delta) * loss_weights.unsqueeze(-1);
     if (!differentiable) psi = psi.detach();
     rec.gradient = torch::autograd::grad({y}, leaves, {psi}, /*retain_graph=*/differentiable,
                                          /*create_graph=*/differentiable);
@@ -89,9 +91,10 @@ StepOutput MemoryLayerImpl::step(const at::Tensor& x_t, MemoryState& state) cons
   // SPEC §5: optimiser, then retention.
   std::vector<at::Tensor> after(before.size());
   if (!linear && rule_.optimiser == Optimiser::Dgd) {
-    // dgd on MLP memory (SPEC §5, seed 004 change 2): the diagonal preconditioner p = α − η ⊙ k²,
-    // k² the token's own φ_t² weighted by its own window weight (as αI − wηφφᵀ for linear memory).
-    const at::Tensor k_sq = phi_k.pow(2) * weights.select(-1, -1).unsqueeze(-1);  // [B,H,d_φ]
+    // dgd on MLP memory (SPEC §5, seed 004 change 2): the diagonal preconditioner p = α − η ⊙ k̄²,
+    // k̄² the γ-weighted mean of φ_i² over the window's existing positions.
+    const at::Tensor k_sq = window_key_squares(window_phi, weights);  // [B,H,d_φ]
+    rec.key_squares = k_sq;
     const at::Tensor a = per_feature ? rec.retain_feature : alpha.unsqueeze(-1).expand_as(k_sq);
     const at::Tensor e = per_feature ? rec.lr_feature : eta.unsqueeze(-1).expand_as(k_sq);
     after = dgd_mlp_update(before, rec.gradient, k_sq, a, e);

@@ -1,5 +1,6 @@
 #include "model/probe/probe_collector.h"
 
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -9,6 +10,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #endif
 
+#include "model/memory/attentional_bias.h"
 #include "model/memory/newton_schulz.h"
 #include "model/probe/hope_probes.h"
 #include "model/probe/matrix_metrics.h"
@@ -104,10 +106,10 @@ std::vector<double> collect_probes(Frame& frame, const ProbeInputs& in, const Pr
       const at::Tensor retain = rule.retention == Retention::None ? at::ones_like(lr) : column(0);
       at::Tensor lo = retain, hi = retain;
       if (rule.optimiser == Optimiser::Dgd && rule.structure == Structure::Mlp) {
-        // MLP memory: the diagonal preconditioner α − η⊙(wφ²) (sequential_step.cpp); its entries are its eigenvalues.
+        // MLP memory: the diagonal preconditioner α − η⊙k̄² (SPEC §5); its entries are its eigenvalues.
         const at::Tensor p = stacked([&](int64_t l) {
           const StepRecord& r = *record_of(l);
-          const at::Tensor k_sq = r.phi_k.pow(2) * r.gamma.select(-1, -1).unsqueeze(-1);
+          const at::Tensor& k_sq = r.key_squares;
           const at::Tensor a = rule.dgd_per_feature ? r.retain_feature : r.retain.unsqueeze(-1);
           const at::Tensor e = rule.dgd_per_feature ? r.lr_feature : r.lr.unsqueeze(-1);
           return (a - e * k_sq).select(0, 0);
@@ -119,7 +121,7 @@ std::vector<double> collect_probes(Frame& frame, const ProbeInputs& in, const Pr
         // is similar to the symmetric diag α − u uᵀ, so its eigenvalues are real (eigvalsh).
         const at::Tensor map = stacked([&](int64_t l) {
           const StepRecord& r = *record_of(l);
-          const at::Tensor w = r.gamma.select(-1, -1).unsqueeze(-1);
+          const at::Tensor w = r.gamma.select(-1, -1).unsqueeze(-1) * inner_loss_scale(rule, r.v.size(-1));
           const at::Tensor u = (r.lr_feature * w).sqrt() * r.phi_k;
           return (at::diag_embed(r.retain_feature) - u.unsqueeze(-1) * u.unsqueeze(-2)).select(0, 0);
         });
@@ -128,10 +130,10 @@ std::vector<double> collect_probes(Frame& frame, const ProbeInputs& in, const Pr
         hi = eig.select(-1, -1);
       } else if (rule.optimiser == Optimiser::Dgd) {
         // (αI − wηφφᵀ) has eigenvalue α − wη‖φ‖² along φ and α on φ's complement; w is the
-        // token's own window weight (1 for the delta rule, 1/d_v with memory.inner.normalize).
+        // token's own window weight times the inner loss's scale (1/d_v with memory.inner.normalize).
         const at::Tensor phi_sq = stacked([&](int64_t l) {
           const StepRecord& r = *record_of(l);
-          return (r.phi_k.pow(2).sum(-1) * r.gamma.select(-1, -1)).select(0, 0);
+          return (r.phi_k.pow(2).sum(-1) * r.gamma.select(-1, -1) * inner_loss_scale(rule, r.v.size(-1))).select(0, 0);
         });
         const at::Tensor along = retain - lr * phi_sq.to(options);
         lo = at::minimum(retain, along);

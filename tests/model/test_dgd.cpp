@@ -190,6 +190,7 @@ TEST_CASE("inner loss: normalize divides loss and gradient by d_v; clip bounds e
       auto rb = normal->step(x.select(1, t), b).record;
       auto rc = clipped->step(x.select(1, t), c).record;
       CHECK(max_abs_diff(rb.loss_before, ra.loss_before / d_v) < 1e-12);
+      CHECK(torch::equal(rb.gamma, ra.gamma));  // normalize scales the loss, never the recorded γ
       torch::Tensor norm_sq = torch::zeros_like(ra.loss_before);
       for (size_t i = 0; i < ra.gradient.size(); ++i) {
         CHECK(max_abs_diff(rb.gradient[i], ra.gradient[i] / d_v) < 1e-12);
@@ -271,4 +272,40 @@ TEST_CASE("dgd: per_feature needs the dgd optimiser and a linear retention", "[m
              Catch::Contains("memory.dgd.per_feature") && Catch::Contains("softmax"));
   CHECK_THAT(error_of([] { load_memory_rule("deltanet", {"memory.inner.clip=-1"}); }),
              Catch::Contains("memory.inner.clip"));
+}
+
+TEST_CASE("dgd on MLP memory: k̄² is the γ-weighted mean of φ² over the window's existing tokens", "[model]") {
+  // SPEC §5 with c = 3 and decay weights (d^{t−i}, normalised over the full window): k̄²_t =
+  // Σ_i w_i φ_i² / Σ_i w_i over the tokens i ≥ 0 of the window, so the first token's k̄² is its own
+  // φ². memory.inner.normalize changes neither k̄² nor γ.
+  const std::vector<std::string> set{"memory.conv=false", "memory.optimiser=dgd", "memory.window.c=3",
+                                     "memory.window.gamma=decay", "memory.window.decay=0.5"};
+  std::vector<std::string> normalised = set;
+  normalised.push_back("memory.inner.normalize=true");
+  auto layer = make_layer(test_rule("atlas", set), 16, 2, torch::kFloat64);
+  auto normal = make_layer(test_rule("atlas", normalised), 16, 2, torch::kFloat64);
+  auto x = make_input(1, 5, 16, torch::kFloat64);
+  torch::NoGradGuard no_grad;
+  MemoryState a = layer->initial_state(1), b = normal->initial_state(1);
+  const double by_age[3] = {0.25 / 1.75, 0.5 / 1.75, 1.0 / 1.75};  // oldest first: 0.5², 0.5, 1 over their sum
+  std::vector<torch::Tensor> phi;
+  for (int64_t t = 0; t < 5; ++t) {
+    auto ra = layer->step(x.select(1, t), a).record;
+    auto rb = normal->step(x.select(1, t), b).record;
+    phi.push_back(ra.phi_k);
+    torch::Tensor weighted = torch::zeros_like(ra.phi_k);
+    double total = 0;
+    for (int64_t j = 0; j < 3; ++j) {
+      const int64_t i = t - 2 + j;
+      if (i < 0) continue;
+      weighted = weighted + by_age[j] * phi[static_cast<size_t>(i)].pow(2);
+      total += by_age[j];
+    }
+    INFO("token " << t);
+    REQUIRE(ra.key_squares.defined());
+    CHECK(max_abs_diff(ra.key_squares, weighted / total) < 1e-14);
+    if (t == 0) CHECK(max_abs_diff(ra.key_squares, ra.phi_k.pow(2)) < 1e-15);
+    CHECK(max_abs_diff(rb.key_squares, ra.key_squares) < 1e-15);
+    CHECK(torch::equal(rb.gamma, ra.gamma));
+  }
 }

@@ -103,8 +103,8 @@ torch::Tensor mlp_by_hand(const MemoryLayer& layer, const torch::Tensor& z, cons
 }
 
 // MLP memory, l2 bias, gd-momentum, muon or dgd; gradients by autograd at the frozen weights.
-// dgd is seed 004's diagonal form: p = α − η⊙k² per input feature, k² = φ_t² times the token's
-// own window weight; W1 [d,4d] ← W1 ⊙ p[:,None] − η[:,None] ⊙ g1, W2 [4d,d] ← W2 ⊙ p[None,:] − η[None,:] ⊙ g2.
+// dgd is seed 004's diagonal form: p = α − η⊙k̄² per input feature, k̄² the γ-weighted mean of
+// φ_i² over the window's existing tokens (SPEC §5); W1 [d,4d] ← W1 ⊙ p[:,None] − η[:,None] ⊙ g1, W2 [4d,d] ← W2 ⊙ p[None,:] − η[None,:] ⊙ g2.
 LoopResult frozen_loop_mlp(const MemoryLayer& layer, const torch::Tensor& x, int64_t b) {
   torch::NoGradGuard no_grad;
   const MemoryRule& rule = layer->rule();
@@ -132,7 +132,16 @@ LoopResult frozen_loop_mlp(const MemoryLayer& layer, const torch::Tensor& x, int
     }
     const torch::Tensor alpha = mat(tok(p.retain, t)), eta = mat(tok(p.lr, t)), beta = mat(tok(p.momentum, t));
     if (rule.optimiser == Optimiser::Dgd) {
-      const torch::Tensor k_sq = tok(p.phi_k, t).pow(2) * (pos[rule.window - 1] * tok(p.gamma, t)).unsqueeze(-1);
+      // k̄² (SPEC §5): φ_i² averaged over the window's existing tokens with weights γ_{t,i}, renormalised.
+      torch::Tensor weighted = torch::zeros_like(tok(p.phi_k, t)), total = torch::zeros_like(tok(p.gamma, t));
+      for (int64_t j = 0; j < rule.window; ++j) {
+        const int64_t i = t - (rule.window - 1) + j;
+        if (i < 0) continue;
+        const torch::Tensor w_i = pos[j] * tok(p.gamma, i);
+        weighted = weighted + w_i.unsqueeze(-1) * tok(p.phi_k, i).pow(2);
+        total = total + w_i;
+      }
+      const torch::Tensor k_sq = weighted / total.unsqueeze(-1);
       const torch::Tensor a = rule.dgd_per_feature ? tok(p.retain_feature, t) : tok(p.retain, t).unsqueeze(-1).expand_as(k_sq);
       const torch::Tensor e = rule.dgd_per_feature ? tok(p.lr_feature, t) : tok(p.lr, t).unsqueeze(-1).expand_as(k_sq);
       const torch::Tensor pre = a - e * k_sq;  // [B,H,d]
@@ -224,8 +233,8 @@ TEST_CASE("memory: chunk b equals the sequential loop frozen at chunk starts (T 
 
 TEST_CASE("memory: dgd on MLP memory (the diagonal preconditioner), sequential, chunk 1 and chunk b against the loop",
           "[model]") {
-  // titans-lmm (c = 1) and atlas (Omega window c = 8, so k² carries the token's own window
-  // weight), with per-head and per-feature gates.
+  // titans-lmm (c = 1: k̄² = φ_t²) and atlas (Omega window c = 8: k̄² averages the window), with
+  // per-head and per-feature gates.
   for (const char* name : {"titans-lmm", "atlas"}) {
     for (const char* per_feature : {"false", "true"}) {
       auto layer = make_layer(test_rule(name, {"memory.conv=false", "memory.optimiser=dgd",
