@@ -11,6 +11,17 @@ std::string step_json(const model::TrainStepResult& r) {
                    {"acc", r.acc},             {"lr", r.lr},
                    {"grad_norm", r.grad_norm}, {"tokens_per_s", r.tokens_per_s},
                    {"chunk", r.chunk}};
+  if (!r.modules.empty()) {
+    // Per module (issue 18): the gradient norm before clipping and ‖Δθ‖/‖θ‖ of the step.
+    nlohmann::json grads = nlohmann::json::object(), updates = nlohmann::json::object();
+    for (const auto& m : r.modules) {
+      grads[m.name] = m.grad_norm;
+      updates[m.name] = m.update_ratio;
+    }
+    j["module_grad_norm"] = grads;
+    j["module_update_ratio"] = updates;
+    j["largest_grad_module"] = model::largest_gradient(r.modules)->name;
+  }
   return j.dump();
 }
 

@@ -257,6 +257,9 @@ std::vector<Knob> train_knobs() {
                        KNOB_FIELD(p.train.chunk_final)));
   k.push_back(float_knob("train.final_fraction", 0.0, 1.0, Live, "share of the steps trained with chunk_final",
                          KNOB_FIELD(p.train.final_fraction)));
+  k.push_back(bool_knob("train.module_norms", Live,
+                        "measure each module's outer gradient norm and update-to-weight ratio every step",
+                        KNOB_FIELD(p.train.module_norms)));
   k.push_back(int_knob("train.log_every", 1, kMany, Live, "steps between progress lines", KNOB_FIELD(p.train.log_every)));
   k.push_back(int_knob("train.eval_every", 0, kMany, Live, "steps between evaluations (0 = only at the end)",
                        KNOB_FIELD(p.train.eval_every)));

@@ -16,6 +16,11 @@ std::shared_ptr<Frame> train_frame(const Trainer& trainer, const TrainStepResult
   frame->grad_norm = r.grad_norm;
   frame->lr = r.lr;
   frame->tokens_per_s = r.tokens_per_s;
+  for (const auto& m : r.modules) {
+    frame->module_names.push_back(m.name);
+    frame->module_grad_norm.push_back(static_cast<float>(m.grad_norm));
+    frame->module_update_ratio.push_back(static_cast<float>(m.update_ratio));
+  }
   auto due = [step](int64_t every) { return every > 0 && step % every == 0; };
   if (due(probe.every)) {
     ProbeInputs in;

@@ -91,7 +91,15 @@ std::vector<Event> Detectors::observe(const Frame& f) {
                                   !std::isfinite(f.loss) ? f.loss : f.grad_norm));
     }
     spike("loss", f.loss, -1, -1, "loss", "the training loss");
-    spike("grad_norm", f.grad_norm, -1, -1, "grad_norm", "the gradient norm");
+    std::string where = "the gradient norm";
+    if (!f.module_grad_norm.empty() && f.module_grad_norm.size() == f.module_names.size()) {
+      // Name the module with the largest norm, so the event says where the blow-up sits.
+      size_t top = 0;
+      for (size_t i = 1; i < f.module_grad_norm.size(); ++i)
+        if (!(f.module_grad_norm[i] <= f.module_grad_norm[top])) top = i;
+      where += " (largest in " + f.module_names[top] + ": " + format(f.module_grad_norm[top]) + ")";
+    }
+    spike("grad_norm", f.grad_norm, -1, -1, "grad_norm", where);
   }
 
   const int W = static_cast<int>(f.weights.size());

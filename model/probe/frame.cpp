@@ -19,8 +19,10 @@ const char* to_string(FrameKind kind) { return kind == FrameKind::Train ? "train
 int64_t Frame::bytes() const {
   int64_t total = static_cast<int64_t>(sizeof(Frame) + (head_metrics.size() + weight_metrics.size() + cms_norm.size() +
                                                          cms_tick.size() + selfmod_error.size() + selfmod_retention.size() +
-                                                         retain_feature.size() + lr_feature.size()) *
+                                                         retain_feature.size() + lr_feature.size() +
+                                                         module_grad_norm.size() + module_update_ratio.size()) *
                                                             sizeof(float));
+  for (const auto& name : module_names) total += static_cast<int64_t>(sizeof(std::string) + name.size());
   for (const auto& m : matrices) total += static_cast<int64_t>(sizeof(MatrixSnapshot) + m.values.size() * sizeof(float));
   return total;
 }

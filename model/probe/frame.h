@@ -97,6 +97,11 @@ struct Frame {
   int feature_rows = 0, feature_dim = 0;
   std::vector<float> retain_feature, lr_feature;
 
+  // Train frames (train.module_norms, issue 18): per module of the model, the outer gradient norm
+  // before clipping and the step's update-to-weight ratio ‖Δθ‖/‖θ‖. Empty otherwise.
+  std::vector<std::string> module_names;  // "layer0/memory.W_K", "embedding", … (model/train/module_norms.h)
+  std::vector<float> module_grad_norm, module_update_ratio;
+
   float head(int layer, int h, HeadMetric m) const {
     return head_metrics[(static_cast<size_t>(layer) * heads + h) * kHeadMetricCount + static_cast<int>(m)];
   }

@@ -38,6 +38,16 @@ nlohmann::json frame_to_json(const Frame& f) {
     j["acc"] = number(f.acc);
     j["grad_norm"] = number(f.grad_norm);
     j["lr"] = number(f.lr);
+    if (!f.module_names.empty() && f.module_grad_norm.size() == f.module_names.size() &&
+        f.module_update_ratio.size() == f.module_names.size()) {
+      nlohmann::json grads = nlohmann::json::object(), updates = nlohmann::json::object();
+      for (size_t i = 0; i < f.module_names.size(); ++i) {
+        grads[f.module_names[i]] = number(f.module_grad_norm[i]);
+        updates[f.module_names[i]] = number(f.module_update_ratio[i]);
+      }
+      j["module_grad_norm"] = std::move(grads);
+      j["module_update_ratio"] = std::move(updates);
+    }
   }
   j["tokens_per_s"] = number(f.tokens_per_s);
   nlohmann::json layers = nlohmann::json::array();

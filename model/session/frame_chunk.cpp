@@ -42,7 +42,8 @@ constexpr std::array<RealColumn, 6> kRealColumns{{{"loss", &Frame::loss},
 
 // HOPE's arrays (issue 8): whole per-row blocks, present or not. The order is the bit order of
 // the `extras` mask in files already written: new arrays go at the end.
-enum class ExtraLayout { PerLevel, PerLayer, PerFeature };  // [layers, levels], [layers, n], [layers, rows, dim]
+// [layers, levels], [layers, n], [layers, rows, dim], [modules] (names in __metadata__ "modules")
+enum class ExtraLayout { PerLevel, PerLayer, PerFeature, PerModule };
 struct ExtraArray {
   const char* name;
   std::vector<float> Frame::*field;
@@ -53,7 +54,9 @@ constexpr std::array<ExtraArray, ChunkBuilder::kExtraArrays> kExtras{{{"cms_norm
                                              {"selfmod_error", &Frame::selfmod_error, ExtraLayout::PerLayer},
                                              {"retain_feature", &Frame::retain_feature, ExtraLayout::PerFeature},
                                              {"lr_feature", &Frame::lr_feature, ExtraLayout::PerFeature},
-                                             {"selfmod_retention", &Frame::selfmod_retention, ExtraLayout::PerLayer}}};
+                                             {"selfmod_retention", &Frame::selfmod_retention, ExtraLayout::PerLayer},
+                                             {"module_grad_norm", &Frame::module_grad_norm, ExtraLayout::PerModule},
+                                             {"module_update_ratio", &Frame::module_update_ratio, ExtraLayout::PerModule}}};
 struct ExtraInt {
   const char* name;
   int Frame::*field;
@@ -150,6 +153,7 @@ bool ChunkBuilder::fits(const Frame& frame) const {
     const auto shape = extra_shape(frame, i);
     if (!shape.empty() && !extra_shape_[i].empty() && shape != extra_shape_[i]) return false;
   }
+  if (!frame.module_names.empty() && !module_names_.empty() && frame.module_names != module_names_) return false;
   if (have_layout_ && !frame.head_metrics.empty() &&
       (frame.layers != layers_ || frame.heads != heads_ || frame.weights != weights_))
     return false;
@@ -199,6 +203,7 @@ void ChunkBuilder::add(const Frame& frame, int64_t seq) {
     }
   }
   extras_.push_back(mask);
+  if (module_names_.empty() && !frame.module_grad_norm.empty()) module_names_ = frame.module_names;
   if (have_layout_) {
     const size_t h = static_cast<size_t>(layers_ * heads_ * kHeadMetricCount);
     const size_t w = static_cast<size_t>(layers_ * heads_) * weights_.size() * kWeightMetricCount;
@@ -303,6 +308,7 @@ std::string ChunkBuilder::encode(const std::string& where, double wall_time,
       {"heads", std::to_string(heads_)},
       {"weights", nlohmann::json(weights_).dump()},
       {"snapshots", snapshots.dump()}};
+  if (!module_names_.empty()) metadata["modules"] = nlohmann::json(module_names_).dump();
   if (wall_time < 0) metadata.erase("wall_time");
   for (const auto& [key, value] : extra) metadata[key] = value;
   return encode_safetensors(blobs, metadata, where);
@@ -403,6 +409,13 @@ std::vector<Frame> decode_chunk(const SafetensorsFile& file) {
       frames[r].*kExtraInts[i].field = column[r];
     }
   }
+  std::vector<std::string> modules;  // the PerModule arrays' names
+  if (meta.count("modules")) {
+    for (const auto& m : parse_json("modules")) {
+      if (!m.is_string()) bad(file, "__metadata__ modules must be strings");
+      modules.push_back(m.get<std::string>());
+    }
+  }
   for (size_t i = 0; i < kExtras.size(); ++i) {
     const bool used = std::any_of(mask.begin(), mask.end(), [&](uint8_t m) { return (m >> i) & 1u; });
     if (!used) continue;
@@ -411,9 +424,14 @@ std::vector<Frame> decode_chunk(const SafetensorsFile& file) {
       bad(file, std::string("tensor '") + kExtras[i].name + "' should be F32 [rows, ...]");
     const auto bytes = file.read(*t);  // sizes checked by the reader against the shape
     const size_t per_row = rows > 0 ? bytes.size() / sizeof(float) / static_cast<size_t>(rows) : 0;
+    const bool per_module = kExtras[i].layout == ExtraLayout::PerModule;
+    if (per_module && per_row != modules.size())
+      bad(file, std::string("tensor '") + kExtras[i].name + "' has " + std::to_string(per_row) +
+                    " values per row but __metadata__ names " + std::to_string(modules.size()) + " modules");
     for (size_t r = 0; r < frames.size(); ++r) {
       if (!((mask[r] >> i) & 1u)) continue;
       auto& values = frames[r].*kExtras[i].field;
+      if (per_module) frames[r].module_names = modules;
       values.resize(per_row);
       if (per_row) std::memcpy(values.data(), bytes.data() + r * per_row * sizeof(float), per_row * sizeof(float));
     }

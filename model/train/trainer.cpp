@@ -83,6 +83,8 @@ TrainStepResult Trainer::train_step() {
   r.acc = score.accuracy();
   r.lr = lr;
   r.chunk = chunk;
+  std::vector<at::Tensor> before;
+  if (c.module_norms) r.modules = module_gradient_norms(optimiser_->parameters(), &before);
   r.grad_norm = clip_grad_norm(optimiser_->parameters(), c.clip);
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
     optimiser_->zero_grad();
@@ -91,6 +93,7 @@ TrainStepResult Trainer::train_step() {
                              " is not finite; the parameters were not updated");
   }
   optimiser_->step(lr);
+  if (c.module_norms) module_update_ratios(r.modules, optimiser_->parameters(), before);
   ++step_;
   last_state_ = std::move(state);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

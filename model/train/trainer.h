@@ -16,6 +16,7 @@
 #include "model/data/task.h"
 #include "model/nn/language_model.h"
 #include "model/train/adamw.h"
+#include "model/train/module_norms.h"
 
 namespace memscope::model {
 
@@ -27,6 +28,7 @@ struct TrainStepResult {
   double grad_norm = 0;   // before clipping
   double tokens_per_s = 0;
   int64_t chunk = 0;      // the chunk size b this step trained with
+  std::vector<ModuleNorm> modules;  // per module (train.module_norms), in the model's parameter order
 };
 
 struct EvalResult {

@@ -1,0 +1,104 @@
+#include "model/train/module_norms.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <map>
+
+namespace memscope::model {
+
+namespace {
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+std::string memory_module(const std::string& p) {  // p: the MemoryLayer's own parameter name
+  if (p == "w_q") return "W_Q";
+  if (p == "w_k") return "W_K";
+  if (p == "w_v") return "W_V";
+  if (starts_with(p, "gate_")) return "gate." + p.substr(5, p.size() - 7);  // gate_{name}_{w|b}
+  if (p == "m0" || p == "w1_0" || p == "w2_0") return "M0";
+  if (p == "conv_weight") return "conv";
+  if (p == "poly_coefficients") return "feature_map";
+  if (p == "ln_weight" || p == "ln_bias") return "LN";
+  return p;
+}
+
+std::string selfmod_module(const std::string& p) {  // M_{k,v,eta,alpha,memory}_{w1_0,w2_0,ln_*}, w_q, b_*
+  if (p == "w_q") return "W_Q";
+  if (starts_with(p, "b_")) return "gates";
+  if (p.find("ln_") != std::string::npos) return "LN";
+  return "M0";
+}
+
+}  // namespace
+
+std::string module_of(const std::string& parameter) {
+  if (parameter == "embedding") return "embedding";
+  if (starts_with(parameter, "norm_out")) return "head.norm";
+  if (!starts_with(parameter, "block")) return parameter;
+  const size_t dot = parameter.find('.');
+  if (dot == std::string::npos) return parameter;
+  const std::string layer = "layer" + parameter.substr(5, dot - 5) + "/";
+  const std::string rest = parameter.substr(dot + 1);
+  const size_t sub = rest.find('.');
+  const std::string head = rest.substr(0, sub), tail = sub == std::string::npos ? "" : rest.substr(sub + 1);
+  if (head == "memory") return layer + "memory." + memory_module(tail);
+  if (head == "selfmod") return layer + "selfmod." + selfmod_module(tail);
+  if (head == "attention" || head == "ffn" || head == "cms") return layer + head;
+  return layer + "mixing";
+}
+
+std::vector<ModuleNorm> module_gradient_norms(const std::vector<std::pair<std::string, at::Tensor>>& parameters,
+                                              std::vector<at::Tensor>* before) {
+  at::NoGradGuard no_grad;
+  std::vector<ModuleNorm> modules;
+  std::map<std::string, size_t> index;
+  std::vector<at::Tensor> squares;  // one per module, summed on the device: a single host transfer
+  for (const auto& [name, p] : parameters) {
+    const std::string module = module_of(name);
+    auto it = index.find(module);
+    if (it == index.end()) {
+      it = index.emplace(module, modules.size()).first;
+      modules.push_back({module, 0.0, 0.0});
+      squares.push_back(at::zeros({}, p.options().dtype(at::kDouble)));
+    }
+    if (p.grad().defined()) squares[it->second] = squares[it->second] + p.grad().to(at::kDouble).pow(2).sum();
+    if (before) before->push_back(p.detach().clone());
+  }
+  if (modules.empty()) return modules;
+  const at::Tensor norms = at::stack(squares).sqrt().cpu();
+  for (size_t i = 0; i < modules.size(); ++i) modules[i].grad_norm = norms[static_cast<int64_t>(i)].item<double>();
+  return modules;
+}
+
+void module_update_ratios(std::vector<ModuleNorm>& modules,
+                          const std::vector<std::pair<std::string, at::Tensor>>& parameters,
+                          const std::vector<at::Tensor>& before) {
+  at::NoGradGuard no_grad;
+  if (before.size() != parameters.size()) return;
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < modules.size(); ++i) index[modules[i].name] = i;
+  std::vector<at::Tensor> moved(modules.size()), size(modules.size());
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    const auto it = index.find(module_of(parameters[i].first));
+    if (it == index.end()) continue;
+    const at::Tensor old = before[i].to(at::kDouble), now = parameters[i].second.detach().to(at::kDouble);
+    const at::Tensor d = (now - old).pow(2).sum(), s = old.pow(2).sum();
+    moved[it->second] = moved[it->second].defined() ? moved[it->second] + d : d;
+    size[it->second] = size[it->second].defined() ? size[it->second] + s : s;
+  }
+  for (size_t i = 0; i < modules.size(); ++i) {
+    if (!moved[i].defined()) continue;
+    const double weight = std::sqrt(size[i].item<double>());
+    modules[i].update_ratio = weight > 0 ? std::sqrt(moved[i].item<double>()) / weight : 0.0;
+  }
+}
+
+const ModuleNorm* largest_gradient(const std::vector<ModuleNorm>& modules) {
+  const ModuleNorm* best = nullptr;
+  for (const auto& m : modules)
+    if (!best || m.grad_norm > best->grad_norm || (std::isnan(m.grad_norm) && !std::isnan(best->grad_norm))) best = &m;
+  return best;
+}
+
+}  // namespace memscope::model
