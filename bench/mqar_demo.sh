@@ -41,7 +41,7 @@ PY
 # The deep-memory rows (issue 18): Atlas's rule on its MLP memory, and one MLP memory layer alone.
 {
   run atlas demo-mqar
-  run atlas-mlp demo-mqar --set memory.structure=mlp
+  run atlas-mlp demo-mqar-atlas-mlp
   run swa demo-mqar-swa
 } &
 {
