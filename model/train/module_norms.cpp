@@ -75,22 +75,23 @@ void module_update_ratios(std::vector<ModuleNorm>& modules,
                           const std::vector<std::pair<std::string, at::Tensor>>& parameters,
                           const std::vector<at::Tensor>& before) {
   at::NoGradGuard no_grad;
-  if (before.size() != parameters.size()) return;
+  if (before.empty() || before.size() != parameters.size()) return;
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < modules.size(); ++i) index[modules[i].name] = i;
+  // Per module ‖Δθ‖² and ‖θ‖², summed on the device and brought to the host in one transfer.
   std::vector<at::Tensor> moved(modules.size()), size(modules.size());
+  for (size_t i = 0; i < modules.size(); ++i) moved[i] = size[i] = at::zeros({}, before.front().options().dtype(at::kDouble));
   for (size_t i = 0; i < parameters.size(); ++i) {
     const auto it = index.find(module_of(parameters[i].first));
     if (it == index.end()) continue;
     const at::Tensor old = before[i].to(at::kDouble), now = parameters[i].second.detach().to(at::kDouble);
-    const at::Tensor d = (now - old).pow(2).sum(), s = old.pow(2).sum();
-    moved[it->second] = moved[it->second].defined() ? moved[it->second] + d : d;
-    size[it->second] = size[it->second].defined() ? size[it->second] + s : s;
+    moved[it->second] = moved[it->second] + (now - old).pow(2).sum();
+    size[it->second] = size[it->second] + old.pow(2).sum();
   }
+  const at::Tensor host = at::stack({at::stack(moved), at::stack(size)}).sqrt().cpu();
   for (size_t i = 0; i < modules.size(); ++i) {
-    if (!moved[i].defined()) continue;
-    const double weight = std::sqrt(size[i].item<double>());
-    modules[i].update_ratio = weight > 0 ? std::sqrt(moved[i].item<double>()) / weight : 0.0;
+    const double weight = host[1][static_cast<int64_t>(i)].item<double>();
+    modules[i].update_ratio = weight > 0 ? host[0][static_cast<int64_t>(i)].item<double>() / weight : 0.0;
   }
 }
 
