@@ -1,6 +1,7 @@
 // memscope-cli eval: a checkpoint's accuracy on its task, or on others with the same vocabulary.
 #include <torch/torch.h>
 
+#include <cmath>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -21,6 +22,21 @@ struct EvalOptions {
   int threads = 0;
 };
 
+// "parameter 'x' holds 3 non-finite values (and 2 more parameters)", or that all are finite.
+std::string nonfinite_parameters(const model::Trainer& trainer) {
+  std::string first;
+  int64_t first_count = 0, others = 0;
+  for (const auto& p : trainer.model()->named_parameters()) {
+    const int64_t bad = (~torch::isfinite(p.value())).sum().item<int64_t>();
+    if (bad == 0) continue;
+    if (first.empty()) first = p.key(), first_count = bad;
+    else ++others;
+  }
+  if (first.empty()) return "every parameter is finite (the inputs or the memory's inner loop overflow)";
+  return "parameter '" + first + "' holds " + std::to_string(first_count) + " non-finite values" +
+         (others > 0 ? " (and " + std::to_string(others) + " more parameters do)" : "");
+}
+
 void run_eval(const EvalOptions& o) {
   using namespace memscope::model;
   if (o.threads > 0) torch::set_num_threads(o.threads);
@@ -40,6 +56,9 @@ void run_eval(const EvalOptions& o) {
                                 {"acc", r.acc}, {"queries", r.queries}}
                      .dump()
               << std::endl;
+    // A loss of NaN is not a result: say so, and where it comes from, with a failing exit.
+    if (!std::isfinite(r.loss))
+      throw UserError("eval: the loss on '" + kind + "' is not finite; " + nonfinite_parameters(trainer) + " in " + o.ckpt);
   }
 }
 

@@ -59,6 +59,12 @@ void print_session(const nlohmann::json& s) {
   std::cout << "events    " << s["events"]["total"];
   for (const auto& [kind, n] : s["events"]["by_kind"].items()) std::cout << "  " << kind << ' ' << n;
   std::cout << '\n';
+  const auto& sums = s["checksums"];
+  if (sums["unverified"].get<int64_t>() == 0)
+    std::cout << "checksums verified: every chunk's bytes match their CRC32C\n";
+  else
+    std::cout << "checksums unverified: " << sums["unverified"] << " of " << s["chunks"]
+              << " chunks carry no checksums (written by an earlier memscope); their bytes cannot be checked\n";
   if (s["damage"].empty()) {
     std::cout << "damage    none\n";
   } else {
@@ -92,6 +98,10 @@ void print_file(const nlohmann::json& f) {
     for (const auto& d : t["shape"]) std::cout << (first ? "" : ", ") << d, first = false;
     std::cout << "]\n";
   }
+  const auto& sums = f["checksums"];
+  if (sums.is_string() && sums.get<std::string>() == "verified") std::cout << "checksums verified (CRC32C per tensor)\n";
+  else if (sums.is_string()) std::cout << "checksums unverified: the file has none (an older or another writer)\n";
+  else std::cout << "checksums FAIL for " << join(sums["failing"]) << "\n";
 }
 
 void run_inspect(const InspectOptions& o) {
@@ -101,6 +111,10 @@ void run_inspect(const InspectOptions& o) {
     const auto f = safetensors_summary(o.path);
     if (o.json) std::cout << f.dump() << '\n';
     else print_file(f);
+    std::cout.flush();
+    if (f["checksums"].is_object())
+      throw UserError(o.path + " is damaged: " + std::to_string(f["checksums"]["failing"].size()) +
+                      " tensor(s) fail their CRC32C checksum");
     return;
   }
   const SessionReader session(o.path);

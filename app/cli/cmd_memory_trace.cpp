@@ -10,6 +10,7 @@
 #include "model/memory/continuum_memory.h"
 #include "model/memory/memory_layer.h"
 #include "model/memory/memory_rule.h"
+#include "model/session/output_check.h"
 #include "model/session/safetensors_writer.h"
 #include "model/util/errors.h"
 
@@ -26,16 +27,22 @@ struct TraceOptions {
   uint64_t seed = 0;
   int64_t chunk = 0;  // 0: the sequential step
   std::string out;
+  bool force = false;
 };
 
 void run_trace(const TraceOptions& o) {
   using namespace memscope::model;
-  if (o.tokens < 1) throw UserError("memory-trace: --tokens must be at least 1");
-  if (o.heads < 1) throw UserError("memory-trace: --heads must be at least 1");
+  // Bad arguments are usage errors (exit 2, like CLI11's own), not failures of the run.
+  auto usage = [](const std::string& what) { throw CLI::ValidationError("memory-trace: " + what); };
+  if (o.tokens < 1) usage("--tokens must be at least 1");
+  if (o.heads < 1) usage("--heads must be at least 1");
   if (o.dim < 1 || o.dim % o.heads != 0)
-    throw UserError("memory-trace: --dim " + std::to_string(o.dim) + " must be a positive multiple of --heads " +
-                    std::to_string(o.heads));
-  if (o.chunk < 0) throw UserError("memory-trace: --chunk must be at least 1");
+    usage("--dim " + std::to_string(o.dim) + " must be a positive multiple of --heads " + std::to_string(o.heads));
+  if (o.chunk < 0) usage("--chunk must be at least 1");
+  std::vector<std::filesystem::path> inputs;
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(o.preset, ec)) inputs.emplace_back(o.preset);
+  check_output({"--out", o.out, FileKind::MemoryTrace, 0}, inputs, o.force);
   const Preset preset = load_preset(o.preset, o.sets);
   const MemoryRule& rule = preset.memory;
 
@@ -129,6 +136,7 @@ void register_memory_trace(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "Random seed for the parameters and the input")->capture_default_str();
   cmd->add_option("--chunk", o->chunk, "Use the chunkwise form with chunk size B (default: the sequential step)");
   cmd->add_option("--out", o->out, "Output file (.safetensors)")->required();
+  cmd->add_flag("--force", o->force, "Overwrite a file of another kind (or the preset file)");
   cmd->callback([o] { run_trace(*o); });
 }
 

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "app/cli/commands.h"
+#include "app/cli/interrupt.h"
 #include "model/engine/engine.h"
 #include "model/session/replay.h"
 #include "model/probe/frame_json.h"
@@ -159,9 +160,29 @@ void run_step(const StepOptions& o) {
   if (!o.record.empty()) {
     post_and_check(Command::start_recording(o.record));
   }
-  // A replay without --tokens plays to the end of the recording.
+  // A replay without --tokens plays to the end of the recording. Ctrl+C or SIGTERM pauses after
+  // the step in flight; the recording is then closed as on a normal end.
+  catch_interrupts();
+  const size_t events_before = engine.events().size();
   engine.post(!o.replay.empty() && !o.tokens_given ? Command::run() : Command::steps(o.tokens));
-  engine.wait_idle();
+  bool paused_by_signal = false;
+  while (!engine.wait_idle_for(0.1))
+    if (interrupted() && !paused_by_signal) {
+      engine.post(Command{Command::Kind::Pause});
+      paused_by_signal = true;
+    }
+  // What stopped the run early, if anything did: the first error (a NaN, a failing disk), not a
+  // breakpoint the user asked for.
+  std::string stopped_by;
+  bool breakpoint_fired = false;
+  for (const Event& e : engine.events(events_before)) {
+    breakpoint_fired |= e.kind == EventKind::Breakpoint;
+    if (e.kind == EventKind::Error && stopped_by.empty()) stopped_by = e.message;
+  }
+  // --break-on nan stops on a NaN as asked; a step that failed is an error whatever was asked.
+  if (breakpoint_fired && stopped_by.find(" failed: ") == std::string::npos) stopped_by.clear();
+  const auto steps = engine.status().steps;
+  const std::string at = "step " + std::to_string(steps.empty() ? 0 : steps.front());
   if (!o.record.empty()) {
     const std::string dir = engine.status().recording;
     post_and_check(Command{Command::Kind::StopRecording});
@@ -169,8 +190,10 @@ void run_step(const StepOptions& o) {
   }
   engine.stop();
   std::cout.flush();
-  // A failed step (not a breakpoint) is an error for scripts; a replay only shows recorded ones.
-  if (o.replay.empty() && printer->error().find(" failed: ") != std::string::npos) throw UserError(printer->error());
+  if (interrupted()) throw Interrupted("interrupted at " + at);
+  // A step that failed or paused on an error is an error for scripts; a replay only shows
+  // recorded ones.
+  if (o.replay.empty() && !stopped_by.empty()) throw UserError("stopped at " + at + ": " + stopped_by);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "app/cli/commands.h"
+#include "app/cli/interrupt.h"
 #include "memscope/version.h"
 #include "model/util/errors.h"
 
@@ -31,6 +32,9 @@ int main(int argc, char** argv) {
     // Bad arguments: one clear line and a non-zero exit (issue 2).
     std::cerr << "memscope-cli: " << e.what() << " (see memscope-cli --help)\n";
     return 2;
+  } catch (const memscope::app::Interrupted& e) {
+    std::cerr << "memscope-cli: " << e.what() << "\n";
+    return memscope::app::interrupt_exit_code();
   } catch (const std::exception& e) {
     std::cerr << "memscope-cli: " << memscope::model::one_line(e.what()) << "\n";
     return 1;

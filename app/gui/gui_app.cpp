@@ -11,7 +11,9 @@
 #include "app/gui/matrix_textures.h"
 #include "model/config/preset.h"
 #include "model/engine/engine.h"
+#include "model/session/output_check.h"
 #include "model/session/replay.h"
+#include "model/session/session_writer.h"
 #include "model/session/session_export.h"
 #include "model/util/errors.h"
 #include "viz/app_window.h"
@@ -141,9 +143,13 @@ void GuiApp::raise_banner_from_events() {
   const auto& events = main().events;
   // A rewind erases events: what is left was seen already.
   view_.banner_event = std::min(view_.banner_event, events.size());
+  bool raised = false;  // the first error of a batch says why; the later ones are in the Events list
   for (size_t i = view_.banner_event; i < events.size(); ++i) {
     const model::Event& e = events[i];
-    if (e.kind == model::EventKind::Error) view_.banner = "step " + std::to_string(e.step) + ": " + e.message;
+    if (e.kind == model::EventKind::Error && !raised) {
+      view_.banner = "step " + std::to_string(e.step) + ": " + e.message;
+      raised = true;
+    }
     // What pauses the source must also stop a run the GUI paces with Step commands.
     if (e.kind == model::EventKind::Error || e.kind == model::EventKind::Breakpoint ||
         e.kind == model::EventKind::NonFinite || e.message.rfind("end of the recording", 0) == 0)
@@ -277,9 +283,26 @@ void GuiApp::toggle_recording() {
     view_.notice = "recording stopped: " + main().status.recording;
     return;
   }
-  const std::string path = "memscope-" + timestamp() + ".memscope";
+  start_recording("memscope-" + timestamp() + ".memscope");
+}
+
+bool GuiApp::start_recording(const std::string& path) {
+  if (!recording_path_ok("Record", path)) return false;
   post(model::Command::start_recording(path));
   view_.notice = "recording into " + path;
+  return true;
+}
+
+bool GuiApp::recording_path_ok(const std::string& what, const std::string& path) {
+  // Checked here, before the engine gets the command: the banner then says what is wrong with the
+  // directory, not what failed after it.
+  try {
+    model::check_output({what, model::session_dir_for(path), model::FileKind::Session, 16u << 20}, {}, false);
+    return true;
+  } catch (const std::exception& e) {
+    show_error(model::one_line(e.what()));
+    return false;
+  }
 }
 
 void GuiApp::save_session() {
@@ -290,6 +313,7 @@ void GuiApp::save_session() {
   // Starting a recording seeds it with every frame and event the run still holds; stopping right
   // after writes it out: the session as it is now.
   const std::string path = "memscope-" + timestamp() + ".memscope";
+  if (!recording_path_ok("File > Save", path)) return;
   post(model::Command::start_recording(path));
   post(model::Command{model::Command::Kind::StopRecording});
   view_.notice = "saved the session to " + std::filesystem::absolute(path).string();
@@ -302,6 +326,8 @@ void GuiApp::export_session(bool csv, const std::string& out) {
       session = static_cast<model::Replay&>(*main().source).reader().dir().string();
     else
       throw model::UserError("export reads a recorded session: save this run first (Ctrl+S), then open it");
+    model::check_output({csv ? "Export CSV" : "Export", out, csv ? model::FileKind::Csv : model::FileKind::SessionExport, 0},
+                        {session}, false);
     const model::SessionReader reader(session);
     model::ExportRange range;
     range.timeline = view_.timeline;

@@ -22,6 +22,7 @@ struct GuiOptions {
   std::vector<std::string> sets;     // KEY=VALUE overrides
   std::string session;               // when set, replay this recording instead
   std::string compare_session;       // a recording shown beside the main run in the compare view
+  std::string record;                // when set, the live run is recorded into this session from the start
   std::string device_line;
 };
 
@@ -59,6 +60,8 @@ class GuiApp {
   void open_compare_session(const std::string& path);
   void toggle_recording();        // Record: start or stop recording into a new session
   void save_session();            // Ctrl+S: write what the run holds now into a new session
+  // Starts recording the main run into `path`; false (with the reason on the banner) when it cannot.
+  bool start_recording(const std::string& path);
   void export_session(bool csv, const std::string& out);
   void show_error(const std::string& message);  // one line in the banner, never a crash
 
@@ -77,6 +80,8 @@ class GuiApp {
   Textures& textures() { return *textures_; }
 
  private:
+  // False (with the reason on the banner) when a session cannot be written at `path`.
+  bool recording_path_ok(const std::string& what, const std::string& path);
   void replace_runs(std::vector<std::unique_ptr<Run>> runs);
   void raise_banner_from_events();
   void pace();

@@ -9,6 +9,7 @@
 #include <map>
 
 #include "app/gui/gui_app.h"
+#include "app/gui/display_text.h"
 #include "app/gui/panels.h"
 #include "model/config/knobs.h"
 #include "model/config/preset.h"
@@ -134,7 +135,7 @@ void draw_knobs_panel(GuiApp& app) {
   ImGui::TextColored(viz::colors::muted(), run.live ? "R: restart knob" : "recorded (read-only)");
   if (!preset.description.empty()) {
     ImGui::PushTextWrapPos(0.0f);
-    ImGui::TextColored(viz::colors::muted(), "%s", preset.description.c_str());
+    ImGui::TextColored(viz::colors::muted(), "%s", clipped_for_display(preset.description).c_str());
     ImGui::PopTextWrapPos();
   }
   ImGui::SetNextItemWidth(-1);

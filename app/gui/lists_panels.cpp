@@ -3,6 +3,7 @@
 #include <imgui_stdlib.h>
 
 #include "app/gui/event_style.h"
+#include "app/gui/display_text.h"
 #include "app/gui/gui_app.h"
 #include "app/gui/panels.h"
 #include "model/engine/command.h"
@@ -40,8 +41,8 @@ void draw_events_panel(GuiApp& app) {
       ImGui::SameLine(90.0f);
       ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(event_color(e.kind)), "%-10s", model::to_string(e.kind));
       ImGui::SameLine();
-      ImGui::TextUnformatted(e.message.c_str());
-      if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", e.message.c_str());
+      ImGui::TextUnformatted(clipped_for_display(e.message, 300, 1).c_str());
+      if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", clipped_for_display(e.message).c_str());
       ImGui::PopID();
     }
   ImGui::EndChild();

@@ -3,6 +3,10 @@
 // are made); --steps runs the model that far first.
 #include <CLI/CLI.hpp>
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <chrono>
 #include <iostream>
 #include <thread>
@@ -15,6 +19,24 @@
 #include "viz/app_window.h"
 
 namespace {
+
+// SIGINT or SIGTERM: the window closes as if the user closed it, so a recording in progress is
+// finished (its last chunk and its totals) by the normal shutdown. The main loop wakes at least
+// once a second, and a signal interrupts its wait, so the flag is seen at once.
+std::atomic<int> g_quit_signal{0};
+
+extern "C" void on_quit_signal(int signal) {
+  // A second signal while shutting down: leave at once, the usual meaning of pressing it twice.
+  if (g_quit_signal.exchange(signal) != 0) ::_exit(128 + signal);
+}
+
+void watch_quit_signals() {
+  struct sigaction action {};
+  action.sa_handler = on_quit_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
 
 struct Options {
   std::string screenshot;
@@ -52,6 +74,10 @@ int run(Options options) {
       app.view().enlarged = {std::stoi(what.substr(8)), 0, "M", "M"};
     }
   }
+  if (!options.gui.record.empty()) {
+    if (!app.main().live) throw model::UserError("--record needs a live run (a replay is recorded already)");
+    if (!app.start_recording(options.gui.record)) throw model::UserError(app.view().banner);
+  }
   const bool screenshot_mode = !options.screenshot.empty();
   if (options.steps > 0) {
     app.post_all(model::Command::steps(options.steps));
@@ -68,7 +94,7 @@ int run(Options options) {
   using clock = std::chrono::steady_clock;
   auto last_frame = clock::now();
   const auto since_last_frame = [&] { return std::chrono::duration<double>(clock::now() - last_frame).count(); };
-  for (int frame = 1; !window.should_close(); ++frame) {
+  for (int frame = 1; !window.should_close() && g_quit_signal == 0; ++frame) {
     bool input = false;
     if (screenshot_mode || settle > 0) {
       input = window.wait_for_events(true);
@@ -104,18 +130,25 @@ int run(Options options) {
     }
     window.present();
   }
+  if (g_quit_signal != 0) {
+    std::cerr << "memscope: " << (g_quit_signal == SIGINT ? "interrupted" : "terminated")
+              << "; closing the run and any recording\n";
+    return 128 + g_quit_signal;
+  }
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  watch_quit_signals();
   CLI::App cli{"memscope: a debugger for test-time-learning memory (Titans, Atlas, HOPE, TTT)"};
   cli.set_version_flag("--version", std::string("memscope ") + MEMSCOPE_VERSION);
   Options options;
   cli.add_option("--preset", options.gui.preset, "Preset to run live (assets/presets name or .toml path)")->capture_default_str();
   cli.add_option("--set", options.gui.sets, "KEY=VALUE knob override (repeatable)");
   cli.add_option("--session", options.gui.session, "Replay a recorded session (NAME.memscope) instead of a live run");
+  cli.add_option("--record", options.gui.record, "Record the live run from its first step into DIR (NAME.memscope)");
   cli.add_option("--compare-session", options.gui.compare_session, "A recorded session to show beside the run (compare view)");
   cli.add_option("--show", options.show, "Open with: compare, hope, breakpoints, resets, help, presets, enlarge=LAYER")
       ->check(CLI::IsMember({"compare", "hope", "breakpoints", "resets", "help", "presets", "enlarge=0", "enlarge=1", "enlarge=2", "enlarge=3"}));

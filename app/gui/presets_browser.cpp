@@ -3,6 +3,7 @@
 #include <imgui.h>
 
 #include "app/gui/gui_app.h"
+#include "app/gui/display_text.h"
 #include "app/gui/panels.h"
 #include "model/config/preset.h"
 #include "model/util/errors.h"
@@ -72,9 +73,9 @@ void draw_presets_browser(GuiApp& app) {
       if (!p.error.empty())
         ImGui::TextColored(viz::colors::error(), "%s", p.error.c_str());
       else if (p.compare)
-        ImGui::Text("%s  [compare view: %zu more run%s]", p.description.c_str(), p.compare, p.compare > 1 ? "s" : "");
+        ImGui::Text("%s  [compare view: %zu more run%s]", clipped_for_display(p.description, 400, 2).c_str(), p.compare, p.compare > 1 ? "s" : "");
       else
-        ImGui::TextUnformatted(p.description.c_str());
+        ImGui::TextUnformatted(clipped_for_display(p.description, 400, 2).c_str());
       ImGui::PopTextWrapPos();
     }
     ImGui::EndTable();

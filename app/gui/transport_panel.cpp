@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "app/gui/event_style.h"
+#include "app/gui/display_text.h"
 #include "app/gui/gui_app.h"
 #include "app/gui/panels.h"
 #include "model/config/knobs.h"
@@ -147,7 +148,7 @@ void draw_error_banner(GuiApp& app) {
   ImGui::PushStyleColor(ImGuiCol_ChildBg, ImVec4(0.45f, 0.08f, 0.10f, 1.0f));
   ImGui::BeginChild("banner", {0, ImGui::GetFrameHeightWithSpacing() + 8.0f}, true, ImGuiWindowFlags_NoScrollbar);
   ImGui::AlignTextToFramePadding();
-  ImGui::TextUnformatted(view.banner.c_str());
+  ImGui::TextUnformatted(clipped_for_display(view.banner, 600, 2).c_str());
   ImGui::SameLine(ImGui::GetWindowWidth() - 80.0f);
   if (ImGui::Button("Dismiss")) view.banner.clear();
   ImGui::EndChild();

@@ -286,7 +286,16 @@ toml::table resolve_inheritance(toml::table root, const std::string& origin, int
   if (!parent->is_string()) throw UserError(origin + ": inherits: expected a preset name");
   if (depth > 8) throw UserError(origin + ": inherits: chain deeper than 8 (a cycle?)");
   const std::string base_name = parent->value<std::string>().value();
-  const fs::path base_file = preset_file(base_name);
+  // A relative path is relative to the file that names it, not to the current directory.
+  std::string base_ref = base_name;
+  if (is_path(base_name) && fs::path(base_name).is_relative() && fs::path(origin).has_parent_path())
+    base_ref = (fs::path(origin).parent_path() / base_name).string();
+  fs::path base_file;
+  try {
+    base_file = preset_file(base_ref);
+  } catch (const UserError& e) {
+    throw UserError(origin + ": inherits \"" + base_name + "\": " + e.what());
+  }
   toml::table base = resolve_inheritance(parse_table(read_text(base_file), base_file.string()), base_file.string(),
                                          depth + 1);
   root.erase("inherits");
@@ -294,11 +303,67 @@ toml::table resolve_inheritance(toml::table root, const std::string& origin, int
   return base;
 }
 
+// The message of a preset error without its "ORIGIN: " prefix.
+std::string without_origin(const UserError& e, const std::string& origin) {
+  std::string message = e.what();
+  if (message.rfind(origin + ": ", 0) == 0) message = message.substr(origin.size() + 2);
+  return message;
+}
+
+// A preset that reads alone but not with `overrides`: the error names the --set that caused it
+// (the one whose key the message starts with, else all of them), not the file.
+[[noreturn]] void blame_overrides(const UserError& e, const std::string& origin, const std::vector<std::string>& overrides) {
+  const std::string message = without_origin(e, origin);
+  const std::string* culprit = nullptr;
+  size_t best = 0;
+  for (const auto& o : overrides) {
+    // "memory.lr.max: expected …" for memory.lr.max=…, "foo: unknown key" for foo.bar=…
+    for (std::string key = o.substr(0, o.find('=')); !key.empty();) {
+      if (key.size() > best && message.rfind(key + ":", 0) == 0) {
+        culprit = &o;
+        best = key.size();
+        break;
+      }
+      const size_t dot = key.rfind('.');
+      key = dot == std::string::npos ? "" : key.substr(0, dot);
+    }
+  }
+  std::string sets;
+  for (const auto& o : overrides) sets += (sets.empty() ? "--set " : " --set ") + o;
+  throw UserError((culprit ? "--set " + *culprit : sets) + " (on " + origin + "): " + message);
+}
+
+// Each [[compare]] run's sets are checked now, on the preset they modify, so that a bad value is
+// reported at load and named by its run, not when the GUI builds that run.
+void check_compare_runs(const toml::table& root, const Preset& preset, const std::string& origin, const std::string& name) {
+  toml::table plain = root;
+  plain.erase("compare");
+  for (size_t i = 0; i < preset.compare.size(); ++i) {
+    const std::string where = origin + ": compare[" + std::to_string(i) + "] (\"" + preset.compare[i].label + "\")";
+    toml::table run = plain;
+    try {
+      for (const auto& set : preset.compare[i].sets) apply_override(run, set, origin);
+      read_preset(run, origin, name);
+    } catch (const UserError& e) {
+      throw UserError(where + ": " + without_origin(e, origin));
+    }
+  }
+}
+
 Preset parse_with_name(const std::string& text, const std::string& origin, const std::string& name,
                        const std::vector<std::string>& overrides) {
   toml::table root = resolve_inheritance(parse_table(text, origin), origin, 0);
-  for (const auto& o : overrides) apply_override(root, o, origin);
-  return read_preset(root, origin, name);
+  Preset preset = read_preset(root, origin, name);  // the file alone: its errors name the file
+  check_compare_runs(root, preset, origin, name);
+  if (overrides.empty()) return preset;
+  try {
+    for (const auto& o : overrides) apply_override(root, o, origin);
+    preset = read_preset(root, origin, name);
+  } catch (const UserError& e) {
+    blame_overrides(e, origin, overrides);
+  }
+  check_compare_runs(root, preset, origin, name);
+  return preset;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "model/engine/timeline_source.h"
 
 #include <algorithm>
+#include <chrono>
 #include <iostream>
 
 #include "model/util/errors.h"
@@ -74,6 +75,12 @@ void TimelineSource::post(Command command) {
 void TimelineSource::wait_idle() {
   std::unique_lock<std::mutex> lock(queue_mutex_);
   idle_.wait(lock, [&] { return stopping_ || (queue_.empty() && !busy_ && !running_ && pending_steps_ == 0); });
+}
+
+bool TimelineSource::wait_idle_for(double seconds) {
+  std::unique_lock<std::mutex> lock(queue_mutex_);
+  return idle_.wait_for(lock, std::chrono::duration<double>(seconds),
+                        [&] { return stopping_ || (queue_.empty() && !busy_ && !running_ && pending_steps_ == 0); });
 }
 
 void TimelineSource::add_sink(std::shared_ptr<FrameSink> sink) { sinks_.push_back(std::move(sink)); }
@@ -165,14 +172,18 @@ void TimelineSource::emit_frame(const Frame& frame) {
 }
 
 void TimelineSource::publish(const std::vector<Event>& events, std::vector<Event>& fired) {
+  bool paused_for_nan = false;
   for (const auto& e : events) {
     emit(e);
     for (const auto& b : breakpoints_)
       if (breakpoint_fires(b, e))
         fired.push_back(source_event(e.step, e.timeline, "break on " + describe(b) + ": " + e.message, EventKind::Breakpoint));
-    // A NaN always pauses (issue 5 "Errors"), breakpoint or not.
-    if (e.kind == EventKind::NonFinite)
+    // A NaN always pauses (issue 5 "Errors"), breakpoint or not; the first one says why, the
+    // others of the same step are in the events already.
+    if (e.kind == EventKind::NonFinite && !paused_for_nan) {
       fired.push_back(source_event(e.step, e.timeline, "paused: " + e.message, EventKind::Error));
+      paused_for_nan = true;
+    }
   }
 }
 

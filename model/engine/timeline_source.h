@@ -59,6 +59,8 @@ class TimelineSource {
   void post(Command command);
   // Blocks until every posted command is applied and the source is paused (CLI and tests).
   void wait_idle();
+  // The same, for at most `seconds`: true when idle (the CLI polls it to notice Ctrl+C).
+  bool wait_idle_for(double seconds);
 
   void add_sink(std::shared_ptr<FrameSink> sink);  // before start()
   void set_recorder_factory(RecorderFactory factory);  // before start()

@@ -128,9 +128,15 @@ void Replay::seek(int timeline, int64_t step) {
   }
 }
 
-void Replay::apply(const Command& c, std::vector<Event>& /*events*/) {
+void Replay::apply(const Command& c, std::vector<Event>& events) {
   if (c.kind == Command::Kind::Rewind) {
     seek(c.timeline, c.step);
+    // As the engine does: a recording of this replay reads the frames that follow as the
+    // timeline going on from here, not as damage (ChunkOrderCheck).
+    Event marker = source_event(c.step, c.timeline, "timeline " + std::to_string(c.timeline) + " continues from step " +
+                                                        std::to_string(c.step) + " (replay)");
+    marker.tensor = kRewindMarker;
+    events.push_back(std::move(marker));
     return;
   }
   throw UserError("a recording is read-only; " + describe(c) + " needs the live engine (memscope --preset ...)");

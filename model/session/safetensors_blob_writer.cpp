@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "model/session/crc32c.h"
 #include "model/util/errors.h"
 
 namespace memscope::model {
@@ -18,16 +19,20 @@ std::string encode_safetensors(const std::vector<StBlob>& tensors, const std::ma
   std::set<std::string> names;
   std::uint64_t offset = 0;
   std::vector<std::uint64_t> sizes;
+  nlohmann::json checksums = nlohmann::json::object();
   for (const StBlob& t : tensors) {
     if (t.name.empty() || t.name == "__metadata__" || !names.insert(t.name).second)
       throw UserError(where + ": tensor name '" + t.name + "' is empty, reserved or repeated");
     std::uint64_t bytes = st_dtype_size(t.dtype);
     for (auto d : t.shape) bytes *= static_cast<std::uint64_t>(d);
     header[t.name] = {{"dtype", st_dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    checksums[t.name] = crc32c_hex(crc32c(t.data, bytes));
     offset += bytes;
     sizes.push_back(bytes);
   }
-  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::map<std::string, std::string> meta = metadata;
+  meta[kChecksumKey] = checksums.dump();  // read back by SafetensorsFile::read
+  header["__metadata__"] = meta;
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
 
@@ -56,12 +61,26 @@ void write_file_atomically(const std::filesystem::path& path, const std::string&
     }
     done += static_cast<size_t>(wrote);
   }
+  // The bytes reach the disk before the rename makes them the file: after a power loss the path
+  // holds the old file or the whole new one (a SIGKILL alone never needed this).
+  if (error == 0 && ::fsync(fd) != 0) error = errno;
   if (::close(fd) != 0 && error == 0) error = errno;
   if (error == 0 && std::rename(tmp.c_str(), path.c_str()) != 0) error = errno;
   if (error != 0) {
     ::unlink(tmp.c_str());
     throw UserError(path.string() + ": write failed: " + std::strerror(error));
   }
+  sync_directory_of(path);
+}
+
+void sync_directory_of(const std::filesystem::path& path) {
+  // The rename itself is an entry of the directory: it is durable once the directory is synced.
+  // A failure here is not an error: the file is complete, only its name may be older on power loss.
+  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return;
+  [[maybe_unused]] const int synced = ::fsync(dfd);
+  ::close(dfd);
 }
 
 }  // namespace memscope::model

@@ -27,7 +27,11 @@ std::string encode_safetensors(const std::vector<StBlob>& tensors, const std::ma
 // Writes `bytes` to `path`.tmp and renames it to `path`: a killed process leaves either the old
 // file or the whole new one, never a torn one. Throws UserError naming the file on failure (the
 // temporary file is removed).
+// The data is fsync'ed before the rename and the directory after it, so power loss is covered too.
 void write_file_atomically(const std::filesystem::path& path, const std::string& bytes);
+
+// fsync of the directory holding `path` (best effort): makes a rename or a new file's name durable.
+void sync_directory_of(const std::filesystem::path& path);
 
 inline void write_safetensors_blobs(const std::filesystem::path& path, const std::vector<StBlob>& tensors,
                                     const std::map<std::string, std::string>& metadata = {}) {

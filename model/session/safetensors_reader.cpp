@@ -1,5 +1,7 @@
 #include "model/session/safetensors_reader.h"
 
+#include "model/session/crc32c.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -157,6 +159,20 @@ StHeader parse_safetensors_header(std::string_view bytes, std::uint64_t file_siz
       fail(where, "tensor " + shown(it.key()) + " ends at byte " + std::to_string(out.tensors.back().end) +
                       " of a " + std::to_string(data_size) + "-byte data section (truncated?)");
   }
+  const auto checksums = out.metadata.find(kChecksumKey);
+  if (checksums != out.metadata.end()) {
+    const auto sums = nlohmann::json::parse(checksums->second, nullptr, false);
+    if (sums.is_discarded() || !sums.is_object()) fail(where, "__metadata__ crc32c is not a JSON object");
+    for (auto it = sums.begin(); it != sums.end(); ++it) {
+      auto t = std::find_if(out.tensors.begin(), out.tensors.end(), [&](const auto& x) { return x.name == it.key(); });
+      if (t == out.tensors.end()) fail(where, "__metadata__ crc32c names no tensor " + shown(it.key()));
+      if (!it->is_string() || !parse_crc32c_hex(it->get<std::string>(), t->crc))
+        fail(where, "__metadata__ crc32c of " + shown(it.key()) + " is not 8 hex digits");
+      t->has_crc = true;
+    }
+    out.checksummed = std::all_of(out.tensors.begin(), out.tensors.end(), [](const auto& t) { return t.has_crc; });
+    out.metadata.erase(checksums);
+  }
   // The published format indexes the data section entirely, with no overlaps and no holes.
   std::sort(out.tensors.begin(), out.tensors.end(), [](const auto& a, const auto& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
@@ -173,12 +189,14 @@ StHeader parse_safetensors_header(std::string_view bytes, std::uint64_t file_siz
 }
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; a regular file ignores the flag.
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd_ < 0) fail(path, std::strerror(errno));
   // A constructor that throws gets no destructor call, so a rejected file closes its own fd.
   try {
     struct stat st {};
     if (fstat(fd_, &st) != 0) fail(path, std::strerror(errno));
+    if (!S_ISREG(st.st_mode)) fail(path, "not a regular file");
     const auto size = static_cast<std::uint64_t>(st.st_size);
     unsigned char prefix[8] = {};
     if (size < 8 || pread(fd_, prefix, 8, 0) != 8) fail(path, "too short for a safetensors file (" + std::to_string(size) + " bytes)");
@@ -228,7 +246,22 @@ std::vector<unsigned char> SafetensorsFile::read(const StTensorInfo& tensor) con
     if (got <= 0) fail(path_, "cannot read tensor " + shown(tensor.name) + " (file changed or truncated?)");
     done += static_cast<std::size_t>(got);
   }
+  if (tensor.has_crc && crc32c(out.data(), out.size()) != tensor.crc)
+    fail(path_, "tensor " + shown(tensor.name) + " fails its CRC32C checksum (its bytes changed after it was written)");
   return out;
+}
+
+std::vector<std::string> SafetensorsFile::failing_checksums() const {
+  std::vector<std::string> bad;
+  for (const auto& t : header_.tensors) {
+    if (!t.has_crc) continue;
+    try {
+      read(t);
+    } catch (const UserError&) {
+      bad.push_back(t.name);
+    }
+  }
+  return bad;
 }
 
 std::vector<unsigned char> SafetensorsFile::read(const std::string& name) const {

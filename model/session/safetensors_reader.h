@@ -28,6 +28,8 @@ struct StTensorInfo {
   std::vector<std::int64_t> shape;
   std::uint64_t begin = 0;  // offsets within the data section, as in the header
   std::uint64_t end = 0;
+  bool has_crc = false;     // the writer stored the CRC32C of its bytes (__metadata__ "crc32c")
+  std::uint32_t crc = 0;
   std::uint64_t elements() const;
 };
 
@@ -35,10 +37,16 @@ struct StTensorInfo {
 // malformed input: a header length past the file or above 100 MB, bad JSON, unknown dtypes,
 // negative or overflowing shapes, byte counts that do not match shapes, offsets outside the data,
 // overlapping tensors, or holes in the data section.
+// memscope's writer stores every tensor's CRC32C as __metadata__["crc32c"], a JSON object
+// {"name": "8 hex digits"}; other safetensors readers ignore it. Files written before it (and by
+// other writers) have none: they read as before, "unverified".
+inline constexpr const char* kChecksumKey = "crc32c";
+
 struct StHeader {
   std::vector<StTensorInfo> tensors;  // sorted by begin offset
-  std::map<std::string, std::string> metadata;
+  std::map<std::string, std::string> metadata;  // without kChecksumKey, which fills the tensors' crc
   std::uint64_t data_start = 0;       // absolute file offset of the data section
+  bool checksummed = false;           // every tensor has its CRC32C
 };
 
 inline constexpr std::uint64_t kMaxSafetensorsHeader = 100ull * 1024 * 1024;
@@ -49,7 +57,9 @@ StHeader parse_safetensors_header(std::string_view bytes, std::uint64_t file_siz
 
 class SafetensorsFile {
  public:
-  explicit SafetensorsFile(const std::string& path);  // opens and checks the header
+  // Opens and checks the header. Only a regular file is opened: a FIFO or a device named like a
+  // chunk would block or never end.
+  explicit SafetensorsFile(const std::string& path);
   ~SafetensorsFile();
   SafetensorsFile(SafetensorsFile&& other) noexcept;
   SafetensorsFile& operator=(SafetensorsFile&& other) noexcept;
@@ -60,9 +70,12 @@ class SafetensorsFile {
   const StHeader& header() const { return header_; }
   const StTensorInfo* find(const std::string& name) const;  // nullptr if absent
 
-  // The tensor's raw little-endian bytes, read now from disk.
+  // The tensor's raw little-endian bytes, read now from disk and checked against its CRC32C when
+  // the file has one (a mismatch throws UserError naming the tensor).
   std::vector<unsigned char> read(const StTensorInfo& tensor) const;
   std::vector<unsigned char> read(const std::string& name) const;  // throws if absent
+  // Reads every tensor and returns the names of those whose bytes fail their checksum.
+  std::vector<std::string> failing_checksums() const;
 
  private:
   std::string path_;

@@ -1,5 +1,8 @@
 #include "model/session/session_export.h"
 
+#include <cerrno>
+#include <cstring>
+
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -13,6 +16,9 @@
 namespace memscope::model {
 
 namespace {
+
+// What the last failing system call said; a stream keeps no reason of its own.
+std::string reason_now() { return errno != 0 ? std::strerror(errno) : "reason unknown"; }
 
 // Calls f(frame) for each frame of the range, in step order.
 template <typename F>
@@ -70,8 +76,9 @@ ExportResult export_safetensors(const SessionReader& session, const std::filesys
 
 ExportResult export_csv(const SessionReader& session, const std::filesystem::path& out, const ExportRange& range) {
   const std::string tmp = out.string() + ".tmp";
+  errno = 0;
   std::ofstream csv(tmp, std::ios::trunc);
-  if (!csv) throw UserError(out.string() + ": cannot open for writing");
+  if (!csv) throw UserError(out.string() + ": cannot open for writing (" + reason_now() + ")");
   const char* outer[] = {"step", "timeline", "kind", "train_step", "sequence", "token_index", "token", "target",
                          "predicted", "loss", "acc", "grad_norm", "lr", "tokens_per_s", "seconds"};
   bool header_written = false;
@@ -142,10 +149,13 @@ ExportResult export_csv(const SessionReader& session, const std::filesystem::pat
   }
   csv.close();
   if (!csv) {
+    const std::string why = reason_now();  // the failed write() left it, e.g. "No space left on device"
     std::remove(tmp.c_str());
-    throw UserError(out.string() + ": write failed");
+    throw UserError(out.string() + ": write failed (" + why + ")");
   }
-  if (std::rename(tmp.c_str(), out.c_str()) != 0) throw UserError(out.string() + ": cannot rename the temporary file into place");
+  if (std::rename(tmp.c_str(), out.c_str()) != 0)
+    throw UserError(out.string() + ": cannot rename the temporary file into place (" + reason_now() + ")");
+  sync_directory_of(out);
   result.bytes = bytes_on_disk(out);
   return result;
 }

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "model/probe/frame_json.h"
+#include "model/session/chunk_order_check.h"
 #include "model/session/frame_chunk.h"
 #include "model/session/safetensors_reader.h"
 #include "model/util/errors.h"
@@ -20,6 +21,9 @@ constexpr uint64_t kMaxSessionJson = 64ull << 20;
 
 std::string read_text(const std::filesystem::path& path, uint64_t limit) {
   std::error_code ec;
+  // A FIFO or a device would block the reader or never end.
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    throw UserError(path.string() + ": not a regular file");
   const auto size = std::filesystem::file_size(path, ec);
   if (ec) throw UserError(path.string() + ": cannot read: " + ec.message());
   if (size > limit) throw UserError(path.string() + ": " + std::to_string(size) + " bytes is too large");
@@ -28,6 +32,28 @@ std::string read_text(const std::filesystem::path& path, uint64_t limit) {
   text << in.rdbuf();
   if (!in && !in.eof()) throw UserError(path.string() + ": cannot read");
   return text.str();
+}
+
+// "tensor 'x' fails its checksum (steps 257 to 512 skipped)": the steps from the step column when
+// that column is intact.
+std::string checksum_damage(const SafetensorsFile& file, const std::vector<std::string>& bad) {
+  std::string names;
+  for (size_t i = 0; i < bad.size() && i < 3; ++i) names += (i ? ", " : "") + st_quote(bad[i]);
+  if (bad.size() > 3) names += " and " + std::to_string(bad.size() - 3) + " more";
+  std::string steps = "steps unknown";
+  if (std::find(bad.begin(), bad.end(), "step") == bad.end()) {
+    try {
+      std::vector<int64_t> s;
+      std::vector<int32_t> t;
+      read_chunk_steps(file, s, t);
+      if (!s.empty())
+        steps = "steps " + std::to_string(*std::min_element(s.begin(), s.end())) + " to " +
+                std::to_string(*std::max_element(s.begin(), s.end()));
+    } catch (const UserError&) {
+    }
+  }
+  return std::string(bad.size() == 1 ? "tensor " : "tensors ") + names + (bad.size() == 1 ? " fails its" : " fail their") +
+         " CRC32C checksum (the bytes changed after they were written; " + steps + ")";
 }
 
 uint64_t size_of(const std::filesystem::path& path) {
@@ -69,6 +95,12 @@ void SessionReader::load_chunks() {
     }
   }
   std::sort(files.begin(), files.end());
+  // Rewind markers let the columns go back; without every event line they cannot be held to it.
+  std::vector<RewindMark> marks;
+  for (const Event& e : events_)
+    if (e.kind == EventKind::Command && e.tensor == kRewindMarker && e.order >= 0) marks.push_back({e.order, e.step, e.timeline});
+  const bool events_complete = std::none_of(damage_.begin(), damage_.end(), [](const SessionDamage& d) { return d.file == "events.jsonl"; });
+  ChunkOrderCheck order(std::move(marks), events_complete, info_.closed ? info_.frames : -1);
   int64_t expected = 0;
   for (const auto& [number, name] : files) {
     if (number > expected) {  // one entry per gap, however wide
@@ -84,12 +116,24 @@ void SessionReader::load_chunks() {
     const auto full = dir_ / name;
     try {
       const SafetensorsFile file(full.string());
+      // Every byte is checked now (CRC32C) and every frame decoded once, so that replay and
+      // export never meet a damaged chunk later; a damaged one is skipped whole.
+      try {
+        decode_chunk(file);
+      } catch (const UserError& e) {
+        const std::vector<std::string> bad = file.failing_checksums();
+        if (bad.empty()) throw;
+        throw UserError(full.string() + ": " + checksum_damage(file, bad));
+      }
+      if (!file.header().checksummed) ++unverified_chunks_;
       std::vector<int64_t> steps, seqs;
       std::vector<int32_t> timelines;
       read_chunk_steps(file, steps, timelines, &seqs);
       for (size_t r = 0; r < steps.size(); ++r)
         if (timelines[r] < 0 || timelines[r] > 4096)
           throw UserError(full.string() + ": timeline " + std::to_string(timelines[r]) + " is out of range");
+      const std::string contradiction = order.accept(number, steps, seqs, timelines);
+      if (!contradiction.empty()) throw UserError(full.string() + ": " + contradiction);
       const auto chunk = static_cast<int32_t>(chunks_.size());
       for (size_t r = 0; r < steps.size(); ++r) rows_.push_back({seqs[r], steps[r], timelines[r], chunk, static_cast<int32_t>(r)});
       chunks_.push_back({name, number, static_cast<int64_t>(steps.size()), steps.empty() ? 0 : steps.front(),
@@ -162,7 +206,13 @@ void SessionReader::load_events() {
     damage_.push_back({"events.jsonl", 0, "missing"});
     return;
   }
-  const std::string text = read_text(path, 1ull << 32);
+  std::string text;
+  try {
+    text = read_text(path, 1ull << 32);
+  } catch (const UserError& e) {  // not a regular file, unreadable: the frames still read
+    damage_.push_back({"events.jsonl", size_of(path), one_line(e.what())});
+    return;
+  }
   size_t start = 0;
   int64_t line_number = 0;
   while (start < text.size()) {

@@ -67,6 +67,8 @@ class SessionReader {
   // The steps of a timeline, ascending, as the engine left it.
   std::vector<int64_t> steps(int timeline) const;
   int64_t frame_count() const { return frame_count_; }  // readable rows, replaced ones included
+  // Chunks written before checksums (or by another writer): read as before, but unverified.
+  int64_t unverified_chunks() const { return unverified_chunks_; }
 
   // The frame of `timeline` at `step`; nullopt when it was not recorded (or was lost).
   std::optional<Frame> frame(int timeline, int64_t step) const;
@@ -99,6 +101,7 @@ class SessionReader {
   std::vector<Row> rows_;                      // while opening: every readable frame
   std::vector<std::vector<Location>> index_;  // per timeline, ascending steps
   int64_t frame_count_ = 0;
+  int64_t unverified_chunks_ = 0;
 
   mutable std::mutex cache_mutex_;
   mutable std::list<std::pair<size_t, std::shared_ptr<const std::vector<Frame>>>> cache_;  // most recent first

@@ -32,6 +32,9 @@ nlohmann::json session_summary(const SessionReader& session) {
   j["frames"] = session.frame_count();
   j["chunks"] = session.chunks().size();
   j["bytes"] = bytes;
+  // Readable chunks whose bytes matched their CRC32C, and those written before checksums.
+  j["checksums"] = {{"verified", static_cast<int64_t>(session.chunks().size()) - session.unverified_chunks()},
+                    {"unverified", session.unverified_chunks()}};
   nlohmann::json timelines = nlohmann::json::array();
   for (int t = 0; t < session.timelines(); ++t) {
     const auto steps = session.steps(t);
@@ -116,7 +119,13 @@ nlohmann::json safetensors_summary(const std::string& path) {
     tensors.push_back({{"name", t.name}, {"dtype", st_dtype_name(t.dtype)}, {"shape", t.shape}});
     bytes += t.end - t.begin;
   }
-  return {{"path", path}, {"tensors", tensors}, {"data_bytes", bytes}, {"metadata_keys", [&] {
+  // "verified", "unverified" (no checksums: an older or foreign writer) or the failing tensors.
+  nlohmann::json checksums = file.header().checksummed ? nlohmann::json("verified") : nlohmann::json("unverified");
+  if (file.header().checksummed) {
+    const auto bad = file.failing_checksums();
+    if (!bad.empty()) checksums = {{"failing", bad}};
+  }
+  return {{"path", path}, {"tensors", tensors}, {"data_bytes", bytes}, {"checksums", checksums}, {"metadata_keys", [&] {
              nlohmann::json keys = nlohmann::json::array();
              for (const auto& [k, v] : file.header().metadata) keys.push_back(k);
              return keys;

@@ -92,11 +92,13 @@ void SessionWriter::on_frame(const Frame& frame) {
   unwritten_bytes_ += bytes;
   info_.last_step[frame.timeline] = frame.step;
   wake_writer_.notify_one();
-  const auto budget = static_cast<int64_t>(info_.record.queue_mb * 1024 * 1024);
-  if (unwritten_bytes_ <= budget) return;
+  // A failed write pauses the engine at once (the frame is queued, not lost): running on would
+  // only pile up frames that may never reach the disk.
   if (!error_.empty())
     throw UserError("recording " + dir_.string() + ": " + error_ + "; " + std::to_string(queue_.size()) +
                     " frames are held in memory and retried each second (free space, or stop the recording)");
+  const auto budget = static_cast<int64_t>(info_.record.queue_mb * 1024 * 1024);
+  if (unwritten_bytes_ <= budget) return;
   // Back-pressure: wait until the writer has drained half the budget, so the engine runs on in
   // bursts rather than one frame per write.
   const double start = now_seconds();
@@ -289,6 +291,8 @@ void SessionWriter::close() {
                     std::to_string(builder_.first_step()) + " could not be written (" + error_ +
                     "); the session before them is intact");
   queue_.clear();
+  // events.jsonl is appended line by line; its lines reach the disk before the totals say closed.
+  if (events_fd_ >= 0) (void)::fsync(events_fd_);
   info_.frames = stats_.frames_written;
   info_.chunks = stats_.chunks;
   info_.events = stats_.events;
