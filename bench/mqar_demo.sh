@@ -2,7 +2,7 @@
 # The MQAR experiment of issues 4 and 8: demo-mqar (Atlas memory), demo-mqar-titans, demo-mqar-hope,
 # demo-mqar-swa (no memory) and demo-mqar with TTL off, same seed and step budget, on this
 # machine's CPU. ONLY=NAME runs one variant (atlas,
-# atlas-mlp, titans, lmm-mlp, hope, swa, ttl-off). Two runs
+# atlas-mlp, titans, lmm-mlp, titans-mlp, hope, swa, ttl-off). Two runs
 # at a time with one torch thread each (a 2-core machine). Prints one JSON line per variant with
 # the final query accuracy, wall time and CPU time; the training logs go to $OUT (default
 # build/mqar_demo/). Usage: bench/mqar_demo.sh [--steps N] [extra --set KEY=VALUE ...]
@@ -47,6 +47,7 @@ PY
 {
   run titans demo-mqar-titans
   run lmm-mlp demo-mqar-titans --set model.block=lmm --set memory.structure=mlp
+  run titans-mlp demo-mqar-titans-mlp
   run hope demo-mqar-hope
   run ttl-off demo-mqar --set model.ttl=false
 } &

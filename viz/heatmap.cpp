@@ -79,7 +79,10 @@ bool Heatmap::draw(const char* id, ImVec2 size) {
       char value[32];
       format_value(value, sizeof value, values_[static_cast<std::size_t>(row) * cols_ + col]);
       ImGui::BeginTooltip();
-      ImGui::Text("row %d, col %d: %s", row, col, value);
+      if (static_cast<std::size_t>(row) < options_.row_labels.size())
+        ImGui::Text("%s, col %d: %s", options_.row_labels[static_cast<std::size_t>(row)].c_str(), col, value);
+      else
+        ImGui::Text("row %d, col %d: %s", row, col, value);
       if (stats_.nan || stats_.inf)
         ImGui::TextColored(colors::error(), "%zu NaN, %zu Inf in this matrix", stats_.nan, stats_.inf);
       ImGui::EndTooltip();

@@ -16,6 +16,7 @@ struct HeatmapOptions {
   ScaleMode scale = ScaleMode::Symmetric;
   ValueRange locked;        // used when scale == Locked
   bool colorbar = true;
+  std::vector<std::string> row_labels;  // named in the hover readout instead of "row N" (module names)
 };
 
 // Colours count values into out (RGBA8); NaN and ±Inf get their own colours.

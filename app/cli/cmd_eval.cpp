@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/cli/commands.h"
+#include "model/session/safetensors_reader.h"
 #include "model/train/checkpoint.h"
 #include "model/train/trainer.h"
 #include "model/util/errors.h"
@@ -40,7 +41,9 @@ std::string nonfinite_parameters(const model::Trainer& trainer) {
 void run_eval(const EvalOptions& o) {
   using namespace memscope::model;
   if (o.threads > 0) torch::set_num_threads(o.threads);
-  const Trainer trainer = Trainer::resume(o.ckpt, o.sets);
+  const Trainer trainer = Trainer::resume(o.ckpt, o.sets);  // every tensor read is checked against its CRC32C
+  // "verified": every byte matched its checksum; "unverified": written before checksums existed.
+  const char* checksums = SafetensorsFile(o.ckpt).header().checksummed ? "verified" : "unverified";
   const int64_t batches = o.batches > 0 ? o.batches : trainer.preset().train.eval_batches;
   std::vector<std::string> kinds = o.tasks;
   if (kinds.empty()) kinds.push_back(trainer.preset().task.kind);
@@ -53,7 +56,7 @@ void run_eval(const EvalOptions& o) {
                       " tokens but the model was trained on " + std::to_string(trainer.task().vocab_size()));
     const EvalResult r = trainer.evaluate(*task, batches);
     std::cout << nlohmann::json{{"task", kind}, {"step", trainer.step()}, {"loss", r.loss},
-                                {"acc", r.acc}, {"queries", r.queries}}
+                                {"acc", r.acc}, {"queries", r.queries}, {"checksums", checksums}}
                      .dump()
               << std::endl;
     // A loss of NaN is not a result: say so, and where it comes from, with a failing exit.

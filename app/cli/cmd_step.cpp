@@ -12,7 +12,9 @@
 #include "app/cli/commands.h"
 #include "app/cli/interrupt.h"
 #include "model/engine/engine.h"
+#include "model/session/output_check.h"
 #include "model/session/replay.h"
+#include "model/session/session_writer.h"
 #include "model/probe/frame_json.h"
 #include "model/util/errors.h"
 
@@ -126,6 +128,9 @@ void run_step(const StepOptions& o) {
   std::vector<Breakpoint> breakpoints;
   for (const auto& text : split(o.break_on, ',')) breakpoints.push_back(parse_breakpoint(text));
 
+  // The recording's directory is checked before the model is built (exists, writable, has room).
+  if (!o.record.empty())
+    check_output({"--record", session_dir_for(o.record), FileKind::Session, 16u << 20}, {o.replay}, false);
   // A recorded session plays through the same interface as the live engine (DESIGN principle 1).
   std::unique_ptr<TimelineSource> source;
   if (o.replay.empty()) {

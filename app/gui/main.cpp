@@ -65,6 +65,7 @@ int run(Options options) {
   for (const auto& what : options.show) {
     if (what == "compare") app.view().show_compare = true;
     else if (what == "hope") app.view().select_right_tab = 1;
+    else if (what == "modules") app.view().select_right_tab = 2;
     else if (what == "breakpoints") app.view().select_left_tab = 1;
     else if (what == "resets") app.view().select_left_tab = 2;
     else if (what == "help") app.view().show_help = true;
@@ -150,8 +151,8 @@ int main(int argc, char** argv) {
   cli.add_option("--session", options.gui.session, "Replay a recorded session (NAME.memscope) instead of a live run");
   cli.add_option("--record", options.gui.record, "Record the live run from its first step into DIR (NAME.memscope)");
   cli.add_option("--compare-session", options.gui.compare_session, "A recorded session to show beside the run (compare view)");
-  cli.add_option("--show", options.show, "Open with: compare, hope, breakpoints, resets, help, presets, enlarge=LAYER")
-      ->check(CLI::IsMember({"compare", "hope", "breakpoints", "resets", "help", "presets", "enlarge=0", "enlarge=1", "enlarge=2", "enlarge=3"}));
+  cli.add_option("--show", options.show, "Open with: compare, hope, modules, breakpoints, resets, help, presets, enlarge=LAYER")
+      ->check(CLI::IsMember({"compare", "hope", "modules", "breakpoints", "resets", "help", "presets", "enlarge=0", "enlarge=1", "enlarge=2", "enlarge=3"}));
   cli.add_option("--steps", options.steps, "Run this many steps before showing (with --screenshot: what the picture shows)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   cli.add_flag("--paused", options.paused, "Open paused (by default a live run starts at --speed)");

@@ -83,6 +83,10 @@ void draw_right_column(GuiApp& app, float height) {
         draw_hope_panel(app);
         ImGui::EndTabItem();
       }
+      if (ImGui::BeginTabItem("Modules", nullptr, flags(2))) {
+        draw_modules_panel(app);
+        ImGui::EndTabItem();
+      }
       ImGui::EndTabBar();
     }
     app.view().select_right_tab = -1;

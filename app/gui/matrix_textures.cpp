@@ -22,13 +22,15 @@ viz::Heatmap& GuiApp::Textures::heatmap(const std::string& id, const model::Fram
 }
 
 viz::Heatmap& GuiApp::Textures::heatmap(const std::string& id, const float* values, int rows, int cols,
-                                        int64_t version, viz::ColormapKind colormap, viz::ScaleMode mode) {
+                                        int64_t version, viz::ColormapKind colormap, viz::ScaleMode mode,
+                                        const std::vector<std::string>& row_labels) {
   Entry& e = entries[id];
   const std::string scale = std::to_string(static_cast<int>(mode)) + "/" + std::to_string(rows) + "x" + std::to_string(cols);
   if (e.step != version || e.scale != scale) {
     viz::HeatmapOptions options;
     options.colormap = colormap;
     options.scale = mode;
+    options.row_labels = row_labels;
     e.heatmap.set_data(values, rows, cols, options);
     e.frame = nullptr;
     e.step = version;

@@ -25,8 +25,9 @@ struct GuiApp::Textures {
   viz::Heatmap& heatmap(const std::string& id, const model::Frame& frame, const model::MatrixSnapshot& m,
                         const ViewState& view, viz::ColormapKind colormap = viz::ColormapKind::RdBu);
   // A heatmap of arbitrary values (per-feature gates over tokens); uploads when `version` changes.
+  // `row_labels` name the rows in the hover readout.
   viz::Heatmap& heatmap(const std::string& id, const float* values, int rows, int cols, int64_t version,
-                        viz::ColormapKind colormap, viz::ScaleMode mode);
+                        viz::ColormapKind colormap, viz::ScaleMode mode, const std::vector<std::string>& row_labels = {});
 };
 
 }  // namespace memscope::app

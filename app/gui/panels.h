@@ -17,6 +17,7 @@ void draw_memory_panel(GuiApp& app);    // layers × {M, S, ΔM}, head selector,
 void draw_enlarged_matrix(GuiApp& app); // the enlarged matrix with its singular-value spectrum
 void draw_plots_panel(GuiApp& app);     // loss, surprise, erank, NS error, gates, norms
 void draw_hope_panel(GuiApp& app);      // CMS norms and ticks, target errors, per-feature gates
+void draw_modules_panel(GuiApp& app);   // per-module outer gradient norms and update ratios of a training step
 void draw_compare_view(GuiApp& app);    // every run and timeline side by side, plots overlaid
 void draw_tokens_panel(GuiApp& app);    // token strip and the timeline scrubber
 void draw_presets_browser(GuiApp& app); // each preset with its one-line description

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 
 #include "app/app_harness.h"
 #include "viz/colormap.h"
@@ -22,7 +23,7 @@ void visit_everything(AppHarness& h) {
     view.select_left_tab = tab;
     h.frames(2);
   }
-  for (int tab = 0; tab < 2; ++tab) {
+  for (int tab = 0; tab < 3; ++tab) {
     view.select_right_tab = tab;
     h.frames(2);
   }
@@ -178,4 +179,27 @@ TEST_CASE("app: loading a preset from the browser replaces the run, a bad one is
   h.tap(GLFW_KEY_RIGHT);
   h.settle();
   CHECK(h.app().main().steps() == 1);
+}
+
+TEST_CASE("app: the Modules tab shows a training step's per-module gradient norms, largest first", "[gui]") {
+  memscope::app::GuiOptions o;
+  o.preset = "demo-mqar";
+  o.sets = {"engine.mode=train", "train.batch=4"};
+  AppHarness h(o);
+  h.app().post_all(model::Command::steps(6));
+  h.settle();
+  h.app().view().select_right_tab = 2;
+  h.frames(3);
+  REQUIRE(h.app().rects().count("modules/table") == 1);
+  REQUIRE(h.app().rects().count("modules/map") == 1);
+  const auto frame = h.app().shown_frame();
+  REQUIRE(frame);
+  REQUIRE(!frame->module_names.empty());
+  // The map holds six training steps of real norms: its right end is coloured, not one flat colour.
+  const memscope::test::PngImage image = h.screenshot("modules");
+  const ImRect map = h.app().rects().at("modules/map");
+  std::set<unsigned> colors;
+  for (int y = static_cast<int>(map.Min.y) + 2; y < static_cast<int>(map.Max.y) - 2; ++y)
+    colors.insert(image.pixel(static_cast<int>(map.Max.x) - 4, y));
+  CHECK(colors.size() > 3);
 }

@@ -33,9 +33,31 @@ using json = nlohmann::json;
 namespace {
 
 constexpr const char* kWhere = "mutant.safetensors";
-// JSON edits re-dump the header, and nlohmann's dump recurses; past this size (a deeply nested
-// header) only byte and text edits apply.
+// JSON edits re-dump the header, and nlohmann's dump recurses; past this size or this nesting (a
+// stacked deep-nesting edit) only byte and text edits apply. The depth bound matters under
+// AddressSanitizer, whose larger frames overflow the stack at a few thousand levels.
 constexpr std::size_t kMaxJsonEditHeader = 64 * 1024;
+constexpr int kMaxJsonEditDepth = 64;
+
+// The deepest bracket nesting of a JSON text (strings skipped).
+int nesting_depth(const std::string& text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
 
 std::string le64(std::uint64_t v) {
   std::string s(8, '\0');
@@ -142,7 +164,8 @@ class Mutator {
       default: break;
     }
     json h;
-    if (ok && parts.header.size() <= kMaxJsonEditHeader) h = json::parse(parts.header, nullptr, false);
+    if (ok && parts.header.size() <= kMaxJsonEditHeader && nesting_depth(parts.header) <= kMaxJsonEditDepth)
+      h = json::parse(parts.header, nullptr, false);
     if (!ok || h.is_discarded() || !h.is_object())
       return ok ? join(text_edit(parts.header), parts.data, coin()) : flip(bytes, 0, bytes.size());
     std::string text;  // set by edits that must work on text (duplicate keys, deep nesting)
