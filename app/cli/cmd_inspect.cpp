@@ -122,9 +122,20 @@ void run_inspect(const InspectOptions& o) {
   if (o.json) std::cout << s.dump() << '\n';
   else print_session(s);
   std::cout.flush();
-  if (!s["intact"].get<bool>())
-    throw UserError(session.dir().string() + " is damaged: " + std::to_string(s["damage"].size()) +
-                    " problem(s) listed above; everything else reads");
+  if (s["intact"].get<bool>()) return;
+  // The verdict names what is wrong: damaged files, a recording that was never closed, or frames
+  // the totals or the events know of that no chunk holds.
+  const SessionLoss& loss = session.loss();
+  std::string why;
+  if (!s["damage"].empty()) why = std::to_string(s["damage"].size()) + " damaged file(s) listed above";
+  if (!loss.closed)
+    why += std::string(why.empty() ? "" : "; ") + "the recording was not closed (the process stopped while recording)";
+  if (loss.first_step_lost > 0)
+    why += std::string(why.empty() ? "" : "; ") + "steps " + std::to_string(loss.first_step_lost) + " to " +
+           (loss.closed ? "" : "at least ") + std::to_string(loss.last_step_lost) + " are lost";
+  else if (loss.frames_lost > 0)
+    why += std::string(why.empty() ? "" : "; ") + std::to_string(loss.frames_lost) + " frames are lost";
+  throw UserError(session.dir().string() + ": " + why + "; everything else reads");
 }
 
 }  // namespace

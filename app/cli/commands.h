@@ -11,6 +11,7 @@ void register_train(CLI::App& app);         // cmd_train.cpp: outer-loop trainin
 void register_eval(CLI::App& app);          // cmd_eval.cpp: a checkpoint's accuracy per task
 void register_step(CLI::App& app);          // cmd_step.cpp: step a probe stream and print the probes
 void register_knobs(CLI::App& app);         // cmd_knobs.cpp: the knob registry, defaults or a preset's values
+void register_presets(CLI::App& app);       // cmd_presets.cpp: the shipped presets and their descriptions
 void register_inspect(CLI::App& app);       // cmd_inspect.cpp: what a recorded session holds, and its damage
 void register_export(CLI::App& app);        // cmd_export.cpp: a session as one safetensors file or CSV
 

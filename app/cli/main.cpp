@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   memscope::app::register_eval(app);
   memscope::app::register_step(app);
   memscope::app::register_knobs(app);
+  memscope::app::register_presets(app);
   memscope::app::register_inspect(app);
   memscope::app::register_export(app);
 

@@ -28,6 +28,14 @@ std::string timestamp() {
   return buffer;
 }
 
+// Where Ctrl+S and Record put a session: runs/ under the working directory (made when missing),
+// so recordings do not litter the directory the app was started from (issue 19).
+std::string default_session_path() {
+  std::error_code ec;
+  std::filesystem::create_directories("runs", ec);  // a failure shows as the directory check's banner
+  return "runs/memscope-" + timestamp() + ".memscope";
+}
+
 // Wakes the main loop when a source publishes, so an idle window sleeps until there is news.
 class WakeSink : public model::FrameSink {
  public:
@@ -56,8 +64,25 @@ std::unique_ptr<Run> make_live_run(const std::string& preset, const std::vector<
   return started(std::make_unique<model::Engine>(options), label, true);
 }
 
-std::unique_ptr<Run> make_replay_run(const std::string& path) {
+// What a recording lost, for the banner when it opens ("" when it is whole): the replay skips
+// damaged chunks and plays the rest, and the user should know before seeking into a hole.
+std::string damage_summary(const model::SessionReader& reader) {
+  const auto& damage = reader.damage();
+  const auto& loss = reader.loss();
+  if (damage.empty() && loss.closed) return "";
+  std::string text = "session " + reader.dir().filename().string() + ": ";
+  if (!damage.empty())
+    text += std::to_string(damage.size()) + " damaged file(s) skipped (" + damage.front().file + ": " +
+            damage.front().reason + (damage.size() > 1 ? "; more in `memscope-cli inspect`" : "") + ")";
+  if (!loss.closed) text += std::string(damage.empty() ? "" : "; ") + "the recording was not closed";
+  if (loss.first_step_lost > 0)
+    text += "; steps " + std::to_string(loss.first_step_lost) + " to " + std::to_string(loss.last_step_lost) + " are missing";
+  return text + "; everything else plays";
+}
+
+std::unique_ptr<Run> make_replay_run(const std::string& path, std::string* damage) {
   auto replay = std::make_unique<model::Replay>(path);
+  if (damage) *damage = damage_summary(replay->reader());
   const std::string label = "session " + replay->reader().dir().filename().string();
   return started(std::move(replay), label, false);
 }
@@ -65,7 +90,9 @@ std::unique_ptr<Run> make_replay_run(const std::string& path) {
 GuiApp::GuiApp(const GuiOptions& options) : options_(options), textures_(std::make_unique<Textures>()) {
   view_.device_line = options.device_line;
   if (!options.session.empty()) {
-    runs_.push_back(make_replay_run(options.session));
+    std::string damage;
+    runs_.push_back(make_replay_run(options.session, &damage));
+    if (!damage.empty()) show_error(damage);
   } else {
     const model::Preset preset = model::load_preset(options.preset, options.sets);
     runs_.push_back(make_live_run(options.preset, options.sets, "live " + preset.name));
@@ -148,6 +175,13 @@ void GuiApp::raise_banner_from_events() {
     const model::Event& e = events[i];
     if (e.kind == model::EventKind::Error && !raised) {
       view_.banner = "step " + std::to_string(e.step) + ": " + e.message;
+      view_.banner_is_breakpoint = false;
+      raised = true;
+    }
+    // A breakpoint that stops the run says so where the eye is, unless an error already did.
+    if (e.kind == model::EventKind::Breakpoint && !raised) {
+      view_.banner = "breakpoint hit at step " + std::to_string(e.step) + ": " + e.message;
+      view_.banner_is_breakpoint = true;
       raised = true;
     }
     // What pauses the source must also stop a run the GUI paces with Step commands.
@@ -259,10 +293,12 @@ void GuiApp::load_preset(const std::string& preset) {
 void GuiApp::open_session(const std::string& path) {
   try {
     std::vector<std::unique_ptr<Run>> runs;
-    runs.push_back(make_replay_run(path));
+    std::string damage;
+    runs.push_back(make_replay_run(path, &damage));
     replace_runs(std::move(runs));
     view_.show_compare = false;
     view_.notice = "opened " + path;
+    if (!damage.empty()) show_error(damage);
   } catch (const std::exception& e) {
     show_error(model::one_line(e.what()));
   }
@@ -270,8 +306,10 @@ void GuiApp::open_session(const std::string& path) {
 
 void GuiApp::open_compare_session(const std::string& path) {
   try {
-    runs_.push_back(make_replay_run(path));
+    std::string damage;
+    runs_.push_back(make_replay_run(path, &damage));
     view_.show_compare = true;
+    if (!damage.empty()) show_error(damage);
   } catch (const std::exception& e) {
     show_error(model::one_line(e.what()));
   }
@@ -283,7 +321,7 @@ void GuiApp::toggle_recording() {
     view_.notice = "recording stopped: " + main().status.recording;
     return;
   }
-  start_recording("memscope-" + timestamp() + ".memscope");
+  start_recording(default_session_path());
 }
 
 bool GuiApp::start_recording(const std::string& path) {
@@ -312,7 +350,7 @@ void GuiApp::save_session() {
   }
   // Starting a recording seeds it with every frame and event the run still holds; stopping right
   // after writes it out: the session as it is now.
-  const std::string path = "memscope-" + timestamp() + ".memscope";
+  const std::string path = default_session_path();
   if (!recording_path_ok("File > Save", path)) return;
   post(model::Command::start_recording(path));
   post(model::Command{model::Command::Kind::StopRecording});
@@ -338,7 +376,10 @@ void GuiApp::export_session(bool csv, const std::string& out) {
   }
 }
 
-void GuiApp::show_error(const std::string& message) { view_.banner = message; }
+void GuiApp::show_error(const std::string& message) {
+  view_.banner = message;
+  view_.banner_is_breakpoint = false;
+}
 
 int64_t GuiApp::shown_step() const {
   return view_.follow ? main().steps(view_.timeline) : view_.cursor;

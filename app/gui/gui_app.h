@@ -99,6 +99,7 @@ class GuiApp {
 std::unique_ptr<Run> make_live_run(const std::string& preset, const std::vector<std::string>& sets,
                                    const std::string& label);
 // A recorded session as a started replay.
-std::unique_ptr<Run> make_replay_run(const std::string& path);
+// `damage`, when given, gets what the recording lost ("" when whole), for a banner.
+std::unique_ptr<Run> make_replay_run(const std::string& path, std::string* damage = nullptr);
 
 }  // namespace memscope::app

@@ -145,7 +145,8 @@ void draw_transport(GuiApp& app) {
 void draw_error_banner(GuiApp& app) {
   ViewState& view = app.view();
   if (view.banner.empty()) return;
-  ImGui::PushStyleColor(ImGuiCol_ChildBg, ImVec4(0.45f, 0.08f, 0.10f, 1.0f));
+  ImGui::PushStyleColor(ImGuiCol_ChildBg, view.banner_is_breakpoint ? ImVec4(0.42f, 0.30f, 0.04f, 1.0f)
+                                                                  : ImVec4(0.45f, 0.08f, 0.10f, 1.0f));
   ImGui::BeginChild("banner", {0, ImGui::GetFrameHeightWithSpacing() + 8.0f}, true, ImGuiWindowFlags_NoScrollbar);
   ImGui::AlignTextToFramePadding();
   ImGui::TextUnformatted(clipped_for_display(view.banner, 600, 2).c_str());

@@ -56,6 +56,7 @@ struct ViewState {
   std::string screenshot_request;  // set by F12; the main loop saves after rendering
   std::string notice;              // one-line message at the bottom (screenshot saved, …)
   std::string banner;              // the engine error on show (dismissable), with its step
+  bool banner_is_breakpoint = false;  // "breakpoint hit: …" (amber), not an error (red)
   size_t banner_event = 0;         // events seen when the banner was last raised
 
   // The path prompt of a File menu action ("open", "compare", "export csv", "export safetensors").

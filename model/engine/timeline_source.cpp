@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
+#include <set>
 #include <iostream>
 
 #include "model/util/errors.h"
@@ -262,9 +264,29 @@ void TimelineSource::start_recording(const Command& c) {
     rings = rings_;
     events = events_;
   }
+  // Each event goes in right after its timeline's frame of the same step, so that its place in
+  // the recording (its order) is where it happened, not after every frame (issue 19: a save after
+  // a rewind gave every event one order, and the old rewind markers then cut the replayed
+  // timeline back). Rewind markers are left out: the rings hold what the rewinds left already.
+  std::map<std::pair<int, int64_t>, std::vector<const Event*>> at_frame;
+  std::vector<const Event*> before_frames;  // older than any frame held, or at no held step
+  std::set<std::pair<int, int64_t>> held;
   for (const auto& ring : rings)
-    for (const auto& frame : ring->frames()) recorder_->on_frame(*frame);
-  for (const auto& e : events) recorder_->on_event(e);
+    for (const auto& frame : ring->frames()) held.insert({frame->timeline, frame->step});
+  for (const auto& e : events) {
+    if (e.kind == EventKind::Command && e.tensor == kRewindMarker) continue;
+    if (held.count({e.timeline, e.step})) at_frame[{e.timeline, e.step}].push_back(&e);
+    else before_frames.push_back(&e);
+  }
+  for (const Event* e : before_frames) recorder_->on_event(*e);
+  for (const auto& ring : rings)
+    for (const auto& frame : ring->frames()) {
+      recorder_->on_frame(*frame);
+      const auto it = at_frame.find({frame->timeline, frame->step});
+      if (it == at_frame.end()) continue;
+      for (const Event* e : it->second) recorder_->on_event(*e);
+      at_frame.erase(it);  // a step held twice (never, after truncation) gets its events once
+    }
 }
 
 void TimelineSource::end_recording(const std::string& why) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "app/app_harness.h"
+#include "model/session/session_reader.h"
 
 using memscope::test::AppHarness;
 namespace model = memscope::model;
@@ -126,4 +127,32 @@ TEST_CASE("app: a breakpoint stops a run the GUI paces at a set speed", "[gui]")
   h.settle();
   h.frames(30);  // paced steps would have gone on by now
   CHECK(h.app().main().steps() == 5);
+  // And says so on the banner, in the breakpoint colour rather than the error one (issue 19).
+  CHECK_THAT(h.app().view().banner, Catch::Contains("breakpoint hit at step 5"));
+  CHECK(h.app().view().banner_is_breakpoint);
+}
+
+TEST_CASE("app: Ctrl+S saves the run into runs/ and the saved session is whole", "[gui]") {
+  const auto dir = std::filesystem::temp_directory_path() / ("memscope-app-save-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const auto before = std::filesystem::current_path();
+  std::filesystem::current_path(dir);  // this test process only: the runs/ directory lands here
+  {
+    AppHarness h(demo());
+    h.app().post_all(model::Command::steps(12));
+    h.settle();
+    h.app().save_session();
+    h.settle();
+    CHECK(h.app().view().banner.empty());
+  }
+  std::filesystem::current_path(before);
+  std::vector<std::filesystem::path> saved;
+  for (const auto& e : std::filesystem::directory_iterator(dir / "runs")) saved.push_back(e.path());
+  REQUIRE(saved.size() == 1);
+  CHECK(saved[0].extension() == ".memscope");
+  const model::SessionReader session(saved[0].string());
+  CHECK(session.info().closed);
+  CHECK(session.steps(0).size() == 12);
+  std::filesystem::remove_all(dir);
 }

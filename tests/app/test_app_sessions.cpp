@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <fstream>
 
 #include "app/app_harness.h"
 #include "support/run_process.h"
@@ -80,5 +81,36 @@ TEST_CASE("memscope --session replays a recording, and a bad path is one line an
   CHECK(missing.exit_code == 1);
   CHECK(memscope::test::count_lines(missing.output) == 1);
   CHECK_THAT(missing.output, Catch::Contains("memscope:"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("app: a session with a corrupt middle chunk opens with a banner and plays past it", "[gui]") {
+  const std::string dir = memscope::test::temp_path("corrupt-middle") + ".memscope";
+  fs::remove_all(dir);
+  {
+    memscope::app::GuiOptions o;
+    o.sets = {"record.chunk_steps=5"};
+    AppHarness h(o);
+    h.app().post(model::Command::start_recording(dir));
+    h.app().post(model::Command::steps(20));
+    h.app().post({model::Command::Kind::StopRecording});
+    h.settle();
+  }
+  {  // one byte of the second chunk's data changes: its checksum no longer matches
+    const auto chunk = fs::path(dir) / "frames-000001.safetensors";
+    std::fstream f(chunk, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-9, std::ios::end);
+    const char byte = static_cast<char>(f.get());
+    f.seekp(-9, std::ios::end);
+    f.put(static_cast<char>(byte ^ 0x40));
+  }
+  memscope::app::GuiOptions o;
+  o.session = dir;
+  AppHarness h(o);
+  CHECK_THAT(h.app().view().banner, Catch::Contains("1 damaged file(s) skipped"));
+  CHECK_THAT(h.app().view().banner, Catch::Contains("frames-000001.safetensors"));
+  h.app().post(model::Command::run());
+  h.settle();
+  CHECK(h.app().main().steps() == 20);  // the intact chunks after the damaged one play too
   fs::remove_all(dir);
 }

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "model/config/knobs.h"
+#include "model/memory/memory_rule.h"  // list_presets
 #include "support/run_process.h"
 
 namespace {
@@ -100,4 +101,26 @@ TEST_CASE("an unknown or out-of-range knob in --set is one line naming it, exit 
     CHECK_THAT(r.output, Catch::Contains(c.names));
     CHECK(count_lines(r.output) == 1);
   }
+}
+
+TEST_CASE("presets lists every shipped preset with its description, and as JSON", "[cli]") {
+  const auto table = memscope::test::run_process({MEMSCOPE_CLI_BINARY, "presets"});
+  REQUIRE(table.exit_code == 0);
+  const auto names = memscope::model::list_presets();
+  REQUIRE(names.size() > 10);
+  CHECK(memscope::test::count_lines(table.output) == static_cast<int>(names.size()));
+  CHECK(table.output.find("demo-mqar  ") != std::string::npos);
+  CHECK(table.output.find("multi-query associative recall") != std::string::npos);
+  const auto json = memscope::test::run_process({MEMSCOPE_CLI_BINARY, "presets", "--json"});
+  REQUIRE(json.exit_code == 0);
+  size_t objects = 0;
+  std::istringstream lines(json.output);
+  for (std::string line; std::getline(lines, line);) {
+    const auto j = nlohmann::json::parse(line);
+    CHECK(j.contains("name"));
+    CHECK_FALSE(j["description"].get<std::string>().empty());
+    CHECK_FALSE(j.contains("error"));
+    ++objects;
+  }
+  CHECK(objects == names.size());
 }

@@ -80,7 +80,7 @@ TEST_CASE("a recording of the default demo opens with inspect, and exports", "[c
   // Recording into a directory that holds a session is refused before any step runs.
   const auto again = run_process({MEMSCOPE_CLI_BINARY, "step", "--tokens", "5", "--record", session.string()});
   CHECK(again.exit_code == 1);
-  CHECK(again.output.find("not empty") != std::string::npos);
+  CHECK(again.output.find("already exists") != std::string::npos);
   CHECK(count_lines(again.output) == 1);
 }
 
