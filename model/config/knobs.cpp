@@ -309,10 +309,10 @@ std::vector<Knob> probe_detect_engine_record_knobs() {
                          KNOB_FIELD(p.detect.spike_threshold)));
   k.push_back(float_knob("detect.spike_half_life", 1.0, 1e6, Live, "half-life of the spike detector's EMA, in probed steps",
                          KNOB_FIELD(p.detect.spike_half_life)));
-  k.push_back(int_knob("detect.spike_warmup", 0, 1e6, Live, "samples before a spike can fire", KNOB_FIELD(p.detect.spike_warmup)));
+  k.push_back(int_knob("detect.spike_warmup", 0, 1e6, Live, "samples before a spike or norm-growth event can fire", KNOB_FIELD(p.detect.spike_warmup)));
   k.push_back(float_knob("detect.ns_error", 0.0, 100.0, Live, "Newton-Schulz orthogonality error that fires an event (0 = off)",
                          KNOB_FIELD(p.detect.ns_error)));
-  k.push_back(float_knob("detect.norm_growth", 0.0, 1e6, Live, "||M|| ratio between probes that fires an event (0 = off)",
+  k.push_back(float_knob("detect.norm_growth", 0.0, 1e6, Live, "||M|| over its largest in the last 64 probes that fires an event (0 = off)",
                          KNOB_FIELD(p.detect.norm_growth)));
 
   k.push_back(enum_knob("engine.mode", std::array{EngineMode::Train, EngineMode::Inspect, EngineMode::TrainInspect}, Live,

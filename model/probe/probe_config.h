@@ -15,7 +15,7 @@ struct ProbeConfig {
 struct DetectConfig {
   double spike_threshold = 6.0;   // detect.spike_threshold: z-score of a spike (SPEC §8)
   double spike_half_life = 100.0; // detect.spike_half_life: EMA half-life in probed steps
-  int64_t spike_warmup = 20;      // detect.spike_warmup: samples before a spike can fire
+  int64_t spike_warmup = 20;      // detect.spike_warmup: samples before a spike or norm growth can fire
   // detect.ns_error: NS orthogonality error that fires (0 = off). A rank-k momentum S gives about
   // √((r−k)/r) < 1 by itself, so only values above 1 mean NS is diverging (σ(U) well above 1).
   double ns_error = 1.0;

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <iostream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "model/probe/frame_json.h"
@@ -28,9 +30,21 @@ int64_t for_each_frame(const SessionReader& session, const ExportRange& range, F
                     std::to_string(session.timelines()) + ")");
   const std::vector<int64_t> steps = session.steps(range.timeline);
   int64_t n = 0;
+  std::string warned;  // one warning per bad chunk, not per step
   for (size_t i = 0; i < steps.size(); ++i) {
     if (steps[i] < range.from || steps[i] > range.to) continue;
-    f(session.frame_at(range.timeline, i));
+    std::optional<Frame> frame;
+    try {
+      frame = session.frame_at(range.timeline, i);
+    } catch (const UserError& e) {
+      // A chunk whose checksums held but whose body does not decode (a writer's bug, a forged
+      // file): its frames are left out with a warning, never passed on, and the rest exported.
+      const std::string message = one_line(e.what());
+      if (message != warned) std::cerr << "memscope: warning: " << message << " (its frames are skipped)\n";
+      warned = message;
+      continue;
+    }
+    f(*frame);
     ++n;
   }
   return n;

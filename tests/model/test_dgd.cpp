@@ -171,7 +171,7 @@ TEST_CASE("dgd: per-feature chunk b equals the loop frozen at chunk starts, and 
   }
 }
 
-TEST_CASE("inner loss: normalize divides loss and gradient by d_v; clip bounds each token's gradient", "[model]") {
+TEST_CASE("inner loss: normalize divides loss and gradient by d_v, clip bounds each token's gradient", "[model]") {
   for (const char* preset : {"deltanet", "omeganet", "atlas"}) {
     INFO(preset);
     auto plain = make_layer(test_rule(preset), 16, 2, torch::kFloat64);

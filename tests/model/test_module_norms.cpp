@@ -64,7 +64,7 @@ TEST_CASE("module norms: every parameter of every block kind lands in a named mo
   }
 }
 
-TEST_CASE("module norms: gradient norms equal float64 autograd per parameter; update ratios equal ‖Δθ‖/‖θ‖",
+TEST_CASE("module norms: gradient norms equal float64 autograd per parameter, update ratios equal ‖Δθ‖/‖θ‖",
           "[model]") {
   for (const char* structure : {"linear", "mlp"}) {
     INFO(structure);

@@ -295,18 +295,72 @@ TEST_CASE("detectors: NS error and norm growth fire above their thresholds", "[p
   DetectConfig config;
   config.ns_error = 0.5;
   config.norm_growth = 1.5;
+  config.spike_warmup = 1;        // norm growth from the second probe
+  config.spike_threshold = 1e12;  // these checks alone (a flat series makes any change a huge z)
   Detectors detectors(config);
-  CHECK(detectors.observe(synthetic(1, 1.0, 1.0, 1.0f, 0.4f)).empty());
-  const auto ns = detectors.observe(synthetic(2, 1.0, 1.0, 1.2f, 0.7f));
+  auto inspect = [](int64_t step, float norm, float ns) {  // the stepped memory's frames
+    Frame f = synthetic(step, 1.0, 1.0, norm, ns);
+    f.kind = FrameKind::Inspect;
+    return f;
+  };
+  CHECK(detectors.observe(inspect(1, 1.0f, 0.4f)).empty());
+  const auto ns = detectors.observe(inspect(2, 1.2f, 0.7f));
   REQUIRE(ns.size() == 1);
   CHECK(ns[0].kind == EventKind::NsError);
   CHECK(ns[0].value == Approx(0.7));
-  CHECK(detectors.observe(synthetic(3, 1.0, 1.0, 1.2f, 0.8f)).empty());  // still above: no new event
-  const auto grow = detectors.observe(synthetic(4, 1.0, 1.0, 2.0f, 0.1f));
+  CHECK(detectors.observe(inspect(3, 1.2f, 0.8f)).empty());  // still above: no new event
+  const auto grow = detectors.observe(inspect(4, 2.0f, 0.1f));
   REQUIRE(grow.size() == 1);
   CHECK(grow[0].kind == EventKind::NormGrowth);
   CHECK(grow[0].value == Approx(2.0 / 1.2));
+  // Training frames' ‖M‖ trends with learning: not watched for growth.
+  CHECK(detectors.observe(synthetic(5, 1.0, 1.0, 1.0f, 0.1f)).empty());
+  CHECK(detectors.observe(synthetic(6, 1.0, 1.0, 9.0f, 0.1f)).empty());
   config.norm_growth = 0;  // off
   detectors.set_config(config);
-  CHECK(detectors.observe(synthetic(5, 1.0, 1.0, 8.0f, 0.1f)).empty());
+  CHECK(detectors.observe(inspect(7, 8.0f, 0.1f)).empty());
+}
+
+TEST_CASE("detectors: a memory refilling after each sequence start is not norm growth, a blow-up is", "[probe]") {
+  // Inspect frames of 28-token sequences: ‖M‖ restarts small at each sequence start and grows as
+  // the sequence is written, to about the same level each time (issue 19: comparing with the
+  // previous probe called every refill growth).
+  DetectConfig config;
+  config.spike_threshold = 1e12;  // norm growth alone
+  Detectors detectors(config);
+  int64_t step = 0;
+  size_t growth = 0;
+  for (int sequence = 0; sequence < 20; ++sequence)
+    for (int token = 0; token < 28; ++token) {
+      Frame f = synthetic(++step, 1.0, 1.0, static_cast<float>(0.02 + 0.04 * token + 0.01 * (sequence % 3)));
+      f.kind = FrameKind::Inspect;
+      f.sequence = sequence;
+      f.token_index = token;
+      for (const auto& e : detectors.observe(f)) growth += e.kind == EventKind::NormGrowth;
+    }
+  CHECK(growth == 0);
+  // A memory that blows up to three times anything recent fires, once per crossing.
+  Frame f = synthetic(++step, 1.0, 1.0, 3.5f);
+  f.kind = FrameKind::Inspect;
+  const auto fired = detectors.observe(f);
+  REQUIRE(fired.size() == 1);
+  CHECK(fired[0].kind == EventKind::NormGrowth);
+  CHECK(fired[0].value == Approx(3.5 / 1.12).epsilon(1e-3));  // over the largest of the last 64 probes
+}
+
+TEST_CASE("detectors: a trending memory norm in training frames is not a spike, the loss still is", "[probe]") {
+  DetectConfig config;
+  config.norm_growth = 0;  // spikes alone (the bursts below are norm growth, tested above)
+  Detectors detectors(config);
+  std::vector<Event> fired;
+  for (int64_t step = 1; step <= 300; ++step) {
+    // ‖M‖ at the end of each batch climbs in bursts as the model learns (the issue 19 flood);
+    // the loss jumps once, at step 250.
+    const float norm = 1.0f + 0.02f * static_cast<float>(step) + (step % 40 == 0 ? 3.0f : 0.0f);
+    const double loss = 2.0 + 0.05 * std::sin(step * 0.7) + (step == 250 ? 3.0 : 0.0);
+    for (auto& e : detectors.observe(synthetic(step, loss, 1.0 + 0.01 * std::cos(step), norm))) fired.push_back(e);
+  }
+  REQUIRE(fired.size() == 1);
+  CHECK(fired[0].tensor == "loss");
+  CHECK(fired[0].step == 250);
 }

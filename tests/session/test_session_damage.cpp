@@ -223,7 +223,7 @@ TEST_CASE("session.json that is missing or malformed is a clear error", "[sessio
   }
 }
 
-TEST_CASE("a chunk whose body is corrupt is found at open; replay and export pass over it", "[session]") {
+TEST_CASE("a chunk whose body is corrupt is found at open, replay and export pass over it", "[session]") {
   const auto dir = test::fresh_dir("body") / "run.memscope";
   test::record_session(test::small_engine({"record.chunk_steps=4"}), dir, {Command::steps(12)});
   // Chunk 1's `kind` column says 7: its header is sound, its body is not (and fails its checksum).

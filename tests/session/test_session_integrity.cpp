@@ -91,7 +91,7 @@ TEST_CASE("CRC32C matches the published check value, in hardware and in the tabl
   CHECK_FALSE(parse_crc32c_hex("12345g78", parsed));
 }
 
-TEST_CASE("flipped bytes in a chunk are damage naming the tensor and steps; replay and export skip it", "[session]") {
+TEST_CASE("flipped bytes in a chunk are damage naming the tensor and steps, replay and export skip it", "[session]") {
   const auto dir = recorded("flipped");
   const auto chunk = dir / "frames-000001.safetensors";
   {
