@@ -66,7 +66,7 @@ void run_train(const TrainOptions& o) {
   Trainer trainer = o.resume.empty() ? Trainer(load_preset(o.preset, sets)) : Trainer::resume(o.resume, sets);
   const TrainConfig& c = trainer.preset().train;
   // Every output is checked now, not after the run: its directory, its space, what it would overwrite.
-  if (!o.out.empty() || o.out_given) {
+  if (o.out_given) {
     int64_t parameter_bytes = 0;
     for (const auto& p : trainer.model()->parameters()) parameter_bytes += p.numel() * 4;
     // parameters and AdamW's two moments, plus the header and the preset

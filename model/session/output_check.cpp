@@ -120,12 +120,10 @@ void check_output(const OutputRequest& out, const std::vector<fs::path>& inputs,
   }
   if (existing != FileKind::Missing) {
     if (wants_dir) {
-      if (existing == FileKind::Directory && fs::is_empty(out.path)) {
-        // an empty directory is fine: the recording fills it
-      } else {
+      // An empty directory is fine: the recording fills it.
+      if (existing != FileKind::Directory || !fs::is_empty(out.path))
         throw UserError(where + ": already exists (" + describe(existing) +
                         "); a recording never overwrites one, give a new name");
-      }
     } else if (existing == FileKind::Directory || existing == FileKind::Session) {
       throw UserError(where + ": is " + std::string(describe(existing)) + ", not a file");
     } else if (existing != out.kind && !force) {

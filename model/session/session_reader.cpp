@@ -56,6 +56,16 @@ std::string checksum_damage(const SafetensorsFile& file, const std::vector<std::
          " CRC32C checksum (the bytes changed after they were written; " + steps + ")";
 }
 
+// The rewind markers among the events (each cuts its timeline back to its step at its order),
+// in recorded order.
+std::vector<RewindMark> rewind_marks(const std::vector<Event>& events) {
+  std::vector<RewindMark> marks;
+  for (const Event& e : events)
+    if (e.kind == EventKind::Command && e.tensor == kRewindMarker && e.order >= 0) marks.push_back({e.order, e.step, e.timeline});
+  std::stable_sort(marks.begin(), marks.end(), [](const RewindMark& a, const RewindMark& b) { return a.order < b.order; });
+  return marks;
+}
+
 uint64_t size_of(const std::filesystem::path& path) {
   std::error_code ec;
   const auto size = std::filesystem::file_size(path, ec);
@@ -96,11 +106,8 @@ void SessionReader::load_chunks() {
   }
   std::sort(files.begin(), files.end());
   // Rewind markers let the columns go back; without every event line they cannot be held to it.
-  std::vector<RewindMark> marks;
-  for (const Event& e : events_)
-    if (e.kind == EventKind::Command && e.tensor == kRewindMarker && e.order >= 0) marks.push_back({e.order, e.step, e.timeline});
   const bool events_complete = std::none_of(damage_.begin(), damage_.end(), [](const SessionDamage& d) { return d.file == "events.jsonl"; });
-  ChunkOrderCheck order(std::move(marks), events_complete, info_.closed ? info_.frames : -1);
+  ChunkOrderCheck order(rewind_marks(events_), events_complete, info_.closed ? info_.frames : -1);
   int64_t expected = 0;
   for (const auto& [number, name] : files) {
     if (number > expected) {  // one entry per gap, however wide
@@ -152,14 +159,8 @@ void SessionReader::build_index() {
   // Replay the recording's order: frames by seq, and the rewind markers (an event that cuts a
   // timeline back to a step) at the point they were logged.
   std::stable_sort(rows_.begin(), rows_.end(), [](const Row& a, const Row& b) { return a.seq < b.seq; });
-  struct Cut {
-    int64_t order, step;  // frames recorded before it; the timeline keeps steps <= step
-    int timeline;
-  };
-  std::vector<Cut> cuts;
-  for (const Event& e : events_)
-    if (e.kind == EventKind::Command && e.tensor == kRewindMarker && e.order >= 0) cuts.push_back({e.order, e.step, e.timeline});
-  std::stable_sort(cuts.begin(), cuts.end(), [](const Cut& a, const Cut& b) { return a.order < b.order; });
+  using Cut = RewindMark;  // frames recorded before it; the timeline keeps steps <= step
+  const std::vector<Cut> cuts = rewind_marks(events_);
   std::vector<std::vector<Cut>> cuts_by_timeline;  // every truncation, for the events below
   auto line_of = [&](int t) -> std::vector<Location>& {
     if (static_cast<size_t>(t) >= index_.size()) index_.resize(static_cast<size_t>(t) + 1);

@@ -62,18 +62,26 @@ void AdamW::load_state(const std::map<std::string, at::Tensor>& tensors, int64_t
   steps_ = steps;
 }
 
-double clip_grad_norm(const NamedTensors& parameters, double max_norm) {
+double gradient_norm(const NamedTensors& parameters) {
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> squares;
   for (const auto& [name, p] : parameters)
     if (p.grad().defined()) squares.push_back(p.grad().to(at::kDouble).pow(2).sum());
   if (squares.empty()) return 0.0;
-  const double norm = std::sqrt(at::stack(squares).sum().item<double>());
-  if (max_norm > 0.0 && norm > max_norm && std::isfinite(norm)) {
-    const double scale = max_norm / (norm + 1e-6);
-    for (const auto& [name, p] : parameters)
-      if (p.grad().defined()) p.grad().mul_(scale);
-  }
+  return std::sqrt(at::stack(squares).sum().item<double>());
+}
+
+void clip_gradients(const NamedTensors& parameters, double norm, double max_norm) {
+  if (!(max_norm > 0.0 && norm > max_norm && std::isfinite(norm))) return;
+  at::NoGradGuard no_grad;
+  const double scale = max_norm / (norm + 1e-6);
+  for (const auto& [name, p] : parameters)
+    if (p.grad().defined()) p.grad().mul_(scale);
+}
+
+double clip_grad_norm(const NamedTensors& parameters, double max_norm) {
+  const double norm = gradient_norm(parameters);
+  clip_gradients(parameters, norm, max_norm);
   return norm;
 }
 

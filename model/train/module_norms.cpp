@@ -49,25 +49,36 @@ std::string module_of(const std::string& parameter) {
 }
 
 std::vector<ModuleNorm> module_gradient_norms(const std::vector<std::pair<std::string, at::Tensor>>& parameters,
-                                              std::vector<at::Tensor>* before) {
+                                              std::vector<at::Tensor>* before, double* total_norm) {
   at::NoGradGuard no_grad;
   std::vector<ModuleNorm> modules;
   std::map<std::string, size_t> index;
-  std::vector<at::Tensor> squares;  // one per module, summed on the device: a single host transfer
+  // ‖g‖² per parameter with a gradient, in parameter order (as gradient_norm sums them), and the
+  // module each belongs to; one host transfer brings them and their total.
+  std::vector<at::Tensor> squares;
+  std::vector<size_t> module_of_square;
   for (const auto& [name, p] : parameters) {
     const std::string module = module_of(name);
     auto it = index.find(module);
     if (it == index.end()) {
       it = index.emplace(module, modules.size()).first;
       modules.push_back({module, 0.0, 0.0});
-      squares.push_back(at::zeros({}, p.options().dtype(at::kDouble)));
     }
-    if (p.grad().defined()) squares[it->second] = squares[it->second] + p.grad().to(at::kDouble).pow(2).sum();
+    if (p.grad().defined()) {
+      squares.push_back(p.grad().to(at::kDouble).pow(2).sum());
+      module_of_square.push_back(it->second);
+    }
     if (before) before->push_back(p.detach().clone());
   }
-  if (modules.empty()) return modules;
-  const at::Tensor norms = at::stack(squares).sqrt().cpu();
-  for (size_t i = 0; i < modules.size(); ++i) modules[i].grad_norm = norms[static_cast<int64_t>(i)].item<double>();
+  if (total_norm) *total_norm = 0.0;
+  if (squares.empty()) return modules;
+  const at::Tensor stacked = at::stack(squares);
+  const at::Tensor host = at::cat({stacked, stacked.sum().unsqueeze(0)}).cpu();
+  const double* values = host.data_ptr<double>();
+  std::vector<double> sums(modules.size(), 0.0);
+  for (size_t i = 0; i < squares.size(); ++i) sums[module_of_square[i]] += values[i];
+  for (size_t m = 0; m < modules.size(); ++m) modules[m].grad_norm = std::sqrt(sums[m]);
+  if (total_norm) *total_norm = std::sqrt(values[squares.size()]);
   return modules;
 }
 

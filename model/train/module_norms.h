@@ -26,8 +26,10 @@ struct ModuleNorm {
 
 // Groups parameters by module_of, in first-seen order: the gradient norms now (before clipping).
 // `before` receives a copy of each parameter for update_ratios (empty: ratios are not measured).
+// `total_norm`, when given, receives the global gradient norm, equal bit for bit to
+// gradient_norm() (adamw.h): the trainer clips with it instead of measuring it again.
 std::vector<ModuleNorm> module_gradient_norms(const std::vector<std::pair<std::string, at::Tensor>>& parameters,
-                                              std::vector<at::Tensor>* before);
+                                              std::vector<at::Tensor>* before, double* total_norm = nullptr);
 
 // Fills update_ratio from the parameters after the step and the copies taken before it.
 void module_update_ratios(std::vector<ModuleNorm>& modules,

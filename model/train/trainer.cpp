@@ -83,9 +83,11 @@ TrainStepResult Trainer::train_step() {
   r.acc = score.accuracy();
   r.lr = lr;
   r.chunk = chunk;
+  // The gradient norm before clipping, measured once: with the per-module probes, by them.
   std::vector<at::Tensor> before;
-  if (c.module_norms) r.modules = module_gradient_norms(optimiser_->parameters(), &before);
-  r.grad_norm = clip_grad_norm(optimiser_->parameters(), c.clip);
+  if (c.module_norms) r.modules = module_gradient_norms(optimiser_->parameters(), &before, &r.grad_norm);
+  else r.grad_norm = gradient_norm(optimiser_->parameters());
+  clip_gradients(optimiser_->parameters(), r.grad_norm, c.clip);
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
     optimiser_->zero_grad();
     throw std::runtime_error("step " + std::to_string(step_ + 1) + ": " +
