@@ -14,6 +14,7 @@
 #include "model/engine/engine.h"
 #include "model/session/output_check.h"
 #include "model/session/replay.h"
+#include "model/session/session_reader.h"
 #include "model/session/session_writer.h"
 #include "model/probe/frame_json.h"
 #include "model/util/errors.h"
@@ -31,6 +32,8 @@ struct StepOptions {
   std::string break_on;
   std::string record;
   std::string replay;
+  std::string session;     // --session DIR with --train-step: the recorded run's preset
+  int64_t train_step = 0;  // --train-step S: step into training step S
   bool tokens_given = false, preset_given = false;
   bool json = false;
   int threads = 0;
@@ -50,6 +53,11 @@ class Printer : public model::FrameSink {
   explicit Printer(bool json) : json_(json) {}
 
   void on_frame(const model::Frame& f) override {
+    if (f.kind == model::FrameKind::Inspect && f.target >= 0 && std::isfinite(f.loss)) {
+      loss_sum_ += f.loss;
+      ++targets_;
+      correct_ += f.predicted == f.target;
+    }
     const bool hope = f.cms_levels > 0 || !f.selfmod_error.empty();  // HOPE probes (issue 8)
     if (f.layers == 0 && !hope && f.kind == model::FrameKind::Inspect) return;  // not probed at this step
     if (json_) {
@@ -101,6 +109,10 @@ class Printer : public model::FrameSink {
   }
 
   const std::string& error() const { return error_; }
+  // The summed loss, count and hits of every scored token stepped (the step into a training step).
+  double loss_sum() const { return loss_sum_; }
+  int64_t targets() const { return targets_; }
+  int64_t correct() const { return correct_; }
   // Off while a command's own failure is about to be reported as the CLI's error line.
   void show_events(bool show) { show_events_ = show; }
 
@@ -114,7 +126,55 @@ class Printer : public model::FrameSink {
   bool json_;
   std::atomic<bool> show_events_{true};  // set by the main thread, read on the engine thread
   std::string error_;
+  double loss_sum_ = 0;  // engine thread while running; read after it stops
+  int64_t targets_ = 0, correct_ = 0;
 };
+
+// --session DIR --train-step S: the session must hold training frames, S among them. Returns the
+// loss its main timeline recorded for step S (NaN when that frame was not kept).
+double recorded_train_loss(const std::string& dir, int64_t train_step) {
+  const model::SessionReader reader(dir);
+  int64_t last = 0;
+  double loss = std::nan("");
+  for (int timeline = 0; timeline < reader.timelines(); ++timeline) {
+    const auto steps = reader.steps(timeline);
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const model::Frame f = reader.frame_at(timeline, i);
+      if (f.kind != model::FrameKind::Train) continue;
+      last = std::max(last, f.train_step);
+      if (timeline == 0 && f.train_step == train_step) loss = f.loss;
+    }
+  }
+  if (last == 0)
+    throw model::UserError("session " + reader.dir().string() + " has no training frames (it was recorded in inspect mode)");
+  if (train_step > last)
+    throw model::UserError("--train-step " + std::to_string(train_step) + " is beyond the run: session " + reader.dir().string() +
+                    " trained to step " + std::to_string(last));
+  return loss;
+}
+
+// The batch's loss recomputed token by token against the trainer's for the same step and weights.
+void print_step_into_summary(const model::StepIntoReference& into, double recorded, const Printer& p, bool json) {
+  const double loss = p.targets() > 0 ? p.loss_sum() / static_cast<double>(p.targets()) : std::nan("");
+  const bool whole = p.targets() == into.targets;
+  if (json) {
+    nlohmann::json j = {{"step_into", into.train_step}, {"loss", loss},      {"targets", p.targets()},
+                        {"whole_batch", whole},           {"trainer_loss", into.loss}};
+    if (std::isfinite(recorded)) j["recorded_loss"] = recorded;
+    std::cout << j.dump() << '\n';
+    return;
+  }
+  std::cout << "training step " << into.train_step << ": loss " << loss << " over " << p.targets() << " target tokens";
+  if (whole) std::cout << " (the trainer's, same weights and batch: " << into.loss << ", |difference| " << std::abs(loss - into.loss) << ")";
+  else std::cout << " (part of the batch; the whole batch has " << into.targets << ", the trainer's loss " << into.loss << ")";
+  // A session recorded from a fresh run re-runs to the same weights; one started from elsewhere does not.
+  if (std::isfinite(recorded)) {
+    std::cout << "; recorded in the session: " << recorded;
+    if (std::abs(recorded - into.loss) > 1e-5 * std::max(1.0, std::abs(recorded)))
+      std::cout << " (differs: the recorded run did not start from this preset's step 0, or its knobs changed on the way)";
+  }
+  std::cout << '\n';
+}
 
 void run_step(const StepOptions& o) {
   using namespace memscope::model;
@@ -123,6 +183,15 @@ void run_step(const StepOptions& o) {
   options.preset = o.preset;
   options.checkpoint = o.ckpt;
   options.sets = o.sets;
+  options.train_step = o.train_step;
+  double recorded_loss = std::nan("");  // the session's training frame for --train-step, when there is one
+  if (!o.session.empty()) {
+    if (o.train_step == 0) throw UserError("--session needs --train-step S (to play a recorded session, use --replay)");
+    if (o.preset_given) throw UserError("--session takes the recorded run's preset; --preset does not apply");
+    recorded_loss = recorded_train_loss(o.session, o.train_step);
+    options.session = o.session;
+  }
+  if (o.train_step > 0 && !o.replay.empty()) throw UserError("--train-step steps a model; it does not apply to --replay");
   options.sets.push_back("engine.mode=inspect");
   if (o.probe_every > 0) options.sets.push_back("probe.every=" + std::to_string(o.probe_every));
   std::vector<Breakpoint> breakpoints;
@@ -133,8 +202,12 @@ void run_step(const StepOptions& o) {
     check_output({"--record", session_dir_for(o.record), FileKind::Session, 16u << 20}, {o.replay}, false);
   // A recorded session plays through the same interface as the live engine (DESIGN principle 1).
   std::unique_ptr<TimelineSource> source;
+  const Engine* live = nullptr;
   if (o.replay.empty()) {
-    source = std::make_unique<Engine>(options);
+    options.progress = [](const std::string& line) { std::cerr << line << '\n'; };
+    auto engine = std::make_unique<Engine>(options);
+    live = engine.get();
+    source = std::move(engine);
   } else {
     if (!o.ckpt.empty() || !o.sets.empty() || o.probe_every > 0 || o.preset_given)
       throw UserError("step --replay plays what was recorded; --preset, --ckpt, --set and --probe-every do not apply");
@@ -169,7 +242,10 @@ void run_step(const StepOptions& o) {
   // the step in flight; the recording is then closed as on a normal end.
   catch_interrupts();
   const size_t events_before = engine.events().size();
-  engine.post(!o.replay.empty() && !o.tokens_given ? Command::run() : Command::steps(o.tokens));
+  const StepIntoReference into = live ? live->step_into_reference() : StepIntoReference{};
+  // Stepping into a training step covers its whole batch unless --tokens says otherwise.
+  const int64_t tokens = into.train_step > 0 && !o.tokens_given ? into.tokens : o.tokens;
+  engine.post(!o.replay.empty() && !o.tokens_given ? Command::run() : Command::steps(tokens));
   bool paused_by_signal = false;
   while (!engine.wait_idle_for(0.1))
     if (interrupted() && !paused_by_signal) {
@@ -194,6 +270,7 @@ void run_step(const StepOptions& o) {
     std::cerr << "recorded " << dir << " (memscope-cli inspect " << dir << ")\n";
   }
   engine.stop();
+  if (into.train_step > 0) print_step_into_summary(into, recorded_loss, *printer, o.json);
   std::cout.flush();
   if (interrupted()) throw Interrupted("interrupted at " + at);
   // A step that failed or paused on an error is an error for scripts; a replay only shows
@@ -217,6 +294,11 @@ void register_step(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   cmd->add_option("--break-on", o->break_on,
                   "Stop at the first of these, comma-separated: nan, spike, ns_error, ns_error>X, norm_growth, any, step==N");
+  cmd->add_option("--train-step", o->train_step,
+                  "Step into training step S: its batch, row by row, with the weights from before it (rebuilt by "
+                  "re-running from --ckpt, --session's preset or --preset's start) and the trainer's chunk form")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  cmd->add_option("--session", o->session, "With --train-step: the run a session (NAME.memscope) recorded");
   cmd->add_option("--replay", o->replay, "Step a recorded session (NAME.memscope) instead of a model; same output and breakpoints");
   cmd->add_option("--record", o->record, "Record the session to DIR (NAME.memscope; see memscope-cli inspect/export)");
   cmd->add_flag("--json", o->json, "One JSON object per probed step (and per event)");

@@ -324,6 +324,9 @@ std::vector<Knob> probe_detect_engine_record_knobs() {
                        KNOB_FIELD(p.engine.inspect_tokens)));
   k.push_back(int_knob("engine.probe_seed", 0, kSeedMax, Live, "which task sequences inspect steps through",
                        KNOB_FIELD(p.engine.probe_seed)));
+  k.push_back(int_knob("engine.inspect_batch", 0, kMany, Live,
+                       "inspect steps the batch of this training step, row by row, in the trainer's chunk form (0 = probe sequences)",
+                       KNOB_FIELD(p.engine.inspect_batch)));
   k.push_back(float_knob("engine.frame_budget_mb", 1.0, 1 << 20, Live, "memory for the ring of recorded frames, MiB",
                          KNOB_FIELD(p.engine.frame_budget_mb)));
   k.push_back(int_knob("engine.keyframe_every", 0, 1e6, Live, "engine steps between keyframes for rewind and fork (0 = only the start)",

@@ -108,18 +108,49 @@ std::shared_ptr<const Frame> Branch::advance(std::vector<Event>& events) {
 
 void Branch::ensure_sequence_loaded(int64_t sequence) {
   if (sequence_loaded_ == sequence) return;
-  const uint64_t seed = Rng::mix(static_cast<uint64_t>(preset().engine.probe_seed) ^ kProbeStream,
-                                 static_cast<uint64_t>(sequence));
-  const Batch batch = trainer_->task().sample(1, seed);
+  const EngineConfig& e = preset().engine;
+  Batch batch;
+  int64_t row = 0;
+  if (e.inspect_batch > 0) {  // the step into a training step: that step's batch, one row after another
+    batch = trainer_->training_batch(e.inspect_batch);
+    row = sequence % batch.tokens.size(0);
+  } else {
+    batch = trainer_->task().sample(
+        1, Rng::mix(static_cast<uint64_t>(e.probe_seed) ^ kProbeStream, static_cast<uint64_t>(sequence)));
+  }
   const auto device = trainer_->model()->embedding.device();
-  const at::Tensor tokens = batch.tokens[0].to(at::kCPU).contiguous();
-  const at::Tensor targets = batch.targets[0].to(at::kCPU).contiguous();
+  const at::Tensor tokens = batch.tokens[row].to(at::kCPU).contiguous();
+  const at::Tensor targets = batch.targets[row].to(at::kCPU).contiguous();
   host_tokens_.assign(tokens.data_ptr<int64_t>(), tokens.data_ptr<int64_t>() + tokens.numel());
   host_targets_.assign(targets.data_ptr<int64_t>(), targets.data_ptr<int64_t>() + targets.numel());
   for (auto& t : host_targets_)
     if (t == kIgnoreIndex) t = -1;
   sequence_tokens_ = tokens.to(device);
   sequence_loaded_ = sequence;
+}
+
+int64_t Branch::inspect_chunk() const {
+  const int64_t batch = preset().engine.inspect_batch;
+  return batch > 0 ? preset().train.chunk_at(batch - 1) : 1;
+}
+
+void Branch::step_into(int64_t train_step, const std::function<void(const std::string&)>& progress) {
+  const int64_t at = trainer_->step(), steps = preset().train.steps;
+  if (train_step < 1) throw UserError("training steps count from 1, got " + std::to_string(train_step));
+  if (train_step > steps)
+    throw UserError("training step " + std::to_string(train_step) + " is beyond the run (train.steps = " +
+                    std::to_string(steps) + "; --set train.steps=N trains further)");
+  if (train_step <= at)
+    throw UserError("these weights are from after training step " + std::to_string(at) + "; stepping into step " +
+                    std::to_string(train_step) + " needs weights from before it (a checkpoint at step " +
+                    std::to_string(train_step - 1) + " or earlier)");
+  if (progress && train_step - 1 > at)
+    progress("rebuilding the weights from before training step " + std::to_string(train_step) + ": re-running steps " +
+             std::to_string(at + 1) + " to " + std::to_string(train_step - 1));
+  while (trainer_->step() < train_step - 1) trainer_->train_step();  // re-run from the nearest weights
+  trainer_->apply_live(parse_preset(preset().toml, preset().name,
+                                    {"engine.mode=inspect", "engine.inspect_batch=" + std::to_string(train_step)}));
+  start_over(std::move(trainer_));  // step 0 of this timeline: the weights from before train_step
 }
 
 std::shared_ptr<Frame> Branch::inspect_frame() {
@@ -151,7 +182,7 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
     }
 
   const auto start = std::chrono::steady_clock::now();
-  const LmStepOutput out = model->step(token, inspect_);
+  const LmStepOutput out = model->step(token, inspect_, inspect_chunk());
   if (probe) {
     ProbeInputs in;
     in.model = &model;
@@ -165,6 +196,12 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
     const std::vector<double> extra = collect_probes(*frame, in, p);
     frame->predicted = static_cast<int64_t>(extra[0]);
     if (frame->target >= 0) frame->loss = extra[1];
+  }
+  if (!probe && frame->target >= 0 && preset().engine.inspect_batch > 0) {
+    // A training batch's loss is what the step into it checks: every target token carries it.
+    const at::Tensor log_p = at::log_softmax(out.logits[0].to(at::kDouble), 0);
+    frame->loss = -log_p[frame->target].item<double>();
+    frame->predicted = log_p.argmax().item<int64_t>();
   }
   frame->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   frame->tokens_per_s = 1.0 / std::max(frame->seconds, 1e-9);
@@ -244,7 +281,13 @@ bool Branch::set_knobs(const std::vector<std::string>& sets) {
     start_over(std::make_unique<Trainer>(next));
     return true;
   }
+  const EngineConfig& was = preset().engine;
+  const bool new_stream = was.inspect_batch != next.engine.inspect_batch || was.probe_seed != next.engine.probe_seed;
   trainer_->apply_live(next);
+  if (new_stream) {  // another inspect stream: it starts from its first token
+    cursor_ = {};
+    sequence_loaded_ = -1;
+  }
   detectors_.set_config(next.detect);
   ring_->set_budget(budget_bytes(next.engine.frame_budget_mb));
   return false;

@@ -70,6 +70,11 @@ class Branch {
   std::unique_ptr<Branch> fork(int id, int64_t step, const std::vector<std::string>& sets, std::vector<Event>& events,
                                const std::function<void(const Frame&)>& on_frame) const;
 
+  // Starts this timeline over at the weights from before training step `train_step` (re-running
+  // the trainer from where it is), stepping that step's batch in inspect mode with its chunk
+  // (engine.inspect_batch). Throws UserError when the step is not after the weights or beyond the run.
+  void step_into(int64_t train_step, const std::function<void(const std::string&)>& progress = {});
+
   // The oldest step a rewind can reach and the keyframes' memory.
   int64_t earliest_keyframe() const;
   int64_t keyframe_bytes() const;
@@ -89,6 +94,7 @@ class Branch {
   // Returns true when a restart knob changed and the run started over.
   bool set_knobs(const std::vector<std::string>& sets);
   void ensure_sequence_loaded(int64_t sequence);
+  int64_t inspect_chunk() const;  // the chunk b the inspect stream steps with (1: the exact step)
 
   std::shared_ptr<Frame> train_frame();
   std::shared_ptr<Frame> inspect_frame();

@@ -2,6 +2,7 @@
 
 #include "model/config/knobs.h"
 #include "model/engine/branch.h"
+#include "model/session/session_reader.h"
 #include "model/session/session_writer.h"
 #include "model/util/device.h"
 #include "model/util/errors.h"
@@ -9,10 +10,30 @@
 namespace memscope::model {
 
 Engine::Engine(const EngineOptions& options) : TimelineSource(/*live=*/true) {
-  if (options.checkpoint.empty())
-    branches_.push_back(std::make_unique<Branch>(0, load_preset(options.preset, options.sets)));
-  else
+  if (!options.checkpoint.empty()) {
     branches_.push_back(std::make_unique<Branch>(0, std::filesystem::path(options.checkpoint), options.sets));
+    if (!options.session.empty()) {  // the checkpoint is the nearest weights of the session's run
+      const Preset recorded = SessionReader(options.session).preset();
+      const std::string differs = restart_knob_changed(recorded, branches_.front()->preset());
+      if (!differs.empty()) {
+        const Knob& knob = *find_knob(differs);
+        throw UserError("checkpoint " + options.checkpoint + " is from another run than session " + options.session +
+                        " (" + differs + " = " + knob_value(branches_.front()->preset(), knob) + " there, " +
+                        knob_value(recorded, knob) + " in the session)");
+      }
+    }
+  } else if (!options.session.empty()) {
+    const Preset recorded = SessionReader(options.session).preset();
+    branches_.push_back(std::make_unique<Branch>(0, parse_preset(recorded.toml, recorded.name, options.sets)));
+  } else {
+    branches_.push_back(std::make_unique<Branch>(0, load_preset(options.preset, options.sets)));
+  }
+  if (options.train_step > 0) {
+    branches_.front()->step_into(options.train_step, options.progress);
+    const EvalResult r = branches_.front()->trainer().training_batch_loss(options.train_step);
+    const Batch batch = branches_.front()->trainer().training_batch(options.train_step);
+    step_into_ = {options.train_step, r.loss, r.acc, batch.tokens.numel(), (batch.targets != kIgnoreIndex).sum().item<int64_t>()};
+  }
   publish_rings();
   set_recorder_factory([this](const std::string& path, const Preset& preset) -> std::shared_ptr<Recorder> {
     const Trainer& trainer = branches_.front()->trainer();

@@ -115,8 +115,10 @@ class MemoryLayerImpl : public torch::nn::Module {
   // q, k, v, φ and the gates for x [B,T,D]; advances the conv state.
   ProjectedTokens project(const at::Tensor& x, MemoryState& state) const;
 
-  // The exact sequential step on x_t [B,D] (sequential_step.cpp).
-  StepOutput step(const at::Tensor& x_t, MemoryState& state) const;
+  // The exact sequential step on x_t [B,D] (sequential_step.cpp). With chunk b > 1 it takes its
+  // gradient at the chunk-start memory, as forward(x, state, b) does: token by token, the training
+  // form (SPEC §9's loop frozen at chunk starts).
+  StepOutput step(const at::Tensor& x_t, MemoryState& state, int64_t chunk = 1) const;
 
   // The chunkwise-parallel form on x [B,T,D] with chunk size b (chunkwise_forward.cpp).
   // Differentiable when grad mode is on; `record` also returns the per-token trace.

@@ -17,8 +17,9 @@ at::Tensor as_matrix_scale(const at::Tensor& gate) { return gate.unsqueeze(-1).u
 
 }  // namespace
 
-StepOutput MemoryLayerImpl::step(const at::Tensor& x_t, MemoryState& state) const {
+StepOutput MemoryLayerImpl::step(const at::Tensor& x_t, MemoryState& state, int64_t chunk) const {
   TORCH_CHECK(x_t.dim() == 2, "memory step: expected x_t of shape [B,D], got ", x_t.sizes());
+  TORCH_CHECK(chunk >= 1, "memory step: chunk size must be at least 1, got ", chunk);
   ProjectedTokens p = project(x_t.unsqueeze(1), state);
   auto token = [](const at::Tensor& t) { return t.select(1, 0); };
   const at::Tensor phi_k = token(p.phi_k), phi_q = token(p.phi_q), v = token(p.v);
@@ -59,18 +60,25 @@ StepOutput MemoryLayerImpl::step(const at::Tensor& x_t, MemoryState& state) cons
   }
 
   const std::vector<at::Tensor> before = state.memory;
+  // SPEC §9: with chunk b > 1 every gradient of a chunk is taken at the chunk-start memory, as the
+  // chunkwise form does (chunks at multiples of b from the stream start, the anchor carried across
+  // calls exactly as forward() carries it). Everything else (momentum, retention, the read) runs
+  // on the current memory. b = 1 is the exact step. loss_before is the inner loss at that point.
+  const bool continuing = chunk > 1 && state.tokens % chunk != 0 && state.anchor_chunk == chunk && !state.anchor.empty();
+  const std::vector<at::Tensor> gradient_point = continuing ? state.anchor : before;
   if (linear) {
     // SPEC §4: g_t = Σ_i γ_{t,i} ∂ℓ/∂y(M φ_i, v_i) φ_iᵀ (analytic).
-    at::Tensor y = read(before, window_phi);
+    at::Tensor y = read(gradient_point, window_phi);
     rec.loss_before = window_loss(y);
     at::Tensor psi = bias_grad(y, window_v, rule_, window_delta) * loss_weights.unsqueeze(-1);
     rec.gradient = {at::matmul(psi.transpose(-1, -2), window_phi)};
   } else {
     // SPEC §4: for MLP memory g_t = ∇_M L_t by autograd; with create_graph when training.
-    const bool differentiable = at::GradMode::is_enabled() && (before[0].requires_grad() || before[1].requires_grad() ||
-                                                              window_phi.requires_grad() || loss_weights.requires_grad());
+    const bool differentiable =
+        at::GradMode::is_enabled() && (gradient_point[0].requires_grad() || gradient_point[1].requires_grad() ||
+                                       window_phi.requires_grad() || loss_weights.requires_grad());
     at::AutoGradMode grad_on(true);
-    std::vector<at::Tensor> leaves = before;
+    std::vector<at::Tensor> leaves = gradient_point;
     if (!differentiable)
       for (auto& w : leaves) w = w.detach().requires_grad_(true);
     at::Tensor y = read(leaves, differentiable ? window_phi : window_phi.detach());
@@ -152,8 +160,13 @@ StepOutput MemoryLayerImpl::step(const at::Tensor& x_t, MemoryState& state) cons
     state.ring_gamma = window_gamma.slice(2, 1);
   }
   state.tokens += 1;
-  state.anchor.clear();
-  state.anchor_chunk = 0;
+  if (chunk > 1 && state.tokens % chunk != 0) {
+    state.anchor = gradient_point;
+    state.anchor_chunk = chunk;
+  } else {
+    state.anchor.clear();
+    state.anchor_chunk = 0;
+  }
   return {y, rec};
 }
 

@@ -87,8 +87,8 @@ at::Tensor BlockImpl::forward(const at::Tensor& x, BlockState& state, int64_t ch
   return run(x, state, chunk, false, nullptr);
 }
 
-at::Tensor BlockImpl::step(const at::Tensor& x_t, BlockState& state, StepRecord* record) const {
-  return run(x_t.unsqueeze(1), state, 1, true, record).squeeze(1);
+at::Tensor BlockImpl::step(const at::Tensor& x_t, BlockState& state, StepRecord* record, int64_t chunk) const {
+  return run(x_t.unsqueeze(1), state, chunk, true, record).squeeze(1);
 }
 
 at::Tensor BlockImpl::memory_out(const at::Tensor& x, BlockState& state, int64_t chunk, bool step_mode,
@@ -97,7 +97,7 @@ at::Tensor BlockImpl::memory_out(const at::Tensor& x, BlockState& state, int64_t
   if (!config_.ttl) {
     y = memory->forward_frozen(x, state.memory);
   } else if (step_mode) {
-    StepOutput out = memory->step(x.squeeze(1), state.memory);
+    StepOutput out = memory->step(x.squeeze(1), state.memory, chunk);
     if (record) *record = std::move(out.record);
     y = out.y.unsqueeze(1);
   } else {

@@ -53,7 +53,7 @@ class BlockImpl : public torch::nn::Module {
 
   // x_t: [B,D] → [B,D]; the memory runs its exact sequential step. `record` receives what the
   // memory did (left untouched when the block has no memory or TTL is off).
-  at::Tensor step(const at::Tensor& x_t, BlockState& state, StepRecord* record) const;
+  at::Tensor step(const at::Tensor& x_t, BlockState& state, StepRecord* record, int64_t chunk = 1) const;
 
   BlockKind kind() const { return config_.block; }
 

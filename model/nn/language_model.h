@@ -54,8 +54,10 @@ class LanguageModelImpl : public torch::nn::Module {
   // tokens: [B,T] int64 → logits [B,T,V]; the memories run their chunkwise form with chunk b.
   at::Tensor forward(const at::Tensor& tokens, LmState& state, int64_t chunk) const;
 
-  // token: [B] int64 → logits [B,V] and what each layer's memory did.
-  LmStepOutput step(const at::Tensor& token, LmState& state) const;
+  // token: [B] int64 → logits [B,V] and what each layer's memory did. chunk b > 1 steps the
+  // training form token by token: T calls equal forward(tokens, state, b) (the step into a
+  // training step); the default 1 is the exact sequential step.
+  LmStepOutput step(const at::Tensor& token, LmState& state, int64_t chunk = 1) const;
 
   at::Tensor embedding;  // [V,D], also the output head
   RmsNorm norm_out{nullptr};

@@ -53,7 +53,7 @@ TrainStepResult Trainer::train_step() {
   const double lr = learning_rate_at(c, step_);
   const int64_t chunk = c.chunk_at(step_);
 
-  const Batch batch = task_->sample(c.batch, Rng::mix(c.seed, static_cast<uint64_t>(step_)));
+  const Batch batch = training_batch(step_ + 1);
   const int64_t T = batch.tokens.size(1);
   const int64_t segment = c.bptt > 0 ? c.bptt : T;
   const double targets = std::max<double>(1.0, (batch.targets != kIgnoreIndex).sum().item<double>());
@@ -100,6 +100,27 @@ TrainStepResult Trainer::train_step() {
   last_state_ = std::move(state);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   r.tokens_per_s = static_cast<double>(c.batch * T) / std::max(seconds, 1e-9);
+  return r;
+}
+
+Batch Trainer::training_batch(int64_t step) const {
+  const TrainConfig& c = preset_.train;
+  return task_->sample(c.batch, Rng::mix(c.seed, static_cast<uint64_t>(step - 1)));
+}
+
+EvalResult Trainer::training_batch_loss(int64_t step) const {
+  at::NoGradGuard no_grad;
+  const Batch batch = training_batch(step);
+  LmState state = model_->initial_state(preset_.train.batch);
+  // One call equals train_step's segments: truncated BPTT cuts the history, not the values.
+  const at::Tensor logits = model_->forward(batch.tokens, state, preset_.train.chunk_at(step - 1));
+  QueryScore score;
+  score += score_queries(logits, batch.targets, batch.query_mask);
+  const double targets = std::max<double>(1.0, (batch.targets != kIgnoreIndex).sum().item<double>());
+  EvalResult r;
+  r.loss = summed_cross_entropy(logits, batch.targets).item<double>() / targets;
+  r.acc = score.accuracy();
+  r.queries = score.total;
   return r;
 }
 

@@ -60,6 +60,12 @@ class Trainer {
   // (the parameters are left as they were).
   TrainStepResult train_step();
 
+  // The batch training step `step` (counting from 1) trains on: a pure function of (seed, step).
+  Batch training_batch(int64_t step) const;
+  // The loss and query accuracy train_step() would report for `step` with the current weights
+  // (forward only, that step's chunk): the reference the step into a training step is checked by.
+  EvalResult training_batch_loss(int64_t step) const;
+
   // Loss and query accuracy on a fixed evaluation set (its own seeds, disjoint from training's).
   EvalResult evaluate(int64_t batches) const;
   EvalResult evaluate(const Task& task, int64_t batches) const;

@@ -53,6 +53,29 @@ TEST_CASE("language model: step and forward with chunk 1 give the same logits fo
   }
 }
 
+TEST_CASE("language model: step with chunk b, token by token, gives forward(b)'s logits for every block", "[nn]") {
+  // What "step into a training step" relies on: the trainer's chunkwise model, one token at a time.
+  torch::NoGradGuard no_grad;
+  for (const std::string memory : {"atlas", "titans-lmm"}) {
+    for (const std::string block : {"lmm", "mag", "mal", "mac"}) {
+      for (const std::string structure : {"linear", "mlp"}) {
+        CAPTURE(memory, block, structure);
+        LanguageModel lm = tiny_model(block, memory, {"memory.structure=" + structure});
+        const at::Tensor x = tokens(2, 13);
+        LmState a = lm->initial_state(2), b = lm->initial_state(2), c = lm->initial_state(2);
+        const at::Tensor forward = lm->forward(x, a, 4);
+        std::vector<at::Tensor> steps, exact;
+        for (int64_t t = 0; t < 13; ++t) {
+          steps.push_back(lm->step(x.select(1, t), b, 4).logits);
+          exact.push_back(lm->step(x.select(1, t), c).logits);
+        }
+        CHECK(max_diff(forward, at::stack(steps, 1)) < 1e-9);
+        CHECK(max_diff(forward, at::stack(exact, 1)) > 1e-7);  // b = 4 is not the exact step
+      }
+    }
+  }
+}
+
 TEST_CASE("language model: a stream split into calls of any length equals one call", "[nn]") {
   torch::NoGradGuard no_grad;
   for (const std::string block : {"mag", "mal", "mac"}) {

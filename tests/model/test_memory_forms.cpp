@@ -231,6 +231,33 @@ TEST_CASE("memory: chunk b equals the sequential loop frozen at chunk starts (T 
   }
 }
 
+TEST_CASE("memory: the sequential step with chunk b equals the loop frozen at chunk starts and forward(b), every preset",
+          "[model]") {
+  // The step into a training step (issue 18) steps the trainer's form token by token: the memory
+  // must end where forward(x, b) ends, with the same outputs, and differ from the exact step.
+  for (const auto& name : all_presets()) {
+    auto layer = make_layer(test_rule(name, {"memory.conv=false"}), 16, 2, torch::kFloat64);
+    auto x = make_input(2, 11, 16, torch::kFloat64);
+    torch::NoGradGuard no_grad;
+    MemoryState stepped = layer->initial_state(2), chunked = layer->initial_state(2);
+    std::vector<torch::Tensor> ys;
+    for (int64_t t = 0; t < 11; ++t) ys.push_back(layer->step(x.select(1, t), stepped, 4).y);
+    const torch::Tensor y = torch::stack(ys, 1);
+    auto chunk = layer->forward(x, chunked, 4);
+    auto frozen = frozen_loop(layer, x, 4);
+    INFO("preset " << name);
+    CHECK(max_abs_diff(y, frozen.y) < 1e-9 * scale_of(frozen.y));
+    CHECK(max_abs_diff(y, chunk.y) < 1e-9 * scale_of(chunk.y));
+    for (size_t i = 0; i < stepped.memory.size(); ++i) {
+      CHECK(max_abs_diff(stepped.memory[i], frozen.memory[i]) < 1e-9 * scale_of(frozen.memory[i]));
+      // 11 = 2·4 + 3: a chunk is open, and both carry its gradient point into the next call.
+      CHECK(max_abs_diff(stepped.anchor[i], chunked.anchor[i]) < 1e-9 * scale_of(chunked.anchor[i]));
+    }
+    CHECK(stepped.anchor_chunk == 4);
+    if (layer->rule().bias != Bias::Dot) CHECK(max_abs_diff(y, frozen_loop(layer, x, 1).y) > 1e-6);
+  }
+}
+
 TEST_CASE("memory: dgd on MLP memory (the diagonal preconditioner), sequential, chunk 1 and chunk b against the loop",
           "[model]") {
   // titans-lmm (c = 1: k̄² = φ_t²) and atlas (Omega window c = 8: k̄² averages the window), with
