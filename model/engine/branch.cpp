@@ -7,6 +7,7 @@
 #include "model/engine/train_frame.h"
 #include "model/data/batch.h"
 #include "model/data/rng.h"
+#include "model/probe/inner_backward.h"
 #include "model/probe/probe_collector.h"
 #include "model/util/errors.h"
 
@@ -62,6 +63,18 @@ int64_t state_bytes(const LmState& state) {
 }
 
 bool due(int64_t every, int64_t step) { return every > 0 && step % every == 0; }
+
+// A token's backward norms into its frame's grad_M, grad_S, grad_ns and selfmod_grad.
+void add_inner_backward(Frame& frame, const InnerBackward& b, size_t token) {
+  if (token >= b.memory.size()) return;
+  const size_t cells = static_cast<size_t>(frame.layers * frame.heads) * frame.weights.size();
+  if (cells > 0 && cells * 3 == b.memory[token].size())
+    for (size_t c = 0; c < cells; ++c)
+      for (int k = 0; k < 3; ++k)
+        frame.weight_metrics[c * kWeightMetricCount + static_cast<size_t>(WeightMetric::GradM) + static_cast<size_t>(k)] =
+            b.memory[token][c * 3 + static_cast<size_t>(k)];
+  if (b.hope_layers > 0) frame.selfmod_grad = b.selfmod[token];
+}
 
 }  // namespace
 
@@ -127,6 +140,17 @@ void Branch::ensure_sequence_loaded(int64_t sequence) {
     if (t == kIgnoreIndex) t = -1;
   sequence_tokens_ = tokens.to(device);
   sequence_loaded_ = sequence;
+  inner_backward_.reset();
+  if (e.inspect_batch > 0) {
+    // The backward through the inner loop of this row, once, for the frames to show token by token.
+    InnerBackwardOptions o;
+    o.chunk = inspect_chunk();
+    o.targets = std::max<double>(1.0, (batch.targets != kIgnoreIndex).sum().item<double>());
+    o.aux_weight = preset().model.hope_aux_weight;
+    o.aux_tokens = static_cast<double>(batch.tokens.numel());
+    inner_backward_ = inner_backward(*trainer_->model(), sequence_tokens_,
+                                     at::where(targets == kIgnoreIndex, at::full_like(targets, -1), targets).to(device), o);
+  }
 }
 
 int64_t Branch::inspect_chunk() const {
@@ -194,6 +218,7 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
     in.extra.push_back(logits.argmax());
     if (frame->target >= 0) in.extra.push_back(-at::log_softmax(logits.to(at::kDouble), 0)[frame->target]);
     const std::vector<double> extra = collect_probes(*frame, in, p);
+    if (inner_backward_) add_inner_backward(*frame, *inner_backward_, static_cast<size_t>(cursor_.token_index));
     frame->predicted = static_cast<int64_t>(extra[0]);
     if (frame->target >= 0) frame->loss = extra[1];
   }

@@ -22,6 +22,7 @@
 #include "model/nn/language_model.h"
 #include "model/probe/detectors.h"
 #include "model/probe/event.h"
+#include "model/probe/inner_backward.h"
 #include "model/train/trainer.h"
 
 namespace memscope::model {
@@ -107,6 +108,7 @@ class Branch {
   at::Tensor sequence_tokens_;                  // the current probe sequence, [T] on the model's device
   std::vector<int64_t> host_tokens_, host_targets_;  // the same on the host (targets −1: not scored)
   int64_t sequence_loaded_ = -1;
+  std::optional<InnerBackward> inner_backward_;  // stepping into a training step: this row's backward norms
   Detectors detectors_;
   std::vector<Keyframe> keyframes_;
   std::vector<LoggedCommand> log_;

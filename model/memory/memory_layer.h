@@ -67,6 +67,9 @@ struct StepRecord {
   at::Tensor loss_after;                   // [B,H] L_t(M_t)
   std::vector<at::Tensor> gradient;        // g_t per memory weight (state.names order)
   std::vector<at::Tensor> ns_output;       // NS_k(S_t) per weight (muon only, else empty)
+  // With grad mode on, a view of S_t that only the NS call reads: the gradient at it is the part
+  // of ∂L/∂S_t that flows through this token's NS (inner_backward.h). Muon only.
+  std::vector<at::Tensor> ns_input;
 };
 
 struct StepOutput {

@@ -117,7 +117,9 @@ StepOutput MemoryLayerImpl::step(const at::Tensor& x_t, MemoryState& state, int6
           break;
         case Optimiser::Muon: {
           state.momentum[i] = as_matrix_scale(beta) * state.momentum[i] + g;
-          at::Tensor orthogonal = newton_schulz(state.momentum[i], rule_.ns);
+          const at::Tensor ns_input = at::GradMode::is_enabled() ? state.momentum[i].view_as(state.momentum[i]) : state.momentum[i];
+          at::Tensor orthogonal = newton_schulz(ns_input, rule_.ns);
+          rec.ns_input.push_back(ns_input);
           rec.ns_output.push_back(orthogonal);
           update = as_matrix_scale(eta) * orthogonal;
           break;

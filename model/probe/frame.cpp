@@ -10,7 +10,8 @@ const char* to_string(HeadMetric m) {
 
 const char* to_string(WeightMetric m) {
   static constexpr std::array<const char*, kWeightMetricCount> names{
-      "norm_M", "norm_S", "norm_dM", "erank", "ns_error", "ns_smin", "ns_smax", "nonfinite"};
+      "norm_M", "norm_S", "norm_dM", "erank", "ns_error", "ns_smin", "ns_smax", "nonfinite",
+      "grad_M",  "grad_S", "grad_ns"};
   return names.at(static_cast<size_t>(m));
 }
 
@@ -18,7 +19,7 @@ const char* to_string(FrameKind kind) { return kind == FrameKind::Train ? "train
 
 int64_t Frame::bytes() const {
   int64_t total = static_cast<int64_t>(sizeof(Frame) + (head_metrics.size() + weight_metrics.size() + cms_norm.size() +
-                                                         cms_tick.size() + selfmod_error.size() + selfmod_retention.size() +
+                                                         cms_tick.size() + selfmod_error.size() + selfmod_retention.size() + selfmod_grad.size() +
                                                          retain_feature.size() + lr_feature.size() +
                                                          module_grad_norm.size() + module_update_ratio.size()) *
                                                             sizeof(float));

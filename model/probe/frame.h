@@ -39,8 +39,15 @@ enum class WeightMetric {
   NsSmin,     // U's smallest singular value
   NsSmax,     // U's largest
   NonFinite,  // bit 1: M has NaN/Inf, bit 2: S has, bit 4: the step's gates or surprise have
+  // The backward through the inner loop (issue 18; inner_backward.h), stepping into a training
+  // step: the outer loss's gradient at this token's state. NaN elsewhere and in older sessions.
+  GradM,      // ‖∂L/∂M_t‖_F
+  GradS,      // ‖∂L/∂S_t‖_F (gd-momentum and muon)
+  GradNs,     // ‖∂L/∂S_t‖_F through this token's Newton–Schulz call alone (muon)
   kCount
 };
+// Sessions written before the backward metrics hold only the first eight series.
+inline constexpr int kWeightMetricCountV1 = static_cast<int>(WeightMetric::GradM);
 inline constexpr int kWeightMetricCount = static_cast<int>(WeightMetric::kCount);
 
 const char* to_string(HeadMetric m);    // "retain", "lr", …, the names of SPEC §8 and the CLI
@@ -92,6 +99,9 @@ struct Frame {
   // [layers, 2] (hope): the smallest and largest eigenvalue of the last write's diagonal dgd preconditioner
   // α − η⊙k², the self-modifying memories' effective retention (SPEC §8)
   std::vector<float> selfmod_retention;
+  // [layers, 5] (hope, stepping into a training step): ‖∂L/∂W_t‖ of each self-modifying memory
+  // (k, v, eta, alpha, memory; W1 and W2 together), the backward through the inner loop (inner_backward.h)
+  std::vector<float> selfmod_grad;
   // Per-feature retain and lr of the step's write (seed 004 change 3): [layers, feature_rows, feature_dim], rows are
   // the memory heads (memory.dgd.per_feature) or 1 (hope blocks); empty otherwise.
   int feature_rows = 0, feature_dim = 0;

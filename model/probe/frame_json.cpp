@@ -109,6 +109,13 @@ nlohmann::json frame_to_json(const Frame& f) {
         for (int m = 0; m < 5; ++m) error[names[m]] = number(f.selfmod_error[static_cast<size_t>(l * 5 + m)]);
         layer["target_error"] = std::move(error);
       }
+      if (f.selfmod_grad.size() == static_cast<size_t>(hope_layers) * 5) {
+        // The backward through the inner loop: ‖∂L/∂W_t‖ of each self-modifying memory.
+        nlohmann::json grad = nlohmann::json::object();
+        const char* names[] = {"k", "v", "eta", "alpha", "memory"};
+        for (int m = 0; m < 5; ++m) grad[names[m]] = number(f.selfmod_grad[static_cast<size_t>(l * 5 + m)]);
+        layer["grad_W"] = std::move(grad);
+      }
       if (!f.selfmod_retention.empty()) {
         // The dgd preconditioner's eigenvalue range: the effective retention (SPEC §8).
         layer["retention_min"] = number(f.selfmod_retention[static_cast<size_t>(l * 2)]);

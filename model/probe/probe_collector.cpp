@@ -184,7 +184,7 @@ std::vector<double> collect_probes(Frame& frame, const ProbeInputs& in, const Pr
       }
       per_weight.push_back(at::stack({at::linalg_vector_norm(m, 2, {-2, -1}, false),
                                       at::linalg_vector_norm(s, 2, {-2, -1}, false), norm_dm, erank, ns_error, ns_min,
-                                      ns_max, bad_m + 2 * bad_s + 4 * head_bad},
+                                      ns_max, bad_m + 2 * bad_s + 4 * head_bad, none, none, none},  // grad_*: inner_backward
                                      -1));  // [L,H,K]
 
       if (in.matrices) {

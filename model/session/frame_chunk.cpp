@@ -56,7 +56,8 @@ constexpr std::array<ExtraArray, ChunkBuilder::kExtraArrays> kExtras{{{"cms_norm
                                              {"lr_feature", &Frame::lr_feature, ExtraLayout::PerFeature},
                                              {"selfmod_retention", &Frame::selfmod_retention, ExtraLayout::PerLayer},
                                              {"module_grad_norm", &Frame::module_grad_norm, ExtraLayout::PerModule},
-                                             {"module_update_ratio", &Frame::module_update_ratio, ExtraLayout::PerModule}}};
+                                             {"module_update_ratio", &Frame::module_update_ratio, ExtraLayout::PerModule},
+                                             {"selfmod_grad", &Frame::selfmod_grad, ExtraLayout::PerLayer}}};
 struct ExtraInt {
   const char* name;
   int Frame::*field;
@@ -184,7 +185,7 @@ void ChunkBuilder::add(const Frame& frame, int64_t seq) {
   kinds_.push_back(frame.kind == FrameKind::Train ? 0 : 1);
   has_probes_.push_back(probed ? 1 : 0);
   for (size_t i = 0; i < kExtraInts.size(); ++i) extra_ints_[i].push_back(frame.*kExtraInts[i].field);
-  uint8_t mask = 0;
+  uint32_t mask = 0;
   for (size_t i = 0; i < kExtras.size(); ++i) {
     const auto& values = frame.*kExtras[i].field;
     const auto shape = extra_shape(frame, i);
@@ -198,11 +199,11 @@ void ChunkBuilder::add(const Frame& frame, int64_t seq) {
       for (auto d : extra_shape_[i]) n *= static_cast<size_t>(d);
       extra_values_[i].insert(extra_values_[i].end(), n, kNaN);
     } else {
-      mask = static_cast<uint8_t>(mask | (1u << i));
+      mask |= 1u << i;
       extra_values_[i].insert(extra_values_[i].end(), values.begin(), values.end());
     }
   }
-  extras_.push_back(mask);
+  extras_.push_back(static_cast<int32_t>(mask));
   if (module_names_.empty() && !frame.module_grad_norm.empty()) module_names_ = frame.module_names;
   if (have_layout_) {
     const size_t h = static_cast<size_t>(layers_ * heads_ * kHeadMetricCount);
@@ -242,7 +243,7 @@ std::string ChunkBuilder::encode(const std::string& where, double wall_time,
   append(blobs, "timeline", StDtype::I32, timelines_);
   append(blobs, "kind", StDtype::U8, kinds_);
   append(blobs, "has_probes", StDtype::U8, has_probes_);
-  append(blobs, "extras", StDtype::U8, extras_);
+  append(blobs, "extras", StDtype::I32, extras_);
   for (size_t i = 0; i < kExtraInts.size(); ++i) append(blobs, kExtraInts[i].name, StDtype::I32, extra_ints_[i]);
   for (size_t i = 0; i < kExtras.size(); ++i) {
     if (extra_shape_[i].empty()) continue;
@@ -373,7 +374,7 @@ std::vector<Frame> decode_chunk(const SafetensorsFile& file) {
     const size_t lh = static_cast<size_t>(layers * heads);
     // Every metric series is a tensor of the file: a layout naming more than the file holds is
     // forged, and is refused before it sizes anything.
-    if (lh * (kHeadMetricCount + weights.size() * kWeightMetricCount) > file.header().tensors.size())
+    if (lh * (kHeadMetricCount + weights.size() * kWeightMetricCountV1) > file.header().tensors.size())
       bad(file, "__metadata__ layout names more metric series than the file holds");
     std::vector<std::vector<float>> head_columns(lh * kHeadMetricCount), weight_columns(lh * weights.size() * kWeightMetricCount);
     for (int l = 0; l < layers; ++l)
@@ -383,9 +384,13 @@ std::vector<Frame> decode_chunk(const SafetensorsFile& file) {
           head_columns[i * kHeadMetricCount + m] = read_column<float>(
               file, chunk_tensor_name(l, h, "M", to_string(static_cast<HeadMetric>(m))), StDtype::F32, rows);
         for (size_t w = 0; w < weights.size(); ++w)
-          for (int m = 0; m < kWeightMetricCount; ++m)
-            weight_columns[(i * weights.size() + w) * kWeightMetricCount + m] = read_column<float>(
-                file, chunk_tensor_name(l, h, weights[w], to_string(static_cast<WeightMetric>(m))), StDtype::F32, rows);
+          for (int m = 0; m < kWeightMetricCount; ++m) {
+            const std::string name = chunk_tensor_name(l, h, weights[w], to_string(static_cast<WeightMetric>(m)));
+            auto& column = weight_columns[(i * weights.size() + w) * kWeightMetricCount + m];
+            // The backward metrics came later: a session without them reads NaN there.
+            if (m >= kWeightMetricCountV1 && !file.find(name)) column.assign(static_cast<size_t>(rows), kNaN);
+            else column = read_column<float>(file, name, StDtype::F32, rows);
+          }
       }
     for (size_t r = 0; r < frames.size(); ++r) {
       if (!probed[r]) continue;
@@ -401,7 +406,14 @@ std::vector<Frame> decode_chunk(const SafetensorsFile& file) {
   }
 
   // HOPE's arrays: each row that has one gets its block back.
-  const auto mask = read_column<uint8_t>(file, "extras", StDtype::U8, rows);
+  // The mask was U8 while there were at most eight extra arrays.
+  const StTensorInfo* mask_info = file.find("extras");
+  std::vector<uint32_t> mask;
+  if (mask_info && mask_info->dtype == StDtype::U8) {
+    for (uint8_t m : read_column<uint8_t>(file, "extras", StDtype::U8, rows)) mask.push_back(m);
+  } else {
+    for (int32_t m : read_column<int32_t>(file, "extras", StDtype::I32, rows)) mask.push_back(static_cast<uint32_t>(m));
+  }
   for (size_t i = 0; i < kExtraInts.size(); ++i) {
     const auto column = read_column<int32_t>(file, kExtraInts[i].name, StDtype::I32, rows);
     for (size_t r = 0; r < frames.size(); ++r) {
@@ -417,7 +429,7 @@ std::vector<Frame> decode_chunk(const SafetensorsFile& file) {
     }
   }
   for (size_t i = 0; i < kExtras.size(); ++i) {
-    const bool used = std::any_of(mask.begin(), mask.end(), [&](uint8_t m) { return (m >> i) & 1u; });
+    const bool used = std::any_of(mask.begin(), mask.end(), [&](uint32_t m) { return (m >> i) & 1u; });
     if (!used) continue;
     const StTensorInfo* t = file.find(kExtras[i].name);
     if (!t || t->dtype != StDtype::F32 || t->shape.empty() || t->shape[0] != rows)

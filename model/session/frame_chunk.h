@@ -40,7 +40,7 @@ std::string chunk_tensor_name(int layer, int head, const std::string& weight, co
 
 class ChunkBuilder {
  public:
-  static constexpr size_t kExtraArrays = 8;  // HOPE's arrays and the module norms: frame_chunk.cpp's kExtras
+  static constexpr size_t kExtraArrays = 9;  // HOPE's arrays and the module norms: frame_chunk.cpp's kExtras
 
   explicit ChunkBuilder(const RecordConfig& config) : config_(config) {}
 
@@ -82,7 +82,7 @@ class ChunkBuilder {
   std::array<std::vector<double>, 6> reals_;
   std::vector<int64_t> seqs_;
   std::array<std::vector<int32_t>, 3> extra_ints_;  // cms_levels, feature_rows, feature_dim
-  std::vector<uint8_t> extras_;                      // bit i: the row has extra array i
+  std::vector<int32_t> extras_;                      // bit i: the row has extra array i (U8 before the ninth)
   std::vector<std::string> module_names_;            // of the module arrays, from the first row that has them
   std::array<std::vector<int64_t>, kExtraArrays> extra_shape_;  // per row, from the first row that has it
   std::array<std::vector<float>, kExtraArrays> extra_values_;   // [rows, elements of extra_shape_]
