@@ -57,10 +57,12 @@ std::unique_ptr<Run> started(std::unique_ptr<model::TimelineSource> source, std:
 }  // namespace
 
 std::unique_ptr<Run> make_live_run(const std::string& preset, const std::vector<std::string>& sets,
-                                   const std::string& label) {
+                                   const std::string& label, const std::string& checkpoint, int64_t train_step) {
   model::EngineOptions options;
   options.preset = preset;
   options.sets = sets;
+  options.checkpoint = checkpoint;
+  options.train_step = train_step;
   return started(std::make_unique<model::Engine>(options), label, true);
 }
 
@@ -93,8 +95,20 @@ GuiApp::GuiApp(const GuiOptions& options) : options_(options), textures_(std::ma
     std::string damage;
     runs_.push_back(make_replay_run(options.session, &damage));
     if (!damage.empty()) show_error(damage);
+  } else if (!options.checkpoint.empty()) {
+    // A trained run: its own preset, no compare runs (they would start untrained).
+    const std::string name = std::filesystem::path(options.checkpoint).filename().string();
+    std::string label = "live " + name;
+    if (options.train_step > 0) label += " (into training step " + std::to_string(options.train_step) + ")";
+    runs_.push_back(make_live_run(options.preset, options.sets, label, options.checkpoint, options.train_step));
   } else {
     const model::Preset preset = model::load_preset(options.preset, options.sets);
+    if (options.train_step > 0) {
+      runs_.push_back(make_live_run(options.preset, options.sets,
+                                    "live " + preset.name + " (into training step " + std::to_string(options.train_step) + ")",
+                                    "", options.train_step));
+      return;
+    }
     runs_.push_back(make_live_run(options.preset, options.sets, "live " + preset.name));
     for (const auto& c : preset.compare) {
       std::vector<std::string> sets = options.sets;
@@ -136,6 +150,11 @@ bool GuiApp::poll() {
   // Events first: a breakpoint that paused the source must stop the pacing before it posts more.
   raise_banner_from_events();
   pace();
+  if (pending_timeline_ >= 0 && pending_timeline_ < static_cast<int>(main().caches.size())) {
+    view_.timeline = pending_timeline_;
+    view_.follow = true;
+    pending_timeline_ = -1;
+  }
   // Forks come and go with rewinds and restarts: keep the shown timeline valid.
   if (view_.timeline >= static_cast<int>(main().caches.size())) view_.timeline = 0;
   return changed;
@@ -265,6 +284,18 @@ void GuiApp::fork_at_cursor(const std::vector<std::string>& sets) {
   c.timeline = view_.timeline;
   post(c);
   view_.show_compare = true;
+}
+
+std::string GuiApp::step_into(int64_t frame_step, int64_t train_step) {
+  if (!main().live)
+    return "a recording cannot re-run training: memscope-cli step --session DIR --train-step " + std::to_string(train_step);
+  if (train_step < 1 || frame_step < 1) return "not a training step";
+  model::Command c = model::Command::fork(frame_step - 1, {"engine.mode=inspect", "engine.inspect_batch=" + std::to_string(train_step)});
+  c.timeline = view_.timeline;
+  post(c);
+  pending_timeline_ = static_cast<int>(main().caches.size());
+  view_.show_compare = false;  // the fork's own plots: its tokens and backward norms
+  return "";
 }
 
 void GuiApp::load_preset(const std::string& preset) {

@@ -23,6 +23,8 @@ struct GuiOptions {
   std::string session;               // when set, replay this recording instead
   std::string compare_session;       // a recording shown beside the main run in the compare view
   std::string record;                // when set, the live run is recorded into this session from the start
+  std::string checkpoint;            // when set, the live run continues this checkpoint (its preset; sets on top)
+  int64_t train_step = 0;            // > 0: step into this training step (from the checkpoint or the preset's start)
   std::string device_line;
 };
 
@@ -55,6 +57,11 @@ class GuiApp {
   void follow_latest();
   void rewind_to_cursor();        // live: rewind the engine to the pinned step
   void fork_at_cursor(const std::vector<std::string>& sets);
+  // Step into training step `train_step`, whose frame is engine step `frame_step` of the shown
+  // timeline (issue 18): a fork from the weights before it that steps its batch token by token in
+  // inspect mode, with the trainer's chunk form and the backward norms; the view moves to the fork.
+  // Returns why it cannot (a recording, not a training step), or "" when posted.
+  std::string step_into(int64_t frame_step, int64_t train_step);
   void load_preset(const std::string& preset);  // replaces the runs; an error goes to the banner
   void open_session(const std::string& path);
   void open_compare_session(const std::string& path);
@@ -93,11 +100,13 @@ class GuiApp {
   std::unique_ptr<Textures> textures_;
   double last_pace_time_ = -1;
   bool clear_textures_ = false;
+  int pending_timeline_ = -1;  // a fork just asked for, shown once the engine has made it
 };
 
-// A run of a preset (plus overrides) as a started live engine.
+// A run of a preset (plus overrides), or of a checkpoint, as a started live engine; train_step > 0
+// steps into that training step (model::EngineOptions).
 std::unique_ptr<Run> make_live_run(const std::string& preset, const std::vector<std::string>& sets,
-                                   const std::string& label);
+                                   const std::string& label, const std::string& checkpoint = "", int64_t train_step = 0);
 // A recorded session as a started replay.
 // `damage`, when given, gets what the recording lost ("" when whole), for a banner.
 std::unique_ptr<Run> make_replay_run(const std::string& path, std::string* damage = nullptr);

@@ -38,6 +38,16 @@ void draw_events_panel(GuiApp& app) {
         app.seek(e.step);
       }
       app.note_rect("events/row/" + std::to_string(rows[static_cast<size_t>(r)]));
+      if (ImGui::BeginPopupContextItem("event menu")) {
+        // A training step's event (a loss or gradient spike): open that step's batch (issue 18).
+        const auto frame = run.frame(e.timeline, e.step);
+        const bool training = frame && frame->kind == model::FrameKind::Train;
+        if (ImGui::MenuItem("Step into this training step", nullptr, false, training && run.live))
+          app.step_into(frame->step, frame->train_step);
+        if (!training) ImGui::TextColored(viz::colors::muted(), "(not a training step's event)");
+        else if (!run.live) ImGui::TextColored(viz::colors::muted(), "(a recording: memscope-cli step --session DIR --train-step S)");
+        ImGui::EndPopup();
+      }
       ImGui::SameLine(90.0f);
       ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(event_color(e.kind)), "%-10s", model::to_string(e.kind));
       ImGui::SameLine();

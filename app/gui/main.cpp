@@ -149,6 +149,11 @@ int main(int argc, char** argv) {
   cli.add_option("--preset", options.gui.preset, "Preset to run live (assets/presets name or .toml path)")->capture_default_str();
   cli.add_option("--set", options.gui.sets, "KEY=VALUE knob override (repeatable)");
   cli.add_option("--session", options.gui.session, "Replay a recorded session (NAME.memscope) instead of a live run");
+  cli.add_option("--ckpt", options.gui.checkpoint, "Run the model saved in this checkpoint (memscope-cli train --out)");
+  cli.add_option("--train-step", options.gui.train_step,
+                 "Step into this training step: its batch token by token, from the weights before it (rebuilt from --ckpt or "
+                 "the preset's start)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   cli.add_option("--record", options.gui.record, "Record the live run from its first step into DIR (NAME.memscope)");
   cli.add_option("--compare-session", options.gui.compare_session, "A recorded session to show beside the run (compare view)");
   cli.add_option("--show", options.show, "Open with: compare, hope, modules, breakpoints, resets, help, presets, enlarge=LAYER")

@@ -52,6 +52,17 @@ void draw_modules_panel(GuiApp& app) {
 
   ImGui::Text("training step %lld: gradient norm %.3g before clipping", static_cast<long long>(frame->train_step),
               frame->grad_norm);
+  // Into this step: its batch, token by token, from the weights before it (a fork; issue 18).
+  ImGui::SameLine();
+  const std::string label = "Step into step " + std::to_string(frame->train_step);
+  if (!app.main().live) ImGui::BeginDisabled();
+  if (ImGui::SmallButton(label.c_str())) app.step_into(frame->step, frame->train_step);
+  if (!app.main().live) ImGui::EndDisabled();
+  app.note_rect("modules/step_into");
+  if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))
+    ImGui::SetTooltip("%s", app.main().live ? "A new timeline: this step's batch, row by row, from the weights before it, with the "
+                                              "trainer's chunk form and the backward norms (grad_M, grad_S, grad_ns)"
+                                            : "a recording cannot re-run training: use memscope-cli step --session DIR --train-step S");
   // Rows: the module, a bar of its norm against the largest on a log scale (three decades), the
   // norm and ‖Δθ‖/‖θ‖ (about 1e-3 is a healthy AdamW step; far above it, the module is thrashing).
   const float table_height = std::min(ImGui::GetContentRegionAvail().y * 0.55f, (static_cast<float>(n) + 1.5f) * ImGui::GetTextLineHeightWithSpacing());

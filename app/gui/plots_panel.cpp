@@ -62,7 +62,13 @@ void draw_plots_panel(GuiApp& app) {
   draw_layer_selector(app);
   const auto markers = event_markers(app.main(), view.timeline);
   const int l = view.layer, h = view.head;
-  const int plots = 6;
+  const auto any_finite = [](const std::vector<float>& ys) {
+    return std::any_of(ys.begin(), ys.end(), [](float y) { return std::isfinite(y); });
+  };
+  // Newton–Schulz only runs under Muon; the backward norms only when stepping into a training step.
+  const bool has_ns = any_finite(c.weight(l, h, 0, WeightMetric::NsError));
+  const bool has_backward = any_finite(c.weight(l, h, 0, WeightMetric::GradM));
+  const int plots = 5 + (has_ns ? 1 : 0) + (has_backward ? 1 : 0);
   const float height = std::max(60.0f, (ImGui::GetContentRegionAvail().y - plots * (ImGui::GetTextLineHeightWithSpacing() +
                                                                                       ImGui::GetStyle().ItemSpacing.y)) / plots);
   const auto& xs = c.steps();
@@ -76,10 +82,16 @@ void draw_plots_panel(GuiApp& app) {
         series("after", c.head(l, h, HeadMetric::SurpriseAfter), kGreen)},
        markers, height);
   plot(app, "erank", "effective rank of M", {series("erank", c.weight(l, h, 0, WeightMetric::Erank), kPurple)}, markers, height);
-  plot(app, "ns", "Newton-Schulz: orthogonality error, sigma_min, sigma_max",
-       {series("error", c.weight(l, h, 0, WeightMetric::NsError), kRed), series("s_min", c.weight(l, h, 0, WeightMetric::NsSmin), kBlue),
-        series("s_max", c.weight(l, h, 0, WeightMetric::NsSmax), kGreen)},
-       markers, height);
+  if (has_ns)
+    plot(app, "ns", "Newton-Schulz: orthogonality error, sigma_min, sigma_max",
+         {series("error", c.weight(l, h, 0, WeightMetric::NsError), kRed), series("s_min", c.weight(l, h, 0, WeightMetric::NsSmin), kBlue),
+          series("s_max", c.weight(l, h, 0, WeightMetric::NsSmax), kGreen)},
+         markers, height);
+  if (has_backward)
+    plot(app, "backward", "backward through the inner loop: |dL/dM_t|, |dL/dS_t|, through this token's NS",
+         {series("dL/dM", c.weight(l, h, 0, WeightMetric::GradM), kRed), series("dL/dS", c.weight(l, h, 0, WeightMetric::GradS), kOrange),
+          series("via NS", c.weight(l, h, 0, WeightMetric::GradNs), kPurple)},
+         markers, height);
   plot(app, "gates", "gates: retain alpha, lr eta, momentum beta, gamma; effective retention min/max",
        {series("retain", c.head(l, h, HeadMetric::Retain), kBlue), series("lr", c.head(l, h, HeadMetric::Lr), kOrange),
         series("momentum", c.head(l, h, HeadMetric::Momentum), kGreen), series("gamma", c.head(l, h, HeadMetric::Gamma), kPurple),

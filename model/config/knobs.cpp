@@ -212,6 +212,10 @@ std::vector<Knob> model_knobs() {
   k.push_back(float_knob("model.hope.aux_weight", 0.0, 100.0, Restart,
                          "weight of HOPE's auxiliary retrieval loss that trains M_k and M_v (seed 004 change 1)",
                          KNOB_FIELD(p.model.hope_aux_weight)));
+  k.push_back(bool_knob("model.hope.conv", Restart,
+                        "depthwise causal conv of width 4 after the self-modifying memories' q, k and v (SPEC §2's conv; "
+                        "without it a HOPE block's key cannot see the token before it)",
+                        KNOB_FIELD(p.model.hope_conv)));
   k.push_back(int_knob("model.d_model", 4, 8192, Restart, "width of the residual stream", KNOB_FIELD(p.model.d_model)));
   k.push_back(int_knob("model.layers", 1, 256, Restart, "blocks stacked", KNOB_FIELD(p.model.layers)));
   k.push_back(int_knob("model.memory_heads", 1, 256, Restart, "memory heads per layer (must divide d_model unless memory_head_dim is set)",

@@ -32,7 +32,7 @@ SelfModState map_tensors(const SelfModState& s, F f) {
   for (auto& w : out.weights)
     for (auto& t : w) t = f(t);
   if (out.aux.defined()) out.aux = f(out.aux);
-  for (at::Tensor* t : {&out.last_error, &out.last_retain, &out.last_lr, &out.last_precond})
+  for (at::Tensor* t : {&out.last_error, &out.last_retain, &out.last_lr, &out.last_precond, &out.conv})
     if (t->defined()) *t = f(*t);
   return out;
 }
@@ -62,6 +62,12 @@ SelfModifyingMemoryImpl::SelfModifyingMemoryImpl(SelfModOptions options) : optio
   }
   b_lr = register_parameter("b_lr", torch::full({d}, gate_bias::kLr));
   b_retain = register_parameter("b_retain", torch::full({d}, gate_bias::kRetain));
+  if (options_.conv) {
+    // Near the identity (last tap 1), as the memory layer's conv starts.
+    at::Tensor taps = torch::randn({3 * d, 4}) * 0.1;
+    taps.select(1, 3).fill_(1.0);
+    conv_weight = register_parameter("conv_weight", taps);
+  }
 }
 
 SelfModState SelfModifyingMemoryImpl::initial_state(int64_t batch) const {
@@ -73,6 +79,7 @@ SelfModState SelfModifyingMemoryImpl::initial_state(int64_t batch) const {
       s.weights[m].push_back(w0.unsqueeze(0).expand(sizes).clone());
     }
   s.aux = at::zeros({batch}, w_q.options());
+  if (options_.conv) s.conv = at::zeros({batch, 3, 3 * options_.d_model}, w_q.options());
   return s;
 }
 
@@ -93,11 +100,22 @@ at::Tensor SelfModifyingMemoryImpl::step(const at::Tensor& x_t, SelfModState& st
   TORCH_CHECK(x_t.dim() == 2 && x_t.size(1) == d, "self-modifying memory: expected x_t of shape [B,", d, "], got ",
               x_t.sizes());
   // Everything the step reads comes from the memories before its writes.
-  const at::Tensor k = unit(read(SelfModMemory::Key, state, x_t));
-  const at::Tensor v = read(SelfModMemory::Value, state, x_t);
+  at::Tensor q_in = at::matmul(x_t, w_q.t()), k_in = read(SelfModMemory::Key, state, x_t),
+             v_in = read(SelfModMemory::Value, state, x_t);
+  if (options_.conv) {
+    const at::Tensor window = at::cat({state.conv.to(x_t.dtype()), at::cat({q_in, k_in, v_in}, -1).unsqueeze(1)}, 1);
+    const at::Tensor mixed = (window.transpose(1, 2) * conv_weight).sum(-1);  // [B,3d]
+    state.conv = window.slice(1, 1, 4);
+    const auto parts = mixed.chunk(3, -1);
+    q_in = parts[0];
+    k_in = parts[1];
+    v_in = parts[2];
+  }
+  const at::Tensor k = unit(k_in);
+  const at::Tensor v = v_in;
   const at::Tensor eta = options_.max_lr * at::sigmoid(read(SelfModMemory::Lr, state, x_t) + b_lr);
   const at::Tensor alpha = at::sigmoid(read(SelfModMemory::Retain, state, x_t) + b_retain);
-  const at::Tensor q = unit(at::matmul(x_t, w_q.t()));
+  const at::Tensor q = unit(q_in);
 
   // seed 004 change 1: the auxiliary retrieval loss gives M_k (first term) and M_v (second) an
   // outer gradient that does not depend on differentiating through the inner updates.

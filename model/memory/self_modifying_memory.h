@@ -3,6 +3,9 @@
 // 2-layer residual MLP of the model width d (SPEC §3: M(z) = z + LN(W_1 GELU(W_2 z))). Per token x_t:
 //
 //   k_t = normalize(M_k(x_t)),  v_t = M_v(x_t),  q_t = normalize(W_q x_t)       (q stays static)
+//   (model.hope.conv: a depthwise causal conv of width 4 after W_q, M_k and M_v, before the
+//   normalisation, as SPEC §2 puts one after each projection: the key at a value's token can then
+//   carry the token before it, which a binding task needs)
 //   η_t = max_lr·sigmoid(M_η(x_t) + b_η),  α_t = sigmoid(M_α(x_t) + b_α)        (per feature, ∈ R^d)
 //   every memory □ ∈ {k, v, η, α, M} writes k_t → v̂_□ with the inner loss ½‖M_□(k_t) − v̂_□‖²/d
 //   (normalised by its element count, seed 004 change 6), where v̂_M = v_t and the others use the
@@ -35,6 +38,7 @@ struct SelfModOptions {
   int64_t d_model = 64;
   double max_lr = 1.0;      // η_t's ceiling (SPEC §1)
   double inner_clip = 0.0;  // per memory: g ← g·min(1, clip/‖g‖) (0 = off)
+  bool conv = false;        // model.hope.conv: depthwise causal conv of width 4 after q, k and v
 };
 
 struct SelfModState {
@@ -46,6 +50,7 @@ struct SelfModState {
   // [B,d] the last write's diagonal dgd preconditioner p = α_t − η_t ⊙ k_t² (dgd_preconditioner.h): the
   // retention map's eigenvalues, whose range is the effective retention (SPEC §8).
   at::Tensor last_precond;
+  at::Tensor conv;  // model.hope.conv: the last 3 tokens' pre-conv [q|k|v], [B,3,3d]; undefined without it
   int64_t tokens = 0;  // tokens since the start of the stream
 
   SelfModState clone() const;
@@ -87,6 +92,7 @@ class SelfModifyingMemoryImpl : public torch::nn::Module {
   std::array<at::Tensor, kSelfModCount> w1_0, w2_0;  // [1,d,4d], [1,4d,d]: the initial states
   std::array<at::Tensor, kSelfModCount> ln_weight, ln_bias;  // [1,d] (outer, SPEC §3)
   at::Tensor b_lr, b_retain;                        // [d]: η starts near 0.01·max_lr, α near 0.95
+  at::Tensor conv_weight;                           // [3d,4] (model.hope.conv only): taps of the q|k|v conv
 
  private:
   at::Tensor read_weights(SelfModMemory m, const std::vector<at::Tensor>& w, const at::Tensor& z) const;

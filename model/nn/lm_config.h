@@ -38,6 +38,7 @@ struct LmConfig {
   std::string cms_periods = "1,4,32,128";  // model.cms.periods: C_l per CMS level, comma-separated
   std::string cms_variant = "sequential";  // model.cms.variant: sequential | independent | nested (NL §7)
   double hope_aux_weight = 0.1;            // model.hope.aux_weight: weight of the auxiliary retrieval loss
+  bool hope_conv = false;                  // model.hope.conv: depthwise causal conv (width 4) after q, k and v
 
   // A MemoryLayer (SPEC §3-§6) with its probes; HOPE's memories are its own modules.
   bool has_memory() const { return block != BlockKind::Swa && block != BlockKind::Hope; }

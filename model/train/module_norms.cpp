@@ -13,6 +13,7 @@ bool starts_with(const std::string& s, const std::string& prefix) { return s.rfi
 
 std::string memory_module(const std::string& p) {  // p: the MemoryLayer's own parameter name
   if (p == "w_q") return "W_Q";
+  if (p == "conv_weight") return "conv";
   if (p == "w_k") return "W_K";
   if (p == "w_v") return "W_V";
   if (starts_with(p, "gate_")) return "gate." + p.substr(5, p.size() - 7);  // gate_{name}_{w|b}
@@ -23,8 +24,9 @@ std::string memory_module(const std::string& p) {  // p: the MemoryLayer's own p
   return p;
 }
 
-std::string selfmod_module(const std::string& p) {  // M_{k,v,eta,alpha,memory}_{w1_0,w2_0,ln_*}, w_q, b_*
+std::string selfmod_module(const std::string& p) {  // M_{k,v,eta,alpha,memory}_{w1_0,w2_0,ln_*}, w_q, b_*, conv_weight
   if (p == "w_q") return "W_Q";
+  if (p == "conv_weight") return "conv";
   if (starts_with(p, "b_")) return "gates";
   if (p.find("ln_") != std::string::npos) return "LN";
   return "M0";

@@ -203,3 +203,35 @@ TEST_CASE("app: the Modules tab shows a training step's per-module gradient norm
     colors.insert(image.pixel(static_cast<int>(map.Max.x) - 4, y));
   CHECK(colors.size() > 3);
 }
+
+TEST_CASE("app: 'Step into step N' forks at the weights before it and shows the batch with the backward norms", "[gui]") {
+  memscope::app::GuiOptions o;
+  o.preset = "demo-mqar";
+  o.sets = {"engine.mode=train", "train.batch=4"};
+  AppHarness h(o);
+  h.app().post_all(model::Command::steps(4));
+  h.settle();
+  h.app().view().select_right_tab = 2;
+  h.frames(3);
+  const auto trained = h.app().shown_frame();
+  REQUIRE(trained);
+  REQUIRE(trained->kind == model::FrameKind::Train);
+  const int64_t train_step = trained->train_step;
+  h.click("modules/step_into");
+  h.settle();
+  REQUIRE(h.app().view().timeline == 1);  // the view moved to the fork
+  h.app().post_all(model::Command::steps(12));
+  h.settle();
+  h.app().view().select_right_tab = 0;  // Plots
+  h.frames(3);
+  const auto stepped = h.app().shown_frame();
+  REQUIRE(stepped);
+  CHECK(stepped->kind == model::FrameKind::Inspect);
+  CHECK(stepped->train_step == train_step - 1);  // the weights from before the step
+  CHECK(std::isfinite(stepped->weight(0, 0, 0, model::WeightMetric::GradM)));
+  CHECK(h.app().rects().count("plot/backward") == 1);
+  CHECK(h.app().rects().count("plot/ns") == 1);  // Atlas runs Muon: its inspect frames measure NS
+  // The main timeline kept training alongside: nothing was thrown away.
+  CHECK(h.app().main().steps(0) == 16);
+  h.screenshot("step-into");
+}

@@ -174,12 +174,13 @@ TEST_CASE("language model: with TTL off every memory stays at M_0", "[nn]") {
 
 TEST_CASE("language model: the HOPE LM's step and forward agree, and a split stream equals one call", "[nn]") {
   torch::NoGradGuard no_grad;
-  for (const std::string block : {"hope", "hope-nested", "lmm-cms"}) {
+  for (const std::string block : {"hope", "hope-nested", "hope-conv", "lmm-cms"}) {
     CAPTURE(block);
     // hope: self-modifying Titans + CMS (also with the nested CMS); lmm-cms: per-feature dgd memory
     // + CMS (hope-cms-only).
     LanguageModel lm = block == "hope"          ? tiny_model("hope", "hope", {"model.cms.periods=1,2,5"})
                        : block == "hope-nested" ? tiny_model("hope", "hope", {"model.cms.periods=1,2,5", "model.cms.variant=nested"})
+                       : block == "hope-conv"   ? tiny_model("hope", "hope", {"model.cms.periods=1,2,5", "model.hope.conv=true"})
                                                 : tiny_model("lmm", "hope-cms-only", {"model.cms.periods=1,2,5"});
     REQUIRE(lm->block(0)->cms);
     CHECK(static_cast<bool>(lm->block(0)->selfmod) == (block != "lmm-cms"));
@@ -198,9 +199,10 @@ TEST_CASE("language model: the HOPE LM's step and forward agree, and a split str
 }
 
 TEST_CASE("language model: HOPE's outer gradient reaches every parameter, aux loss included", "[nn]") {
-  const auto variant = GENERATE(std::string("sequential"), std::string("nested"));
+  const auto variant = GENERATE(std::string("sequential"), std::string("nested"), std::string("conv"));
   CAPTURE(variant);
-  LanguageModel lm = tiny_model("hope", "hope", {"model.cms.periods=1,2,5", "model.cms.variant=" + variant});
+  LanguageModel lm = variant == "conv" ? tiny_model("hope", "hope", {"model.cms.periods=1,2,5", "model.hope.conv=true"})
+                                       : tiny_model("hope", "hope", {"model.cms.periods=1,2,5", "model.cms.variant=" + variant});
   const at::Tensor x = tokens(1, 8);
   LmState state = lm->initial_state(1);
   const at::Tensor logits = lm->forward(x, state, 1);

@@ -212,3 +212,38 @@ TEST_CASE("self-modifying memory: the auxiliary loss alone trains M_k and M_v (s
   for (int m : {2, 3}) CHECK((!sm->w1_0[m].grad().defined() || sm->w1_0[m].grad().abs().sum().item<double>() == 0));
   CHECK(state.aux.item<double>() > 0);
 }
+
+TEST_CASE("self-modifying memory: model.hope.conv gives q, k and v the three tokens before, by hand", "[model]") {
+  // SPEC §2's depthwise causal conv of width 4, after W_q, M_k and M_v: at token t each channel is
+  // Σ_j taps[c, j] · pre[t − 3 + j, c], with zeros before the stream start.
+  torch::manual_seed(9);
+  SelfModOptions o;
+  o.d_model = kD;
+  o.max_lr = 30.0;
+  o.conv = true;
+  SelfModifyingMemory m(o);
+  m->to(torch::kFloat64);
+  const torch::Tensor x = input(2, 5);
+  SelfModState state = m->initial_state(2);
+  std::vector<torch::Tensor> pre;  // [B,3d] per token: q|k|v before the conv, at the memories' states
+  for (int64_t t = 0; t < 5; ++t) {
+    const torch::Tensor x_t = x.select(1, t);
+    pre.push_back(torch::cat({torch::matmul(x_t, m->w_q.t()), m->read(SelfModMemory::Key, state, x_t),
+                              m->read(SelfModMemory::Value, state, x_t)},
+                             -1));
+    SelfModRecord r;
+    m->step(x_t, state, &r);
+    torch::Tensor mixed = torch::zeros_like(pre.back());
+    for (int64_t j = 0; j < 4; ++j) {
+      const int64_t i = t - 3 + j;
+      if (i >= 0) mixed = mixed + m->conv_weight.select(1, j) * pre[static_cast<size_t>(i)];
+    }
+    const auto parts = mixed.chunk(3, -1);
+    CAPTURE(t);
+    CHECK(max_abs_diff(r.q, parts[0] / parts[0].norm(2, -1, true)) < 1e-12);
+    CHECK(max_abs_diff(r.k, parts[1] / parts[1].norm(2, -1, true)) < 1e-12);
+    CHECK(max_abs_diff(r.v, parts[2]) < 1e-12);
+  }
+  CHECK(m->conv_weight.requires_grad());
+  CHECK_FALSE(make_selfmod()->conv_weight.defined());  // off by default: SPEC §7's HOPE has none
+}
