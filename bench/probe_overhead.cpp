@@ -1,5 +1,8 @@
-// Probe overhead (issue 5): engine step throughput with probes off, at the default cadence, and
-// with every probe (and every matrix snapshot) at every step, on the same model in the same run.
+// Probe overhead (issues 5 and 18): engine step throughput with probes off, at the default cadence,
+// and with every probe (and every matrix snapshot) at every step, on the same model in the same run.
+// Training also measures the per-module outer probes alone (train.module_norms; "off" has them off
+// too); inspect also measures stepping into a training batch (engine.inspect_batch: the sequential
+// step in the trainer's chunk form plus one backward through the inner loop per row).
 // One JSON line per configuration with tokens/s and the overhead against probes off, in percent.
 // Repetitions are interleaved (off, default, all, off, …) so machine noise hits them alike.
 // Flags: --preset P (demo-mqar), --mode inspect|train, --steps N per repetition, --reps R,
@@ -50,12 +53,14 @@ int main(int argc, char** argv) {
     }
   }
   torch::set_num_threads(threads);
-  const std::vector<Config> configs{
-      {"off", {"probe.every=0"}},
-      {"default", {}},  // probe.every and probe.matrices_every as the preset has them
+  std::vector<Config> configs{
+      {"off", {"probe.every=0", "train.module_norms=false"}},
+      {"default", {}},  // probe.every, probe.matrices_every and train.module_norms as the preset has them
       {"all", {"probe.every=1", "probe.matrices_every=1"}},
       {"all_full_matrices", {"probe.every=1", "probe.matrices_every=1", "probe.full_matrices=true"}},
   };
+  if (mode == "train") configs.push_back({"module_norms_only", {"probe.every=0", "train.module_norms=true"}});
+  else configs.push_back({"step_into_batch", {"engine.inspect_batch=1"}});
   std::vector<std::unique_ptr<Branch>> branches;
   for (const auto& c : configs) {
     std::vector<std::string> all = sets;

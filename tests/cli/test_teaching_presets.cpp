@@ -12,6 +12,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <sstream>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -26,7 +27,7 @@ using memscope::test::json_lines;
 using memscope::test::run_process;
 using nlohmann::json;
 
-const std::vector<std::string> kTeachingPresets{"delta-vs-omega", "why-muon", "forgetting", "spike-hunt"};
+const std::vector<std::string> kTeachingPresets{"delta-vs-omega", "why-muon", "forgetting", "spike-hunt", "deep-memory-hunt"};
 
 // One `memscope-cli step --json` run, split into the probed frames and the events, in order.
 struct StepRun {
@@ -274,4 +275,45 @@ TEST_CASE("teaching presets: forgetting's retention rules order |M| and recall",
   CHECK(recall(none) < 0.85);                     // about 0.75
   CHECK(recall(decay) > recall(none) + 0.1);      // about 0.95
   CHECK(recall(softmax) > 0.95);                  // about 0.99
+}
+
+TEST_CASE("teaching presets: deep-memory-hunt's outer gradient explodes, the backward names a token, the clip bounds it",
+          "[cli]") {
+  // The symptom: outer gradient norms far above the fixed run's in the first 12 training steps.
+  auto max_grad_norm = [](const std::vector<std::string>& sets) {
+    std::vector<std::string> argv{MEMSCOPE_CLI_BINARY, "train", "--preset", "deep-memory-hunt", "--steps", "12", "--set",
+                                  "train.log_every=1", "--json", "--threads", "1"};
+    for (const auto& s : sets) argv.insert(argv.end(), {"--set", s});
+    const auto r = run_process(argv);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    double largest = 0.0;
+    for (const auto& j : json_lines(r.output))
+      if (!j.contains("eval") && j.contains("grad_norm")) largest = std::max(largest, j["grad_norm"].get<double>());
+    return largest;
+  };
+  const auto preset = memscope::model::load_preset("deep-memory-hunt");
+  const double broken = max_grad_norm({}), fixed = max_grad_norm(compare_sets(preset, "memory.inner.clip=1"));
+  CHECK(broken > 40.0);
+  CHECK(fixed < 6.0);
+  // The hunt: stepping into training step 7 gives every token its ‖∂L/∂W1_t‖; they are far from
+  // flat, so the backward points at the tokens whose inner steps the outer loss pays for.
+  const auto r = run_process({MEMSCOPE_CLI_BINARY, "step", "--preset", "deep-memory-hunt", "--train-step", "7", "--json",
+                              "--threads", "1"});
+  REQUIRE(r.exit_code == 0);
+  std::vector<double> grad;
+  std::istringstream lines(r.output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line.front() != '{') continue;  // stderr says what it rebuilt
+    const json f = json::parse(line);
+    if (!f.contains("layers")) continue;
+    double sum = 0.0;
+    for (const auto& h : f["layers"][0]["heads"]) sum += h.at("grad_M").get<double>();
+    grad.push_back(sum);
+  }
+  REQUIRE(grad.size() > 50);
+  const double top = *std::max_element(grad.begin(), grad.end());
+  std::vector<double> sorted = grad;
+  std::sort(sorted.begin(), sorted.end());
+  CHECK(top > 5.0 * sorted[sorted.size() / 2]);
 }
