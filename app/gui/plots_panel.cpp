@@ -136,23 +136,43 @@ void draw_compare_view(GuiApp& app) {
   // comparison shows both.
   bool memory_layers = false, hope = false;
   int cms_levels = 0;
+  // A series any run has a finite value in: plots with nothing to draw are left out (training
+  // frames have no token loss or surprise; only Muon has an NS error; inspect has no training loss).
+  const auto any = [&](auto pick) {
+    for (const TimelineCache* c : caches) {
+      const auto& ys = pick(*c);
+      if (std::any_of(ys.begin(), ys.end(), [](float y) { return std::isfinite(y); })) return true;
+    }
+    return false;
+  };
   for (const TimelineCache* c : caches) {
     memory_layers = memory_layers || c->layers() > 0;
     hope = hope || c->hope_layers() > 0;
     cms_levels = std::max(cms_levels, c->cms_levels());
   }
+  const auto token_loss = [](const TimelineCache& c) -> const std::vector<float>& { return c.token_loss(); };
+  const auto train_loss = [](const TimelineCache& c) -> const std::vector<float>& { return c.train_loss(); };
+  const auto grad_norm = [](const TimelineCache& c) -> const std::vector<float>& { return c.grad_norm(); };
+  const auto surprise = [&](const TimelineCache& c) -> const std::vector<float>& { return c.head(l, h, HeadMetric::SurpriseBefore); };
+  const auto ns_error = [&](const TimelineCache& c) -> const std::vector<float>& { return c.weight(l, h, 0, WeightMetric::NsError); };
+  const bool has_token = any(token_loss), has_train = any(train_loss);
+  const bool has_surprise = memory_layers && any(surprise), has_ns = memory_layers && any(ns_error);
   if (cms_levels > 0) draw_index_radios("CMS level", cms_levels, view.cms_level);
-  const int plots = 1 + (memory_layers ? 4 : 0) + (hope ? 2 + (cms_levels > 0) : 0);
+  const int plots = std::max(1, (has_token ? 1 : 0) + (has_train ? 2 : 0) +
+                                    (memory_layers ? 2 + (has_surprise ? 1 : 0) + (has_ns ? 1 : 0) : 0) +
+                                    (hope ? 2 + (cms_levels > 0) : 0));
   const float height = std::max(60.0f, (ImGui::GetContentRegionAvail().y - plots * (ImGui::GetTextLineHeightWithSpacing() +
                                                                                       ImGui::GetStyle().ItemSpacing.y)) / plots);
-  plot(app, "cmp loss", "token loss", overlay([](const TimelineCache& c) -> const std::vector<float>& { return c.token_loss(); }), markers, height);
+  if (has_train) {
+    plot(app, "cmp train loss", "training loss", overlay(train_loss), markers, height);
+    plot(app, "cmp grad norm", "outer gradient norm before clipping", overlay(grad_norm), markers, height);
+  }
+  if (has_token || !has_train) plot(app, "cmp loss", "token loss", overlay(token_loss), markers, height);
   if (memory_layers) {
-    plot(app, "cmp surprise", "surprise before the write",
-         overlay([&](const TimelineCache& c) -> const std::vector<float>& { return c.head(l, h, HeadMetric::SurpriseBefore); }), markers, height);
+    if (has_surprise) plot(app, "cmp surprise", "surprise before the write", overlay(surprise), markers, height);
     plot(app, "cmp erank", "effective rank of M",
          overlay([&](const TimelineCache& c) -> const std::vector<float>& { return c.weight(l, h, 0, WeightMetric::Erank); }), markers, height);
-    plot(app, "cmp ns", "Newton-Schulz orthogonality error",
-         overlay([&](const TimelineCache& c) -> const std::vector<float>& { return c.weight(l, h, 0, WeightMetric::NsError); }), markers, height);
+    if (has_ns) plot(app, "cmp ns", "Newton-Schulz orthogonality error", overlay(ns_error), markers, height);
     plot(app, "cmp norm", "|M|",
          overlay([&](const TimelineCache& c) -> const std::vector<float>& { return c.weight(l, h, 0, WeightMetric::NormM); }), markers, height);
   }

@@ -111,8 +111,9 @@ TEST_CASE("export --csv writes every scalar series as a column, one row per step
   std::string line;
   std::getline(in, line);
   const auto header = split(line);
-  // 15 outer columns + 2 layers x 2 heads x (9 head metrics + 8 weight metrics).
-  REQUIRE(header.size() == 15 + 4 * 17);
+  // 15 outer columns + 2 layers x 2 heads x (9 head metrics + 11 weight metrics, the last three
+  // the backward norms of a stepped-into training step).
+  REQUIRE(header.size() == 15 + 4 * 20);
   CHECK(header[0] == "step");
   CHECK(header[9] == "loss");
   const auto erank = std::find(header.begin(), header.end(), "layer1/head0/erank") - header.begin();
