@@ -52,8 +52,14 @@ bool handle_keys(GuiApp& app) {
   if (io.KeyCtrl && pressed(GLFW_KEY_Q)) return true;
   if (pressed(GLFW_KEY_F12)) view.screenshot_request = timestamped_screenshot_name();
   if (pressed(GLFW_KEY_ESCAPE)) {
-    if (view.show_help) view.show_help = false;
-    else view.has_enlarged = false;
+    if (view.show_intro) {
+      view.show_intro = false;
+      if (view.on_intro_dismissed) view.on_intro_dismissed();
+    } else if (view.show_help) {
+      view.show_help = false;
+    } else {
+      view.has_enlarged = false;
+    }
   }
   // While a text field has the keyboard, keys are typing, not commands.
   if (io.WantTextInput) return false;

@@ -8,6 +8,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -51,6 +54,13 @@ struct Options {
   memscope::app::GuiOptions gui;
 };
 
+// Where per-user state goes: $XDG_CONFIG_HOME/memscope or ~/.config/memscope ("" when neither is set).
+std::filesystem::path config_dir() {
+  if (const char* xdg = std::getenv("XDG_CONFIG_HOME"); xdg && *xdg) return std::filesystem::path(xdg) / "memscope";
+  if (const char* home = std::getenv("HOME"); home && *home) return std::filesystem::path(home) / ".config" / "memscope";
+  return {};
+}
+
 int run(Options options) {
   using namespace memscope;
   viz::WindowOptions window_options;
@@ -69,12 +79,22 @@ int run(Options options) {
     else if (what == "breakpoints") app.view().select_left_tab = 1;
     else if (what == "resets") app.view().select_left_tab = 2;
     else if (what == "help") app.view().show_help = true;
+    else if (what == "intro") app.view().show_intro = true;
     else if (what == "presets") app.view().show_presets = true;
     else if (what.rfind("enlarge=", 0) == 0) {
       app.view().has_enlarged = true;
       app.view().enlarged = {std::stoi(what.substr(8)), 0, "M", "M"};
     }
   }
+  // The first-run overlay: once per user, on an interactive start (a screenshot shows it only
+  // when asked with --show intro). Its marker lives in $XDG_CONFIG_HOME (or ~/.config)/memscope.
+  const std::filesystem::path intro_marker = config_dir() / "intro-seen";
+  if (options.screenshot.empty() && !config_dir().empty() && !std::filesystem::exists(intro_marker)) app.view().show_intro = true;
+  app.view().on_intro_dismissed = [intro_marker] {
+    std::error_code ec;
+    std::filesystem::create_directories(intro_marker.parent_path(), ec);
+    std::ofstream(intro_marker) << "the first-run overlay was dismissed\n";  // best effort: a read-only home only shows it again
+  };
   if (!options.gui.record.empty()) {
     if (!app.main().live) throw model::UserError("--record needs a live run (a replay is recorded already)");
     if (!app.start_recording(options.gui.record)) throw model::UserError(app.view().banner);
@@ -157,7 +177,7 @@ int main(int argc, char** argv) {
   cli.add_option("--record", options.gui.record, "Record the live run from its first step into DIR (NAME.memscope)");
   cli.add_option("--compare-session", options.gui.compare_session, "A recorded session to show beside the run (compare view)");
   cli.add_option("--show", options.show, "Open with: compare, hope, modules, breakpoints, resets, help, presets, enlarge=LAYER")
-      ->check(CLI::IsMember({"compare", "hope", "modules", "breakpoints", "resets", "help", "presets", "enlarge=0", "enlarge=1", "enlarge=2", "enlarge=3"}));
+      ->check(CLI::IsMember({"compare", "hope", "modules", "breakpoints", "resets", "help", "intro", "presets", "enlarge=0", "enlarge=1", "enlarge=2", "enlarge=3"}));
   cli.add_option("--steps", options.steps, "Run this many steps before showing (with --screenshot: what the picture shows)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   cli.add_flag("--paused", options.paused, "Open paused (by default a live run starts at --speed)");

@@ -130,6 +130,7 @@ void draw_main_layout(GuiApp& app) {
   if (app.view().has_enlarged) draw_enlarged_matrix(app);
   if (app.view().show_presets) draw_presets_browser(app);
   if (app.view().show_help) draw_help_overlay(app.view().show_help);
+  draw_intro_overlay(app);
 }
 
 }  // namespace memscope::app

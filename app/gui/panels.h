@@ -21,5 +21,6 @@ void draw_modules_panel(GuiApp& app);   // per-module outer gradient norms and u
 void draw_compare_view(GuiApp& app);    // every run and timeline side by side, plots overlaid
 void draw_tokens_panel(GuiApp& app);    // token strip and the timeline scrubber
 void draw_presets_browser(GuiApp& app); // each preset with its one-line description
+void draw_intro_overlay(GuiApp& app);   // the first-run overlay: three lines on what to watch
 
 }  // namespace memscope::app

@@ -1,6 +1,7 @@
 // What the GUI remembers between frames. The GUI owns only view state (DESIGN principle 2): the
 // model, its data and its history belong to the sources (app/gui/run.h).
 #pragma once
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <tuple>
@@ -46,6 +47,8 @@ struct ViewState {
   int select_right_tab = -1;   // one-shot: select Plots (0) or HOPE (1)
 
   bool show_help = false;      // the `?` overlay
+  bool show_intro = false;     // the first-run overlay (intro_overlay.cpp)
+  std::function<void()> on_intro_dismissed;  // remembers the dismissal (main.cpp)
   bool show_compare = false;   // compare view instead of the single-run plots
   bool show_presets = false;   // the presets browser
   std::string knob_filter;     // the knobs panel's search box

@@ -235,3 +235,18 @@ TEST_CASE("app: 'Step into step N' forks at the weights before it and shows the 
   CHECK(h.app().main().steps(0) == 16);
   h.screenshot("step-into");
 }
+
+TEST_CASE("app: the first-run overlay says what to watch and goes away for good with 'Got it'", "[gui]") {
+  memscope::app::GuiOptions o;
+  AppHarness h(o);
+  int dismissed = 0;
+  h.app().view().show_intro = true;
+  h.app().view().on_intro_dismissed = [&] { ++dismissed; };
+  h.frames(2);
+  REQUIRE(h.app().rects().count("intro/ok") == 1);
+  h.screenshot("intro");
+  h.click("intro/ok");
+  CHECK_FALSE(h.app().view().show_intro);
+  CHECK(dismissed == 1);
+  CHECK(h.app().rects().count("intro/ok") == 0);
+}
