@@ -138,6 +138,14 @@ void draw_transport(GuiApp& app) {
   else
     ImGui::TextColored(viz::colors::warning(), "step %lld of %lld (pinned, End follows)  %s",
                        static_cast<long long>(view.cursor), static_cast<long long>(steps), state);
+  // A slow step (HOPE: seconds) or command (a rewind, a fork) says what it is doing and for how long.
+  const double busy_for = run.status.busy_since > 0 ? model::steady_seconds() - run.status.busy_since : 0.0;
+  if (busy_for > 0.5) {
+    ImGui::SameLine();
+    ImGui::TextColored(viz::colors::warning(), "working: %s, %.1f s", clipped_for_display(run.status.busy_with, 60, 1).c_str(),
+                       busy_for);
+    app.note_rect("transport/busy");
+  }
   draw_scrubber(app);
   ImGui::EndChild();
 }

@@ -229,8 +229,20 @@ void TimelineSource::refresh_status() {
   status_.recording = recorder_ ? recorder_->path() : "";
 }
 
+double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void TimelineSource::mark_busy(const std::string& what) {
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  status_.busy_since = what.empty() ? 0.0 : steady_seconds();
+  status_.busy_with = what;
+}
+
 void TimelineSource::step_all() {
+  mark_busy("step");
   std::vector<Event> fired = step();
+  mark_busy("");
   {
     std::lock_guard<std::mutex> lock(state_mutex_);
     status_.steps = steps();
@@ -306,6 +318,11 @@ void TimelineSource::stop_recording() {
 
 void TimelineSource::execute(const Command& c) {
   using K = Command::Kind;
+  struct Busy {  // a command that takes long (rewind, fork, a restart) shows in the GUI too
+    TimelineSource& source;
+    ~Busy() { source.mark_busy(""); }
+  } busy{*this};
+  mark_busy(describe(c));
   const std::vector<int64_t> before = steps();
   const int64_t at_step = c.timeline >= 0 && c.timeline < static_cast<int>(before.size())
                               ? before[static_cast<size_t>(c.timeline)]

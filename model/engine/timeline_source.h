@@ -44,7 +44,14 @@ struct EngineStatus {
   std::string last_error;     // empty when the last command and step succeeded
   std::vector<Breakpoint> breakpoints;
   std::string recording;      // the session being written, "" when none
+  // When the step or command in flight began (steady clock, seconds); 0 when none is. The GUI's
+  // busy indicator shows how long a slow step (a HOPE step, a rewind, a step-into) has run.
+  double busy_since = 0;
+  std::string busy_with;      // "step", or the command's name
 };
+
+// Seconds on the steady clock, the unit of EngineStatus::busy_since.
+double steady_seconds();
 
 class TimelineSource {
  public:
@@ -101,6 +108,7 @@ class TimelineSource {
   void loop();
   void execute(const Command& command);
   void step_all();
+  void mark_busy(const std::string& what);  // "": nothing in flight
   void start_recording(const Command& command);
   void stop_recording();
   void refresh_status();

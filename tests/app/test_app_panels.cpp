@@ -3,6 +3,9 @@
 // HOPE run, a fork, a compare preset and a replay.
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <thread>
+
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -249,4 +252,22 @@ TEST_CASE("app: the first-run overlay says what to watch and goes away for good 
   CHECK_FALSE(h.app().view().show_intro);
   CHECK(dismissed == 1);
   CHECK(h.app().rects().count("intro/ok") == 0);
+}
+
+TEST_CASE("app: a slow step shows what is running and for how long", "[gui]") {
+  memscope::app::GuiOptions o;
+  o.preset = "demo-mqar-hope";  // a HOPE training step takes seconds on this CPU
+  o.sets = {"engine.mode=train"};
+  AppHarness h(o);
+  h.app().post(model::Command::steps(1));
+  bool shown = false;
+  const auto start = std::chrono::steady_clock::now();
+  while (!shown && std::chrono::steady_clock::now() - start < std::chrono::seconds(20)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    h.frame();
+    shown = h.app().rects().count("transport/busy") == 1;
+  }
+  CHECK(shown);
+  h.settle();
+  CHECK(h.app().rects().count("transport/busy") == 0);  // gone once the step is done
 }
