@@ -22,8 +22,15 @@ std::vector<PlotPoint> decimate(const double* xs, const float* ys, std::size_t c
   if (end < count) ++end;
 
   if (end - begin <= static_cast<std::size_t>(columns) * 2) {
-    for (std::size_t i = begin; i < end; ++i)
-      if (std::isfinite(ys[i])) out.push_back({xs[i], ys[i]});
+    std::size_t skipped = 0;
+    for (std::size_t i = begin; i < end; ++i) {
+      if (!std::isfinite(ys[i])) {
+        ++skipped;
+        continue;
+      }
+      out.push_back({xs[i], ys[i], !out.empty() && skipped > kGapSamples});
+      skipped = 0;
+    }
     return out;
   }
 
@@ -31,6 +38,7 @@ std::vector<PlotPoint> decimate(const double* xs, const float* ys, std::size_t c
   const double column_width = (x_max - x_min) / columns;
   auto column_of = [&](std::size_t i) { return std::floor((xs[i] - x_min) / column_width); };
   constexpr std::size_t kNone = MinMaxPyramid::kNone;
+  bool empty_column = false;  // since the last emitted point
   for (std::size_t i = begin; i < end;) {
     // One bucket: the samples in the same pixel column as sample i. column_of never decreases
     // along xs, so the bucket's end is a binary search with the very expression that defines it.
@@ -48,7 +56,10 @@ std::vector<PlotPoint> decimate(const double* xs, const float* ys, std::size_t c
     const auto [lo, hi] = extremes(i, stop);
     const std::size_t bucket = i;
     i = stop;
-    if (lo == kNone) continue;
+    if (lo == kNone) {  // a whole pixel column without a finite sample: a visible gap
+      empty_column = true;
+      continue;
+    }
     // The first and last finite samples lie no further in than the extremes, so finding them
     // scans only non-finite samples.
     std::size_t first = bucket, last = stop - 1;
@@ -58,7 +69,11 @@ std::vector<PlotPoint> decimate(const double* xs, const float* ys, std::size_t c
     const std::size_t picks[4] = {first, std::min(lo, hi), std::max(lo, hi), last};
     std::size_t previous = kNone;
     for (std::size_t p : picks)
-      if (p != previous) out.push_back({xs[p], ys[p]}), previous = p;
+      if (p != previous) {
+        out.push_back({xs[p], ys[p], previous == kNone && !out.empty() && empty_column});
+        previous = p;
+      }
+    empty_column = false;
   }
   return out;
 }

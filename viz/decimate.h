@@ -12,11 +12,16 @@ class MinMaxPyramid;
 struct PlotPoint {
   double x;
   float y;
+  // A run of more than kGapSamples non-finite samples (or a whole pixel column of them) comes
+  // before this point: the line breaks here instead of bridging, e.g. the training steps between
+  // two inspect bursts. Shorter runs (an unprobed step, a filler token) are bridged.
+  bool gap = false;
 };
+inline constexpr std::size_t kGapSamples = 8;
 
 // xs must be ascending (steps). Keeps the samples with x in [x_min, x_max] plus one neighbour on
 // each side (so lines run to the plot's edges), bucketed into `columns` pixel columns. Non-finite
-// y values are dropped (the plot marks them separately). The output is in x order, at most
+// y values are dropped (the plot marks them separately) and long runs of them mark a gap. The output is in x order, at most
 // 4 points per column plus the two neighbours; it is exact (every input sample kept) when there
 // are fewer samples than columns.
 std::vector<PlotPoint> decimate_minmax(const double* xs, const float* ys, std::size_t count, double x_min,

@@ -142,8 +142,15 @@ double draw_line_plot(const char* id, PlotView& view, const std::vector<PlotSeri
   // the frame time under llvmpipe (bench/gui_frame).
   for (std::size_t k = 0; k < series.size(); ++k) {
     const auto& points = decimated[k];
-    for (std::size_t i = 1; i < points.size(); ++i)
+    for (std::size_t i = 1; i < points.size(); ++i) {
+      if (points[i].gap) continue;  // a long run without values: no line across it
       draw->AddLine(to_screen(points[i - 1].x, points[i - 1].y), to_screen(points[i].x, points[i].y), series[k].color, 1.0f);
+    }
+    // A point with no neighbour to draw a line to still shows, as a dot.
+    for (std::size_t i = 0; i < points.size(); ++i) {
+      const bool joined_before = i > 0 && !points[i].gap, joined_after = i + 1 < points.size() && !points[i + 1].gap;
+      if (!joined_before && !joined_after) draw->AddCircleFilled(to_screen(points[i].x, points[i].y), 1.5f, series[k].color);
+    }
   }
   draw->PopClipRect();
 

@@ -68,15 +68,21 @@ void draw_plots_panel(GuiApp& app) {
   // Newton–Schulz only runs under Muon; the backward norms only when stepping into a training step.
   const bool has_ns = any_finite(c.weight(l, h, 0, WeightMetric::NsError));
   const bool has_backward = any_finite(c.weight(l, h, 0, WeightMetric::GradM));
-  const int plots = 5 + (has_ns ? 1 : 0) + (has_backward ? 1 : 0);
+  // Training gets its own curves on top: the loss and the outer gradient norm per training step.
+  const bool has_train = any_finite(c.train_loss()), has_token = any_finite(c.token_loss());
+  const int plots = 4 + (has_ns ? 1 : 0) + (has_backward ? 1 : 0) + (has_train ? 2 : 0) + (has_token || !has_train ? 1 : 0);
   const float height = std::max(60.0f, (ImGui::GetContentRegionAvail().y - plots * (ImGui::GetTextLineHeightWithSpacing() +
                                                                                       ImGui::GetStyle().ItemSpacing.y)) / plots);
   const auto& xs = c.steps();
   const auto series = [&](const char* name, const std::vector<float>& ys, ImU32 color) {
     return viz::PlotSeries{name, xs.data(), ys.data(), std::min(xs.size(), ys.size()), color, series_revision(c, l, h)};
   };
-  plot(app, "loss", "loss: token -log p(target) (inspect), training loss (train)",
-       {series("token", c.token_loss(), kBlue), series("train", c.train_loss(), kOrange)}, markers, height);
+  if (has_train) {
+    plot(app, "train loss", "training loss (one point per training step)", {series("train", c.train_loss(), kOrange)}, markers, height);
+    plot(app, "grad norm", "outer gradient norm before clipping", {series("grad norm", c.grad_norm(), kRed)}, markers, height);
+  }
+  if (has_token || !has_train)
+    plot(app, "loss", "token loss: -log p(target) at each scored token", {series("token", c.token_loss(), kBlue)}, markers, height);
   plot(app, "surprise", "surprise: inner loss before and after the write",
        {series("before", c.head(l, h, HeadMetric::SurpriseBefore), kOrange),
         series("after", c.head(l, h, HeadMetric::SurpriseAfter), kGreen)},

@@ -4,12 +4,11 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
-#include <thread>
-
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <set>
+#include <thread>
 
 #include "app/app_harness.h"
 #include "viz/colormap.h"

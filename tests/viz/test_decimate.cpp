@@ -188,3 +188,32 @@ TEST_CASE("plot decimation keeps the min and max of every pixel column, against 
     check_against_brute_force(s, 0.0, 2.0 * 400 + 2, 400);
   }
 }
+
+TEST_CASE("a long run of missing samples breaks the line; a short one is bridged, exact and decimated", "[viz]") {
+  // Inspect bursts between training steps (train+inspect): 20 values, 40 NaN, 20 values, a 3-NaN hole.
+  std::vector<double> xs;
+  std::vector<float> ys;
+  for (int i = 0; i < 83; ++i) {
+    xs.push_back(i);
+    const bool missing = (i >= 20 && i < 60) || (i >= 70 && i < 73);
+    ys.push_back(missing ? NAN : static_cast<float>(i % 5));
+  }
+  const auto exact = decimate_minmax(xs.data(), ys.data(), xs.size(), 0.0, 82.0, 400);
+  std::vector<double> gaps;
+  for (const auto& p : exact)
+    if (p.gap) gaps.push_back(p.x);
+  CHECK(gaps == std::vector<double>{60.0});  // 40 missing: a gap; 3 missing at 70: bridged
+  CHECK_FALSE(exact.front().gap);
+
+  // Zoomed out (more samples than columns): a pixel column with no value is a gap too.
+  std::vector<double> xs2;
+  std::vector<float> ys2;
+  for (int i = 0; i < 100'000; ++i) {
+    xs2.push_back(i);
+    ys2.push_back(i >= 40'000 && i < 60'000 ? NAN : 1.0f);
+  }
+  const auto decimated = decimate_minmax(xs2.data(), ys2.data(), xs2.size(), 0.0, 99'999.0, 200);
+  int breaks = 0;
+  for (const auto& p : decimated) breaks += p.gap ? 1 : 0;
+  CHECK(breaks == 1);
+}
