@@ -14,6 +14,7 @@ namespace {
 constexpr float kGap = 2.0f;      // background between cells keeps neighbouring tokens apart
 constexpr float kTextPad = 3.0f;
 constexpr float kOutline = 2.0f;  // the current cell's outline, drawn inside the cell
+constexpr float kRoleBar = 4.0f;  // the role bar along a cell's top
 
 ImU32 to_imgui(const Rgba8& c) { return IM_COL32(c.r, c.g, c.b, c.a); }
 
@@ -61,6 +62,26 @@ std::string readable_token_text(std::string_view text) {
     }
   }
   return out;
+}
+
+void draw_surprise_scale(ValueRange range, float width) {
+  const Colormap& viridis = colormap(ColormapKind::Viridis);
+  char lo[32], hi[32];
+  std::snprintf(lo, sizeof lo, "%.3g", range.lo);
+  std::snprintf(hi, sizeof hi, "%.3g", range.hi);
+  ImGui::TextUnformatted(lo);
+  ImGui::SameLine();
+  const ImVec2 at = ImGui::GetCursorScreenPos();
+  const float height = ImGui::GetTextLineHeight();
+  ImDrawList* draw = ImGui::GetWindowDrawList();
+  constexpr int kSteps = 32;
+  for (int i = 0; i < kSteps; ++i) {
+    const float x0 = at.x + width * i / kSteps, x1 = at.x + width * (i + 1) / kSteps;
+    draw->AddRectFilled({x0, at.y + 2.0f}, {x1, at.y + height - 2.0f}, to_imgui(viridis.at((i + 0.5f) / kSteps)));
+  }
+  ImGui::Dummy({width, height});
+  ImGui::SameLine();
+  ImGui::TextUnformatted(hi);
 }
 
 std::ptrdiff_t draw_token_strip(const char* id, const std::vector<TokenCell>& cells, long long current_step,
@@ -112,6 +133,7 @@ std::ptrdiff_t draw_token_strip(const char* id, const std::vector<TokenCell>& ce
                            ? no_surprise_color()
                            : viridis.map(cell.surprise, surprise_range.lo, surprise_range.hi);
     draw->AddRectFilled(a, b, to_imgui(fill));
+    if (cell.role.a > 0) draw->AddRectFilled(a, {b.x, a.y + kRoleBar}, to_imgui(cell.role));
 
     const std::string label = readable_token_text(cell.text);
     const ImVec2 text_size = ImGui::CalcTextSize(label.data(), label.data() + label.size());

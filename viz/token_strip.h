@@ -18,7 +18,11 @@ struct TokenCell {
   std::string text;  // as the app wants it shown, e.g. "k12" or "'a'"
   float surprise;    // NaN when there is none (yet)
   long long step;
+  Rgba8 role{0, 0, 0, 0};  // the token's role in its task (key, value, query), a bar along the top; alpha 0: none
 };
+
+// The surprise scale beside the strip: a viridis bar from lo to hi with both values written.
+void draw_surprise_scale(ValueRange range, float width);
 
 // A token with no surprise is grey: viridis holds no grey, so it can never read as a value.
 constexpr Rgba8 no_surprise_color() { return {96, 96, 96, 255}; }

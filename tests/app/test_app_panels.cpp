@@ -270,3 +270,18 @@ TEST_CASE("app: a slow step shows what is running and for how long", "[gui]") {
   h.settle();
   CHECK(h.app().rects().count("transport/busy") == 0);  // gone once the step is done
 }
+
+TEST_CASE("app: the token strip names MQAR tokens and marks keys, values and queries", "[gui]") {
+  memscope::app::GuiOptions o;  // demo-mqar: 6 pairs, 10 filler, 6 queries, 28 tokens
+  AppHarness h(o);
+  h.app().post_all(model::Command::steps(28));
+  h.settle();
+  const memscope::test::PngImage image = h.screenshot("token-roles");
+  const ImRect strip = h.app().rects().at("tokens/strip");
+  // The role bars along the cells' top edge: every colour of the three roles appears.
+  std::set<unsigned> bars;
+  for (int x = static_cast<int>(strip.Min.x); x < static_cast<int>(strip.Max.x); ++x) bars.insert(image.pixel(x, static_cast<int>(strip.Min.y) + 1));
+  CHECK(bars.count(0x4287f5u) == 1);  // key
+  CHECK(bars.count(0xf5a623u) == 1);  // value
+  CHECK(bars.count(0xeb4034u) == 1);  // query
+}
