@@ -118,3 +118,21 @@ TEST_CASE("step --train-step: beyond the run, no training frames, a checkpoint o
   }
   fs::remove_all(dir);
 }
+
+TEST_CASE("the trained demo checkpoint scripts/run opens recalls its probe sequences' queries", "[cli]") {
+  // assets/demo-mqar-trained.safetensors (scripts/make-demo-checkpoint): what a new user steps
+  // through first. Ten probe sequences of 28 tokens, 6 queries each.
+  const std::string checkpoint = std::string(MEMSCOPE_SOURCE_DIR) + "/assets/demo-mqar-trained.safetensors";
+  REQUIRE(fs::exists(checkpoint));
+  const auto r = run_process({MEMSCOPE_CLI_BINARY, "step", "--ckpt", checkpoint, "--tokens", "280", "--json", "--threads", "1"});
+  INFO(r.output.substr(0, 2000));
+  REQUIRE(r.exit_code == 0);
+  int queries = 0, recalled = 0;
+  for (const auto& f : json_objects(r.output)) {
+    if (!f.contains("target") || f["target"].is_null() || f["target"].get<int>() < 0) continue;
+    ++queries;
+    recalled += f["predicted"] == f["target"];
+  }
+  CHECK(queries == 60);
+  CHECK(recalled >= 57);  // ≥ 95%
+}
