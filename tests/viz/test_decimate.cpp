@@ -189,7 +189,7 @@ TEST_CASE("plot decimation keeps the min and max of every pixel column, against 
   }
 }
 
-TEST_CASE("a long run of missing samples breaks the line; a short one is bridged, exact and decimated", "[viz]") {
+TEST_CASE("a long run of missing samples breaks the line, a short one is bridged, exact and decimated", "[viz]") {
   // Inspect bursts between training steps (train+inspect): 20 values, 40 NaN, 20 values, a 3-NaN hole.
   std::vector<double> xs;
   std::vector<float> ys;
