@@ -335,6 +335,19 @@ void GuiApp::open_session(const std::string& path) {
   }
 }
 
+void GuiApp::open_checkpoint(const std::string& path) {
+  try {
+    std::vector<std::unique_ptr<Run>> runs;
+    runs.push_back(make_live_run(options_.preset, {}, "live " + std::filesystem::path(path).filename().string(), path));
+    replace_runs(std::move(runs));
+    options_.checkpoint = path;
+    view_.show_compare = false;
+    view_.notice = "opened " + path;
+  } catch (const std::exception& e) {
+    show_error(model::one_line(e.what()));
+  }
+}
+
 void GuiApp::open_compare_session(const std::string& path) {
   try {
     std::string damage;

@@ -64,6 +64,7 @@ class GuiApp {
   std::string step_into(int64_t frame_step, int64_t train_step);
   void load_preset(const std::string& preset);  // replaces the runs; an error goes to the banner
   void open_session(const std::string& path);
+  void open_checkpoint(const std::string& path);  // replaces the runs with the live run saved there
   void open_compare_session(const std::string& path);
   void toggle_recording();        // Record: start or stop recording into a new session
   void save_session();            // Ctrl+S: write what the run holds now into a new session

@@ -24,6 +24,7 @@ void draw_prompt(GuiApp& app) {
   ImGui::SetNextWindowSize({560, 0});
   if (ImGui::BeginPopupModal("path", nullptr, ImGuiWindowFlags_NoSavedSettings)) {
     ImGui::Text("%s", view.prompt == "open"      ? "Open a recorded session (NAME.memscope directory)"
+                      : view.prompt == "checkpoint" ? "Open a checkpoint (memscope-cli train --out); it runs live with its own preset"
                       : view.prompt == "compare" ? "Compare with a recorded session"
                       : view.prompt == "csv"     ? "Export the shown timeline's scalars to CSV"
                                                  : "Export the shown timeline to one safetensors file");
@@ -35,6 +36,7 @@ void draw_prompt(GuiApp& app) {
       view.prompt.clear();
       ImGui::CloseCurrentPopup();
       if (kind == "open") app.open_session(path);
+      else if (kind == "checkpoint") app.open_checkpoint(path);
       else if (kind == "compare") app.open_compare_session(path);
       else app.export_session(kind == "csv", path);
     }
@@ -54,6 +56,7 @@ void draw_menu_bar(GuiApp& app) {
   const bool replay = !app.main().live;
   if (ImGui::BeginMenuBar()) {
     if (ImGui::BeginMenu("File")) {
+      if (ImGui::MenuItem("Open checkpoint...")) open_prompt(view, "checkpoint", "assets/demo-mqar-trained.safetensors");
       if (ImGui::MenuItem("Open session...")) open_prompt(view, "open", "run.memscope");
       if (ImGui::MenuItem("Compare with session...")) open_prompt(view, "compare", "run.memscope");
       ImGui::Separator();

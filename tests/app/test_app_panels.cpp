@@ -285,3 +285,26 @@ TEST_CASE("app: the token strip names MQAR tokens and marks keys, values and que
   CHECK(bars.count(0xf5a623u) == 1);  // value
   CHECK(bars.count(0xeb4034u) == 1);  // query
 }
+
+TEST_CASE("app: File > Open checkpoint runs the trained demo live, and a bad path is a banner", "[gui]") {
+  memscope::app::GuiOptions o;
+  AppHarness h(o);
+  h.app().open_checkpoint("/nonexistent/ck.safetensors");
+  h.frames(2);
+  CHECK(h.app().view().banner.find("/nonexistent/ck.safetensors") != std::string::npos);
+  h.app().view().banner.clear();
+  h.app().open_checkpoint(std::string(MEMSCOPE_SOURCE_DIR) + "/assets/demo-mqar-trained.safetensors");
+  REQUIRE(h.app().main().live);
+  h.app().post_all(model::Command::steps(28));  // one probe sequence: 6 queries
+  h.settle();
+  int queries = 0, recalled = 0;
+  for (int64_t step = 1; step <= 28; ++step) {
+    const auto f = h.app().main().frame(0, step);
+    REQUIRE(f);
+    if (f->target < 0) continue;
+    ++queries;
+    recalled += f->predicted == f->target;
+  }
+  CHECK(queries == 6);
+  CHECK(recalled == 6);
+}
