@@ -1,0 +1,140 @@
+// Detector recall on planted faults (issue 19): one inspect run of a preset with a fault planted
+// every --every steps, at varying places in the sequence, and the detectors' events matched to it.
+// A fault is found when a detector of the expected kind fires within --window steps after it, and
+// found at the right step when the first such event is on the very next step. Events outside every
+// window are false positives (per 10,000 steps). Faults, applied between steps as commands:
+//   nan_memory   NaN into layer 0's memory (all heads)            → nonfinite
+//   lr_spike     memory.lr.max × 100 for 3 steps, then restored    → spike, norm_growth or nonfinite
+//   ns_degraded  memory.ns.steps = 1 for 3 steps, then restored   → ns_error (Muon presets only)
+// One JSON line per fault kind and one for the run. Flags: --preset P (demo-mqar), --trials N per
+// kind, --every N, --window W, --warmup N, --threads T, --set K=V (repeatable).
+#include <torch/torch.h>
+
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "model/config/knobs.h"
+#include "model/config/preset.h"
+#include "model/engine/branch.h"
+
+using namespace memscope::model;
+
+namespace {
+
+struct Fault {
+  std::string name;
+  std::set<EventKind> expected;
+  std::vector<Command> plant, restore;  // restore applies 3 steps after plant
+};
+
+struct Planted {
+  size_t fault;
+  int64_t step;  // the first step that runs with the fault
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string preset = "demo-mqar";
+  int64_t trials = 20, every = 113, window = 5, warmup = 300;
+  int threads = 1;
+  std::vector<std::string> sets;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--preset") preset = value;
+    else if (flag == "--trials") trials = std::stoll(value);
+    else if (flag == "--every") every = std::stoll(value);
+    else if (flag == "--window") window = std::stoll(value);
+    else if (flag == "--warmup") warmup = std::stoll(value);
+    else if (flag == "--threads") threads = std::stoi(value);
+    else if (flag == "--set") sets.push_back(value);
+    else {
+      std::cerr << "fault_bench: unknown flag " << flag << "\n";
+      return 2;
+    }
+  }
+  torch::set_num_threads(threads);
+  sets.push_back("engine.mode=inspect");
+  sets.push_back("engine.keyframe_every=0");
+  const Preset p = load_preset(preset, sets);
+  const auto knob = [&](const char* name) { return knob_value(p, *find_knob(name)); };
+
+  std::vector<Fault> faults;
+  Command nan{Command::Kind::InjectNan};
+  nan.layer = 0;
+  faults.push_back({"nan_memory", {EventKind::NonFinite}, {nan}, {}});
+  faults.push_back({"lr_spike",
+                    {EventKind::Spike, EventKind::NormGrowth, EventKind::NonFinite},
+                    {Command::set_knob("memory.lr.max", std::to_string(std::min(100.0, 100.0 * p.memory.max_lr)))},
+                    {Command::set_knob("memory.lr.max", knob("memory.lr.max"))}});
+  if (p.memory.optimiser == Optimiser::Muon)
+    faults.push_back({"ns_degraded", {EventKind::NsError}, {Command::set_knob("memory.ns.steps", "1")},
+                      {Command::set_knob("memory.ns.steps", knob("memory.ns.steps"))}});
+
+  Branch branch(0, p);
+  std::vector<Event> events;
+  std::vector<Planted> planted;
+  const int64_t total = warmup + every * trials * static_cast<int64_t>(faults.size());
+  std::map<int64_t, std::vector<Command>> restores;
+  size_t next = 0;
+  for (int64_t s = 0; s < total; ++s) {
+    const int64_t done = branch.step();
+    if (done >= warmup && (done - warmup) % every == 0) {
+      const Fault& f = faults[next % faults.size()];
+      for (const auto& c : f.plant) branch.apply(c);
+      if (!f.restore.empty()) restores[done + 3] = f.restore;
+      planted.push_back({next % faults.size(), done + 1});
+      ++next;
+    }
+    if (auto it = restores.find(done); it != restores.end()) {
+      for (const auto& c : it->second) branch.apply(c);
+      restores.erase(it);
+    }
+    branch.advance(events);
+  }
+
+  std::vector<int64_t> found(faults.size()), on_time(faults.size()), count(faults.size());
+  std::set<size_t> explained;  // events inside some fault's window
+  for (const Planted& pl : planted) {
+    ++count[pl.fault];
+    int64_t first = -1;
+    for (size_t i = 0; i < events.size(); ++i) {
+      const Event& e = events[i];
+      if (e.step < pl.step || e.step >= pl.step + window) continue;
+      if (e.kind != EventKind::Command) explained.insert(i);
+      if (faults[pl.fault].expected.count(e.kind) && (first < 0 || e.step < first)) first = e.step;
+    }
+    if (first >= 0) ++found[pl.fault];
+    if (first == pl.step) ++on_time[pl.fault];
+  }
+  int64_t false_positives = 0;
+  std::map<std::string, int64_t> false_by_kind;
+  for (size_t i = 0; i < events.size(); ++i) {
+    const Event& e = events[i];
+    if (e.kind == EventKind::Command || explained.count(i) || e.step <= warmup) continue;
+    ++false_positives;
+    ++false_by_kind[to_string(e.kind)];
+  }
+  for (size_t f = 0; f < faults.size(); ++f)
+    std::cout << nlohmann::json{{"bench", "fault_recall"},
+                                {"preset", preset},
+                                {"fault", faults[f].name},
+                                {"planted", count[f]},
+                                {"found", found[f]},
+                                {"recall", count[f] ? static_cast<double>(found[f]) / count[f] : 0.0},
+                                {"at_the_next_step", count[f] ? static_cast<double>(on_time[f]) / count[f] : 0.0},
+                                {"window", window}}
+                     .dump()
+              << std::endl;
+  const double watched = static_cast<double>(total - warmup);
+  std::cout << nlohmann::json{{"bench", "fault_false_positives"},
+                              {"preset", preset},
+                              {"steps_watched", total - warmup},
+                              {"outside_fault_windows_per_10k_steps", 1e4 * static_cast<double>(false_positives) / watched},
+                              {"by_kind", false_by_kind}}
+                   .dump()
+            << std::endl;
+  return 0;
+}
