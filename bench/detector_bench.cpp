@@ -9,6 +9,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_flags.h"
 #include "model/config/preset.h"
 #include "model/engine/branch.h"
 
@@ -19,18 +20,9 @@ int main(int argc, char** argv) {
   int64_t steps = 2000;
   int threads = 1;
   std::vector<std::string> sets;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--preset") preset = value;
-    else if (flag == "--mode") mode = value;
-    else if (flag == "--steps") steps = std::stoll(value);
-    else if (flag == "--threads") threads = std::stoi(value);
-    else if (flag == "--set") sets.push_back(value);
-    else {
-      std::cerr << "detector_bench: unknown flag " << flag << "\n";
-      return 2;
-    }
-  }
+  memscope::bench::BenchFlags flags("detector_bench");
+  flags.add("--preset", preset).add("--mode", mode).add("--steps", steps).add("--threads", threads).add("--set", sets);
+  if (!flags.parse(argc, argv)) return 2;
   torch::set_num_threads(threads);
   sets.push_back("engine.mode=" + mode);
   sets.push_back("engine.keyframe_every=0");

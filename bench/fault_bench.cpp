@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "bench/bench_flags.h"
 #include "model/config/knobs.h"
 #include "model/config/preset.h"
 #include "model/engine/branch.h"
@@ -41,20 +42,10 @@ int main(int argc, char** argv) {
   int64_t trials = 20, every = 113, window = 5, warmup = 300;
   int threads = 1;
   std::vector<std::string> sets;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--preset") preset = value;
-    else if (flag == "--trials") trials = std::stoll(value);
-    else if (flag == "--every") every = std::stoll(value);
-    else if (flag == "--window") window = std::stoll(value);
-    else if (flag == "--warmup") warmup = std::stoll(value);
-    else if (flag == "--threads") threads = std::stoi(value);
-    else if (flag == "--set") sets.push_back(value);
-    else {
-      std::cerr << "fault_bench: unknown flag " << flag << "\n";
-      return 2;
-    }
-  }
+  memscope::bench::BenchFlags flags("fault_bench");
+  flags.add("--preset", preset).add("--trials", trials).add("--every", every).add("--window", window);
+  flags.add("--warmup", warmup).add("--threads", threads).add("--set", sets);
+  if (!flags.parse(argc, argv)) return 2;
   torch::set_num_threads(threads);
   sets.push_back("engine.mode=inspect");
   sets.push_back("engine.keyframe_every=0");

@@ -15,6 +15,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_flags.h"
 #include "model/config/preset.h"
 #include "model/engine/branch.h"
 
@@ -39,19 +40,10 @@ int main(int argc, char** argv) {
   int64_t steps = 64, reps = 5;
   int threads = 1;
   std::vector<std::string> sets;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--preset") preset = value;
-    else if (flag == "--mode") mode = value;
-    else if (flag == "--steps") steps = std::stoll(value);
-    else if (flag == "--reps") reps = std::stoll(value);
-    else if (flag == "--threads") threads = std::stoi(value);
-    else if (flag == "--set") sets.push_back(value);
-    else {
-      std::cerr << "probe_overhead: unknown flag " << flag << "\n";
-      return 2;
-    }
-  }
+  memscope::bench::BenchFlags flags("probe_overhead");
+  flags.add("--preset", preset).add("--mode", mode).add("--steps", steps).add("--reps", reps);
+  flags.add("--threads", threads).add("--set", sets);
+  if (!flags.parse(argc, argv)) return 2;
   torch::set_num_threads(threads);
   std::vector<Config> configs{
       {"off", {"probe.every=0", "train.module_norms=false"}},
