@@ -1,6 +1,7 @@
 #include "viz/line_plot.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -128,6 +129,19 @@ double draw_line_plot(const char* id, PlotView& view, const std::vector<PlotSeri
     draw->AddLine({plot.Min.x, p.y}, {plot.Max.x, p.y}, grid);
     const std::string label = tick_label(tick, ticks.size() > 1 ? ticks[1] - ticks[0] : 0.0);
     draw->AddText({frame.Min.x + 4.0f, p.y - ImGui::GetFontSize() * 0.5f}, text, label.c_str());
+  }
+
+  // The step axis: vertical grid lines at nice steps, each labelled at the plot's bottom edge
+  // (small and muted, under the data), so every plot reads its own x position.
+  const auto x_ticks = nice_ticks(view.x_min, view.x_max, std::max(2, static_cast<int>(plot.GetWidth() / 110.0f)));
+  for (double tick : x_ticks) {
+    const float x = to_screen(tick, 0.0f).x;
+    draw->AddLine({x, plot.Min.y}, {x, plot.Max.y}, grid);
+    const std::string label = tick_label(tick, x_ticks.size() > 1 ? x_ticks[1] - x_ticks[0] : 0.0);
+    const float small = ImGui::GetFontSize() * 0.8f;
+    const float width = ImGui::GetFont()->CalcTextSizeA(small, FLT_MAX, 0.0f, label.c_str()).x;
+    if (x + 2.0f + width > plot.Max.x) continue;  // a label the right edge would cut is left out
+    draw->AddText(nullptr, small, {x + 2.0f, plot.Max.y - ImGui::GetFontSize() * 0.85f}, text, label.c_str());
   }
 
   draw->PushClipRect(plot.Min, plot.Max, true);

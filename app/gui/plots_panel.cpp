@@ -28,7 +28,9 @@ std::vector<viz::PlotMarker> event_markers(const Run& run, int timeline) {
 void plot(GuiApp& app, const char* id, const char* title, const std::vector<viz::PlotSeries>& series,
           const std::vector<viz::PlotMarker>& markers, float height) {
   ImGui::TextColored(viz::colors::muted(), "%s", title);
-  const double clicked = viz::draw_line_plot(id, app.view().plots[id], series, markers, {ImGui::GetContentRegionAvail().x, height});
+  // One step window for every plot: zooming or panning one moves them all (linked).
+  viz::PlotView& linked = app.view().plots["linked"];
+  const double clicked = viz::draw_line_plot(id, linked, series, markers, {ImGui::GetContentRegionAvail().x, height});
   app.note_rect(std::string("plot/") + id);
   if (std::isfinite(clicked)) app.seek(static_cast<int64_t>(clicked));
 }
@@ -50,6 +52,14 @@ void draw_index_radios(const char* label, int count, int& value, const char* (*n
 }
 
 void draw_layer_selector(GuiApp& app) {
+  // The plots' shared step window: once zoomed or panned, a button brings back the newest steps.
+  viz::PlotView& linked = app.view().plots["linked"];
+  if (!linked.follow) {
+    if (ImGui::SmallButton("Follow newest")) linked.follow = true;
+    app.note_rect("plots/follow");
+    if (ImGui::IsItemHovered()) ImGui::SetTooltip("the plots are zoomed or panned; this (or a double-click on a plot) follows again");
+    ImGui::SameLine();
+  }
   draw_index_radios("layer", std::max({1, app.shown_cache().layers(), app.shown_cache().hope_layers()}), app.view().layer);
   if (app.shown_cache().heads() == 0) return;  // hope blocks: the memory panel's selector picks a memory, not a head
   ImGui::SameLine();

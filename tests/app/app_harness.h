@@ -46,6 +46,7 @@ class AppHarness {
       io.KeyShift = shift_;
       if (key_ >= 0) io.KeysDown[key_] = true;
       for (char c : typed_) io.AddInputCharacter(static_cast<unsigned>(c));
+      io.MouseWheel = wheel_;
       typed_.clear();
     });
     app_ = std::make_unique<app::GuiApp>(options);
@@ -101,6 +102,19 @@ class AppHarness {
     mouse_ = {-1000, -1000};
     frame();
   }
+  // One wheel notch (positive: zoom in) over the centre of a named widget.
+  void wheel(const std::string& rect_name, float notches) {
+    const auto it = app_->rects().find(rect_name);
+    INFO("no widget named " << rect_name << " in the last frame");
+    REQUIRE(it != app_->rects().end());
+    mouse_ = it->second.GetCenter();
+    frame();
+    wheel_ = notches;
+    frame();
+    wheel_ = 0.0f;
+    mouse_ = {-1000, -1000};
+    frame();
+  }
   void type(const std::string& text) {
     typed_ = text;
     frame();
@@ -126,6 +140,7 @@ class AppHarness {
   std::unique_ptr<app::GuiApp> app_;
   ImVec2 mouse_{-1000, -1000};
   bool mouse_down_ = false, ctrl_ = false, shift_ = false;
+  float wheel_ = 0.0f;
   int key_ = -1;
   std::string typed_;
 };

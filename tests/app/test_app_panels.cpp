@@ -308,3 +308,22 @@ TEST_CASE("app: File > Open checkpoint runs the trained demo live, and a bad pat
   CHECK(queries == 6);
   CHECK(recalled == 6);
 }
+
+TEST_CASE("app: zooming one plot zooms them all, and 'Follow newest' brings the newest steps back", "[gui]") {
+  memscope::app::GuiOptions o;
+  AppHarness h(o);
+  h.app().post_all(model::Command::steps(60));
+  h.settle();
+  REQUIRE(h.app().rects().count("plot/surprise") == 1);
+  CHECK(h.app().rects().count("plots/follow") == 0);
+  h.wheel("plot/surprise", 3.0f);
+  const memscope::viz::PlotView linked = h.app().view().plots.at("linked");
+  CHECK_FALSE(linked.follow);
+  CHECK(linked.x_max - linked.x_min < 50.0);  // zoomed in from 60 steps
+  REQUIRE(h.app().rects().count("plots/follow") == 1);
+  // Every plot draws from the one window: no plot keeps a view of its own.
+  for (const auto& [id, view] : h.app().view().plots) CHECK(id == "linked");
+  h.click("plots/follow");
+  CHECK(h.app().view().plots.at("linked").follow);
+  CHECK(h.app().rects().count("plots/follow") == 0);
+}
