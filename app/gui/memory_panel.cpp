@@ -116,8 +116,14 @@ void draw_grid(GuiApp& app, const Run& run, int run_index, int timeline, int64_t
   const float cell_h = std::max(40.0f, (avail.y - rows * (line + ImGui::GetStyle().ItemSpacing.y * 2)) / rows);
   // Square cells read as matrices; the colour bar takes ~60 px of the width.
   const float side = std::min(cell_w - 60.0f, cell_h);
-  if (frame->step != step && step >= 0)
-    ImGui::TextColored(viz::colors::muted(), "snapshot of step %lld (probe.matrices_every)", static_cast<long long>(frame->step));
+  // Always say which step the matrices are from: right after a reset or between snapshots
+  // (probe.matrices_every) they are older than the shown step, and S would look unchanged.
+  const int64_t shown = step >= 0 ? step : run.steps(timeline);
+  if (frame->step == shown)
+    ImGui::TextColored(viz::colors::muted(), "matrices of step %lld", static_cast<long long>(frame->step));
+  else
+    ImGui::TextColored(viz::colors::warning(), "matrices of step %lld; the shown step is %lld (snapshots every probe.matrices_every steps)",
+                       static_cast<long long>(frame->step), static_cast<long long>(shown));
   if (ImGui::BeginTable("grid", columns, ImGuiTableFlags_SizingStretchSame)) {
     for (const auto* m : cells) {
       ImGui::TableNextColumn();
@@ -180,13 +186,15 @@ void draw_enlarged_matrix(GuiApp& app) {
   ImGui::SetNextWindowSize({900, 640}, ImGuiCond_Appearing);
   const std::string title = run.label + (view.enlarged_timeline ? " / fork " + std::to_string(view.enlarged_timeline) : "") +
                             ": layer " + std::to_string(view.enlarged.layer) + " head " + std::to_string(view.enlarged.head) +
-                            " " + view.enlarged.weight + " " + tensor_title(view.enlarged.tensor) + "###enlarged";
+                            (view.enlarged.weight == "M" ? "" : " " + view.enlarged.weight) + " " +  // not "M M (memory)"
+                            tensor_title(view.enlarged.tensor) + "###enlarged";
   if (!ImGui::Begin(title.c_str(), &view.has_enlarged, ImGuiWindowFlags_NoSavedSettings | ImGuiWindowFlags_NoCollapse)) {
     ImGui::End();
     return;
   }
   if (!m) {
-    ImGui::TextColored(viz::colors::muted(), "This matrix is not in the shown frame.");
+    ImGui::TextColored(viz::colors::muted(), "No snapshot of this matrix at or before the shown step yet (snapshots every "
+                                             "probe.matrices_every steps).");
     ImGui::End();
     return;
   }
@@ -196,12 +204,13 @@ void draw_enlarged_matrix(GuiApp& app) {
                          std::to_string(m->layer) + "/" + std::to_string(m->head) + "/" + m->weight + "/" + m->tensor;
   viz::Heatmap& heatmap = app.textures().heatmap(id, *frame, *m, view);
   heatmap.draw("enlarged", {side + 70.0f, side});
-  ImGui::TextColored(viz::colors::muted(), "step %lld, %dx%d%s", static_cast<long long>(frame->step), m->rows, m->cols,
+  ImGui::TextColored(viz::colors::muted(), "snapshot of step %lld, %dx%d%s", static_cast<long long>(frame->step), m->rows, m->cols,
                      m->rows != m->full_rows || m->cols != m->full_cols
                          ? (" shown, area-averaged from " + std::to_string(m->full_rows) + "x" + std::to_string(m->full_cols)).c_str()
                          : "");
   ImGui::EndGroup();
-  ImGui::SameLine();
+  // The colour bar's value labels reach past the heatmap's item: leave them room.
+  ImGui::SameLine(0.0f, ImGui::CalcTextSize("-0.00000").x + 12.0f);
   ImGui::BeginGroup();
   // The spectrum, recomputed only when the shown matrix changes.
   static std::vector<float> spectrum;
@@ -219,8 +228,16 @@ void draw_enlarged_matrix(GuiApp& app) {
     for (float s : spectrum) total += s;
     for (float s : spectrum)
       if (s > 0 && total > 0) entropy -= (s / total) * std::log(s / total);
-    ImGui::Text("sigma_max %.4g   sigma_min %.4g", spectrum.front(), spectrum.back());
-    ImGui::Text("effective rank %.3g of %zu (of the shown matrix)", std::exp(entropy), spectrum.size());
+    const bool shrunk = m->rows != m->full_rows || m->cols != m->full_cols;
+    ImGui::Text("sigma_max %.4g   sigma_min %.4g%s", spectrum.front(), spectrum.back(), shrunk ? " (shown copy)" : "");
+    ImGui::Text("effective rank %.3g of %zu (of the %s matrix)", std::exp(entropy), spectrum.size(), shrunk ? "shown" : "real");
+    // A shrunk display copy has its own spectrum: the probe measured the real matrix, so say both.
+    const auto w = std::find(frame->weights.begin(), frame->weights.end(), m->weight);
+    if (shrunk && m->tensor == "M" && w != frame->weights.end() && m->layer < frame->layers && m->head < frame->heads) {
+      const float real = frame->weight(m->layer, m->head, static_cast<int>(w - frame->weights.begin()), model::WeightMetric::Erank);
+      ImGui::TextColored(viz::colors::accent(), "effective rank %.3g of the real %dx%d matrix (the probe)", real, m->full_rows,
+                         m->full_cols);
+    }
     ImGui::PlotHistogram("##spectrum", spectrum.data(), static_cast<int>(spectrum.size()), 0, nullptr, 0.0f, spectrum.front() * 1.05f,
                          {ImGui::GetContentRegionAvail().x, side * 0.6f});
     app.note_rect("enlarged/spectrum");
