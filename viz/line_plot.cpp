@@ -86,7 +86,9 @@ double draw_line_plot(const char* id, PlotView& view, const std::vector<PlotSeri
   ImGui::PushID(id);
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   const ImRect frame(origin, {origin.x + size.x, origin.y + size.y});
-  const ImRect plot({frame.Min.x + kAxisLabelWidth, frame.Min.y + 4.0f}, {frame.Max.x - 4.0f, frame.Max.y - 4.0f});
+  // The legend has a strip of its own along the top, so it never covers the data.
+  const float legend_strip = ImGui::GetFontSize() + 6.0f;
+  const ImRect plot({frame.Min.x + kAxisLabelWidth, frame.Min.y + legend_strip}, {frame.Max.x - 4.0f, frame.Max.y - 4.0f});
   const ImGuiID plot_id = ImGui::GetID("plot");
   ImGui::InvisibleButton("plot", size);
   const bool hovered = ImGui::IsItemHovered();
@@ -168,11 +170,12 @@ double draw_line_plot(const char* id, PlotView& view, const std::vector<PlotSeri
   }
   draw->PopClipRect();
 
-  // Legend, top-left inside the plot.
+  // Legend, in its strip above the data.
   float legend_x = plot.Min.x + 6.0f;
+  const float legend_y = frame.Min.y + 2.0f;
   for (const auto& s : series) {
-    draw->AddRectFilled({legend_x, plot.Min.y + 6.0f}, {legend_x + 10.0f, plot.Min.y + 16.0f}, s.color);
-    draw->AddText({legend_x + 14.0f, plot.Min.y + 3.0f}, ImGui::GetColorU32(ImGuiCol_Text), s.name);
+    draw->AddRectFilled({legend_x, legend_y + 4.0f}, {legend_x + 10.0f, legend_y + 14.0f}, s.color);
+    draw->AddText({legend_x + 14.0f, legend_y + 1.0f}, ImGui::GetColorU32(ImGuiCol_Text), s.name);
     legend_x += 24.0f + ImGui::CalcTextSize(s.name).x;
   }
 
