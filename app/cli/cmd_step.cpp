@@ -146,25 +146,29 @@ double recorded_train_loss(const std::string& dir, int64_t train_step) {
     }
   }
   if (last == 0)
-    throw model::UserError("session " + reader.dir().string() + " has no training frames (it was recorded in inspect mode)");
+    throw model::UserError("session " + reader.dir().string() +
+                           " has no training frames (it was recorded in inspect mode)");
   if (train_step > last)
-    throw model::UserError("--train-step " + std::to_string(train_step) + " is beyond the run: session " + reader.dir().string() +
-                    " trained to step " + std::to_string(last));
+    throw model::UserError("--train-step " + std::to_string(train_step) + " is beyond the run: session " +
+                           reader.dir().string() + " trained to step " + std::to_string(last));
   return loss;
 }
 
 // The batch's loss recomputed token by token against the trainer's for the same step and weights.
 void print_step_into_summary(const model::StepIntoReference& into, double recorded, const Printer& p, bool json) {
   const double loss = p.targets() > 0 ? p.loss_sum() / static_cast<double>(p.targets()) : std::nan("");
+  const double acc = p.targets() > 0 ? static_cast<double>(p.correct()) / static_cast<double>(p.targets()) : std::nan("");
   const bool whole = p.targets() == into.targets;
   if (json) {
-    nlohmann::json j = {{"step_into", into.train_step}, {"loss", loss},      {"targets", p.targets()},
-                        {"whole_batch", whole},           {"trainer_loss", into.loss}};
+    nlohmann::json j = {{"step_into", into.train_step}, {"loss", loss},        {"acc", acc},
+                        {"targets", p.targets()},       {"whole_batch", whole}, {"trainer_loss", into.loss},
+                        {"trainer_acc", into.acc}};
     if (std::isfinite(recorded)) j["recorded_loss"] = recorded;
     std::cout << j.dump() << '\n';
     return;
   }
-  std::cout << "training step " << into.train_step << ": loss " << loss << " over " << p.targets() << " target tokens";
+  std::cout << "training step " << into.train_step << ": loss " << loss << " and accuracy " << acc << " over " << p.targets()
+            << " target tokens";
   if (whole) std::cout << " (the trainer's, same weights and batch: " << into.loss << ", |difference| " << std::abs(loss - into.loss) << ")";
   else std::cout << " (part of the batch; the whole batch has " << into.targets << ", the trainer's loss " << into.loss << ")";
   // A session recorded from a fresh run re-runs to the same weights; one started from elsewhere does not.

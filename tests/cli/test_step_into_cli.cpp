@@ -74,6 +74,7 @@ TEST_CASE("step --train-step: the batch's token-by-token loss is the loss train 
     CHECK(summary["whole_batch"] == true);
     CHECK(std::abs(summary["loss"].get<double>() - trained) < 1e-5 * std::max(1.0, trained));
     CHECK(std::abs(summary["trainer_loss"].get<double>() - trained) < 1e-5 * std::max(1.0, trained));
+    CHECK(std::abs(summary["acc"].get<double>() - summary["trainer_acc"].get<double>()) < 1e-12);  // the same queries hit
     // The probed tokens print as step --json does: the same frame objects.
     CHECK(lines.front()["kind"] == "inspect");
     CHECK(lines.front()["layers"].is_array());
