@@ -27,6 +27,9 @@ std::vector<viz::PlotMarker> event_markers(const Run& run, int timeline);
 // A muted title line, then the plot filling the width; a click seeks the app to that step.
 void plot(GuiApp& app, const char* id, const char* title, const std::vector<viz::PlotSeries>& series,
           const std::vector<viz::PlotMarker>& markers, float height);
+// Whether a series has any finite value: plots without one are left out. Scans newest first, so a
+// live series stops at its last sample; an all-NaN series costs one pass over it.
+bool has_values(const std::vector<float>& ys);
 // The layer radio buttons the plots share (the head comes from the memory panel).
 void draw_layer_selector(GuiApp& app);
 // PlotSeries::revision for a series of (layer, head) of a cache: the plots' decimation summaries

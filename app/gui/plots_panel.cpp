@@ -35,6 +35,10 @@ void plot(GuiApp& app, const char* id, const char* title, const std::vector<viz:
   if (std::isfinite(clicked)) app.seek(static_cast<int64_t>(clicked));
 }
 
+bool has_values(const std::vector<float>& ys) {
+  return std::any_of(ys.rbegin(), ys.rend(), [](float y) { return std::isfinite(y); });
+}
+
 uint64_t series_revision(const TimelineCache& cache, int layer, int head) {
   return cache.revision() * 1000003u + static_cast<uint64_t>(layer) * 1009u + static_cast<uint64_t>(head);
 }
@@ -72,14 +76,11 @@ void draw_plots_panel(GuiApp& app) {
   draw_layer_selector(app);
   const auto markers = event_markers(app.main(), view.timeline);
   const int l = view.layer, h = view.head;
-  const auto any_finite = [](const std::vector<float>& ys) {
-    return std::any_of(ys.begin(), ys.end(), [](float y) { return std::isfinite(y); });
-  };
   // Newton–Schulz only runs under Muon; the backward norms only when stepping into a training step.
-  const bool has_ns = any_finite(c.weight(l, h, 0, WeightMetric::NsError));
-  const bool has_backward = any_finite(c.weight(l, h, 0, WeightMetric::GradM));
+  const bool has_ns = has_values(c.weight(l, h, 0, WeightMetric::NsError));
+  const bool has_backward = has_values(c.weight(l, h, 0, WeightMetric::GradM));
   // Training gets its own curves on top: the loss and the outer gradient norm per training step.
-  const bool has_train = any_finite(c.train_loss()), has_token = any_finite(c.token_loss());
+  const bool has_train = has_values(c.train_loss()), has_token = has_values(c.token_loss());
   const int plots = 4 + (has_ns ? 1 : 0) + (has_backward ? 1 : 0) + (has_train ? 2 : 0) + (has_token || !has_train ? 1 : 0);
   const float height = std::max(60.0f, (ImGui::GetContentRegionAvail().y - plots * (ImGui::GetTextLineHeightWithSpacing() +
                                                                                       ImGui::GetStyle().ItemSpacing.y)) / plots);
@@ -155,11 +156,7 @@ void draw_compare_view(GuiApp& app) {
   // A series any run has a finite value in: plots with nothing to draw are left out (training
   // frames have no token loss or surprise; only Muon has an NS error; inspect has no training loss).
   const auto any = [&](auto pick) {
-    for (const TimelineCache* c : caches) {
-      const auto& ys = pick(*c);
-      if (std::any_of(ys.begin(), ys.end(), [](float y) { return std::isfinite(y); })) return true;
-    }
-    return false;
+    return std::any_of(caches.begin(), caches.end(), [&](const TimelineCache* c) { return has_values(pick(*c)); });
   };
   for (const TimelineCache* c : caches) {
     memory_layers = memory_layers || c->layers() > 0;

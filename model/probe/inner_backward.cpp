@@ -46,9 +46,11 @@ InnerBackward inner_backward(const LanguageModelImpl& model, const at::Tensor& t
     slots.push_back(slot);
   };
   at::Tensor ce = at::zeros({}, model.embedding.options());
+  const at::Tensor host_targets = targets.to(at::kCPU, at::kLong).contiguous();  // one transfer, not one per token
+  const int64_t* target_of = host_targets.data_ptr<int64_t>();
   for (int64_t t = 0; t < T; ++t) {
     const LmStepOutput step = model.step(tokens.narrow(0, t, 1), state, options.chunk);
-    const int64_t target = targets[t].item<int64_t>();
+    const int64_t target = target_of[t];
     if (target >= 0) ce = ce - at::log_softmax(step.logits[0], 0)[target];
     const auto token = static_cast<size_t>(t);
     out.memory.emplace_back(cells, kNaN);
@@ -90,10 +92,11 @@ InnerBackward inner_backward(const LanguageModelImpl& model, const at::Tensor& t
       continue;
     }
     // [1,H,a,b] → one norm per head.
-    const at::Tensor norms = g.defined() ? at::linalg_vector_norm(g[0].to(at::kDouble), 2, {-2, -1}, false).cpu()
+    const at::Tensor norms = g.defined() ? at::linalg_vector_norm(g[0].to(at::kDouble), 2, {-2, -1}, false).cpu().contiguous()
                                          : at::zeros({out.heads}, at::kDouble);
+    const double* norm_of = norms.data_ptr<double>();
     for (int64_t h = 0; h < out.heads; ++h)
-      out.memory[s.token][s.offset + static_cast<size_t>(h * s.stride)] = static_cast<float>(norms[h].item<double>());
+      out.memory[s.token][s.offset + static_cast<size_t>(h * s.stride)] = static_cast<float>(norm_of[h]);
   }
   for (auto& row : out.selfmod)
     for (auto& v : row) v = std::sqrt(v);
