@@ -3,6 +3,7 @@
 
 #include "app/cli/commands.h"
 #include "app/cli/interrupt.h"
+#include "app/cli/rank_launcher.h"
 #include "memscope/version.h"
 #include "model/util/errors.h"
 
@@ -11,6 +12,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("memscope ") + MEMSCOPE_VERSION +
                                         " (LibTorch " + MEMSCOPE_TORCH_VERSION + ")");
   app.require_subcommand(1);
+  memscope::app::set_command_line(argc, argv);  // train --nproc re-runs it as each rank
   memscope::app::register_info(app);
   memscope::app::register_memory_trace(app);
   memscope::app::register_train(app);
@@ -33,6 +35,8 @@ int main(int argc, char** argv) {
     // Bad arguments: one clear line and a non-zero exit (issue 2).
     std::cerr << "memscope-cli: " << e.what() << " (see memscope-cli --help)\n";
     return 2;
+  } catch (const memscope::app::ExitStatus& e) {
+    return e.code;
   } catch (const memscope::app::Interrupted& e) {
     std::cerr << "memscope-cli: " << e.what() << "\n";
     return memscope::app::interrupt_exit_code();

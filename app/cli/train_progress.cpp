@@ -11,6 +11,10 @@ std::string step_json(const model::TrainStepResult& r) {
                    {"acc", r.acc},             {"lr", r.lr},
                    {"grad_norm", r.grad_norm}, {"tokens_per_s", r.tokens_per_s},
                    {"chunk", r.chunk}};
+  if (r.world_size > 1) {
+    j["world_size"] = r.world_size;
+    j["comm_share"] = r.seconds > 0 ? r.comm_seconds / r.seconds : 0.0;
+  }
   if (!r.modules.empty()) {
     // Per module (issue 18): the gradient norm before clipping and ‖Δθ‖/‖θ‖ of the step.
     nlohmann::json grads = nlohmann::json::object(), updates = nlohmann::json::object();
@@ -25,7 +29,8 @@ std::string step_json(const model::TrainStepResult& r) {
   return j.dump();
 }
 
-TrainProgress::TrainProgress(bool json, int64_t total_steps) : json_(json), total_(total_steps) {}
+TrainProgress::TrainProgress(bool json, int64_t total_steps, bool shown)
+    : json_(json), shown_(shown), total_(total_steps) {}
 
 void TrainProgress::end_bar() {
   if (!bar_drawn_) return;
@@ -34,6 +39,7 @@ void TrainProgress::end_bar() {
 }
 
 void TrainProgress::step(const model::TrainStepResult& r) {
+  if (!shown_) return;
   if (json_) {
     std::cout << step_json(r) << std::endl;
     return;
@@ -50,6 +56,7 @@ void TrainProgress::step(const model::TrainStepResult& r) {
 }
 
 void TrainProgress::eval(int64_t step, const model::EvalResult& r) {
+  if (!shown_) return;
   if (json_) {
     std::cout << nlohmann::json{{"eval", true}, {"step", step}, {"loss", r.loss}, {"acc", r.acc}, {"queries", r.queries}}
                      .dump()
@@ -63,6 +70,7 @@ void TrainProgress::eval(int64_t step, const model::EvalResult& r) {
 }
 
 void TrainProgress::message(const std::string& text) {
+  if (!shown_) return;
   if (json_) {
     std::cout << nlohmann::json{{"message", text}}.dump() << std::endl;
     return;

@@ -55,6 +55,7 @@ std::string session_info_json(const SessionInfo& s) {
                  {"memory_heads", s.memory_heads}, {"d_model", s.d_model}, {"vocab", s.vocab}}},
       {"record", {{"matrix_dtype", to_string(s.record.matrix_dtype)}, {"matrix_every", s.record.matrix_every},
                   {"chunk_steps", s.record.chunk_steps}}},
+      {"world_size", s.world_size},
       {"closed", s.closed},
       {"frames", s.frames},
       {"chunks", s.chunks},
@@ -114,6 +115,10 @@ SessionInfo parse_session_info(const std::string& text, const std::string& where
   if (!known) fail("record/matrix_dtype", "is not f32, f16 or bf16");
   s.record.matrix_every = at("record/matrix_every", V::number_integer).get<int64_t>();
   s.record.chunk_steps = at("record/chunk_steps", V::number_integer).get<int64_t>();
+  if (j.contains("world_size")) {
+    s.world_size = at("world_size", V::number_integer).get<int64_t>();
+    if (s.world_size < 1) fail("world_size", "is below 1");
+  }
   s.closed = at("closed", V::boolean).get<bool>();
   s.frames = at("frames", V::number_integer).get<int64_t>();
   s.chunks = at("chunks", V::number_integer).get<int64_t>();

@@ -26,6 +26,7 @@ struct SessionInfo {
   std::string block, structure;
   int64_t layers = 0, memory_heads = 0, d_model = 0, vocab = 0;
   RecordConfig record;
+  int64_t world_size = 1;  // ranks of a data-parallel run (rank 0 records); absent before issue 21
   // Totals, written at close.
   bool closed = false;
   int64_t frames = 0, chunks = 0, events = 0;

@@ -28,7 +28,7 @@ int64_t metadata_int(const std::map<std::string, std::string>& meta, const std::
 }  // namespace
 
 void write_checkpoint(const std::filesystem::path& path, const Preset& preset, const LanguageModel& model,
-                      const AdamW& optimiser, int64_t step) {
+                      const AdamW& optimiser, int64_t step, int world_size) {
   NamedTensors tensors;
   for (const auto& item : model->named_parameters()) tensors.emplace_back(kModelPrefix + item.key(), item.value().detach());
   for (auto& t : optimiser.state()) tensors.push_back(std::move(t));
@@ -38,7 +38,8 @@ void write_checkpoint(const std::filesystem::path& path, const Preset& preset, c
                      {"preset", preset.name},
                      {"config", preset.toml},
                      {"step", std::to_string(step)},
-                     {"optimiser_steps", std::to_string(optimiser.steps())}});
+                     {"optimiser_steps", std::to_string(optimiser.steps())},
+                     {"world_size", std::to_string(world_size)}});
 }
 
 Checkpoint read_checkpoint(const std::filesystem::path& path) {
@@ -56,8 +57,15 @@ Checkpoint read_checkpoint(const std::filesystem::path& path) {
   c.config_toml = meta.at("config");
   c.step = metadata_int(meta, "step", where);
   c.optimiser_steps = metadata_int(meta, "optimiser_steps", where);
+  if (meta.count("world_size")) c.world_size = metadata_int(meta, "world_size", where);  // older checkpoints: 1
   for (const auto& info : file.header().tensors) c.tensors.emplace(info.name, read_tensor(file, info));
   return c;
+}
+
+int64_t checkpoint_world_size(const std::filesystem::path& path) {
+  const SafetensorsFile file(path.string());
+  const auto& meta = file.header().metadata;
+  return meta.count("world_size") ? metadata_int(meta, "world_size", path.string()) : 1;
 }
 
 void load_parameters(LanguageModel& model, const Checkpoint& checkpoint) {

@@ -1,6 +1,6 @@
 // Checkpoints: one safetensors file with the parameters ("model/NAME"), the AdamW state
 // ("optim/…"), torch's CPU generator ("rng/torch") and, in __metadata__, the resolved preset TOML,
-// the step and the data seed. Everything a resumed run needs to continue bit for bit on CPU.
+// the step, the data seed and the world size. Everything a resumed run needs to continue bit for bit on CPU.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -22,15 +22,19 @@ struct Checkpoint {
   std::string config_toml;  // Preset::toml of the run that wrote it
   int64_t step = 0;         // training steps completed
   int64_t optimiser_steps = 0;
+  int64_t world_size = 1;   // ranks of the run that wrote it (data-parallel); 1 when not recorded
   std::map<std::string, at::Tensor> tensors;
 };
 
 void write_checkpoint(const std::filesystem::path& path, const Preset& preset, const LanguageModel& model,
-                      const AdamW& optimiser, int64_t step);
+                      const AdamW& optimiser, int64_t step, int world_size = 1);
 
 // Reads and checks a checkpoint; every problem (not a file, not safetensors, not a memscope
 // checkpoint, missing metadata) is a UserError naming the file.
 Checkpoint read_checkpoint(const std::filesystem::path& path);
+
+// The world size a checkpoint records, from its header alone (1 for checkpoints before issue 21).
+int64_t checkpoint_world_size(const std::filesystem::path& path);
 
 // Copies the checkpoint's parameters into `model`. A parameter missing from the file, one the
 // model does not have, or one of another shape is a UserError naming it.

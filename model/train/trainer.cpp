@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "model/data/rng.h"
+#include "model/dist/data_parallel.h"
 #include "model/train/checkpoint.h"
 #include "model/train/lr_schedule.h"
 #include "model/train/task_loss.h"
@@ -53,13 +54,25 @@ TrainStepResult Trainer::train_step() {
   const double lr = learning_rate_at(c, step_);
   const int64_t chunk = c.chunk_at(step_);
 
-  const Batch batch = training_batch(step_ + 1);
+  Batch batch = training_batch(step_ + 1);
   const int64_t T = batch.tokens.size(1);
   const int64_t segment = c.bptt > 0 ? c.bptt : T;
+  // The whole batch's target count, on every rank: each rank's loss is a share of the batch's mean.
   const double targets = std::max<double>(1.0, (batch.targets != kIgnoreIndex).sum().item<double>());
+  // Data-parallel: this rank's rows, and a loss scaled by the world size so that the ranks'
+  // averaged gradient is the whole batch's (a power of two scales exactly).
+  int64_t rows = c.batch;
+  double scale = 1.0;
+  if (data_parallel_) {
+    data_parallel_->set_step(step_ + 1);
+    const auto [begin, end] = data_parallel_->shard(c.batch);
+    for (at::Tensor* t : {&batch.tokens, &batch.targets, &batch.query_mask}) *t = t->narrow(0, begin, end - begin);
+    rows = end - begin;
+    scale = data_parallel_->world_size();
+  }
 
   optimiser_->zero_grad();
-  LmState state = model_->initial_state(c.batch);
+  LmState state = model_->initial_state(rows);
   double loss_sum = 0.0;
   QueryScore score;
   for (int64_t t = 0; t < T; t += segment) {
@@ -67,10 +80,11 @@ TrainStepResult Trainer::train_step() {
     const at::Tensor targets_here = batch.targets.narrow(1, t, length);
     const at::Tensor logits = model_->forward(batch.tokens.narrow(1, t, length), state, chunk);
     const at::Tensor loss = summed_cross_entropy(logits, targets_here);
-    at::Tensor objective = loss / targets;  // the mean over the whole sequence, one segment at a time
+    at::Tensor objective = data_parallel_ ? loss * scale / targets : loss / targets;  // the mean over the whole sequence, one segment at a time
     // HOPE: the auxiliary retrieval loss, per token and sequence, so that M_k and M_v train.
     const at::Tensor aux = model_->take_aux_loss(state);
-    if (aux.defined()) objective = objective + preset_.model.hope_aux_weight * aux / static_cast<double>(c.batch * T);
+    if (aux.defined())
+      objective = objective + preset_.model.hope_aux_weight * scale * aux / static_cast<double>(c.batch * T);
     objective.backward();
     loss_sum += loss.item<double>();
     score += score_queries(logits, targets_here, batch.query_mask.narrow(1, t, length));
@@ -78,6 +92,18 @@ TrainStepResult Trainer::train_step() {
   }
 
   TrainStepResult r;
+  if (data_parallel_) {
+    const double comm_before = data_parallel_->stats().seconds;
+    data_parallel_->average_gradients(parameter_tensors());
+    const at::Tensor totals = at::tensor({loss_sum, static_cast<double>(score.correct), static_cast<double>(score.total)},
+                                         at::kDouble);
+    data_parallel_->sum(totals);
+    loss_sum = totals[0].item<double>();
+    score.correct = static_cast<int64_t>(totals[1].item<double>());
+    score.total = static_cast<int64_t>(totals[2].item<double>());
+    r.world_size = data_parallel_->world_size();
+    r.comm_seconds = data_parallel_->stats().seconds - comm_before;
+  }
   r.step = step_ + 1;
   r.loss = loss_sum / targets;
   r.acc = score.accuracy();
@@ -99,7 +125,8 @@ TrainStepResult Trainer::train_step() {
   ++step_;
   last_state_ = std::move(state);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  r.tokens_per_s = static_cast<double>(c.batch * T) / std::max(seconds, 1e-9);
+  r.seconds = seconds;
+  r.tokens_per_s = static_cast<double>(c.batch * T) / std::max(seconds, 1e-9);  // the whole batch's, on any rank
   return r;
 }
 
@@ -148,7 +175,27 @@ EvalResult Trainer::evaluate(const Task& task, int64_t batches) const {
 }
 
 void Trainer::save(const std::filesystem::path& path) const {
-  write_checkpoint(path, preset_, model_, *optimiser_, step_);
+  write_checkpoint(path, preset_, model_, *optimiser_, step_, data_parallel_ ? data_parallel_->world_size() : 1);
+}
+
+std::vector<at::Tensor> Trainer::parameter_tensors() const {
+  std::vector<at::Tensor> out;
+  for (const auto& [name, p] : optimiser_->parameters()) out.push_back(p);
+  return out;
+}
+
+void Trainer::set_data_parallel(std::shared_ptr<DataParallel> group) {
+  data_parallel_ = std::move(group);
+  if (!data_parallel_) return;
+  data_parallel_->shard(preset_.train.batch);  // a batch the world does not divide fails now, not at step 1
+  data_parallel_->broadcast_from_rank0(parameter_tensors());
+}
+
+void Trainer::check_ranks_agree() const {
+  if (!data_parallel_) return;
+  std::vector<std::string> names;
+  for (const auto& [name, p] : optimiser_->parameters()) names.push_back(name);
+  data_parallel_->check_identical(parameter_tensors(), names);
 }
 
 int64_t TrainerSnapshot::bytes() const {

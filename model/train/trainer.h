@@ -4,7 +4,8 @@
 // detached between them (truncated BPTT). train.chunk / train.chunk_final give TNT's two stages.
 //
 // Batch i is a pure function of (train.seed, i), so a run resumed from a checkpoint at step s
-// sees exactly the batches the uninterrupted run saw after s.
+// sees exactly the batches the uninterrupted run saw after s. Data-parallel (set_data_parallel),
+// each rank trains on its rows of that same batch, so the world size can change between resumes.
 #pragma once
 #include <filesystem>
 #include <map>
@@ -20,6 +21,8 @@
 
 namespace memscope::model {
 
+class DataParallel;  // model/dist/data_parallel.h
+
 struct TrainStepResult {
   int64_t step = 0;       // the step just completed, counting from 1
   double loss = 0;        // mean cross-entropy per target token
@@ -27,7 +30,10 @@ struct TrainStepResult {
   double lr = 0;
   double grad_norm = 0;   // before clipping
   double tokens_per_s = 0;
+  double seconds = 0;     // wall time of the step
   int64_t chunk = 0;      // the chunk size b this step trained with
+  int world_size = 1;     // ranks that computed this step
+  double comm_seconds = 0;  // of this step, inside collectives (data-parallel only)
   std::vector<ModuleNorm> modules;  // per module (train.module_norms), in the model's parameter order
 };
 
@@ -72,6 +78,14 @@ class Trainer {
 
   void save(const std::filesystem::path& path) const;
 
+  // Trains data-parallel from now on: this trainer computes its rank's rows of every batch and
+  // steps with the gradient averaged over the ranks. Rank 0's parameters are broadcast first, so
+  // every rank starts from the same weights.
+  void set_data_parallel(std::shared_ptr<DataParallel> group);
+  const std::shared_ptr<DataParallel>& data_parallel() const { return data_parallel_; }
+  // Throws a UserError naming the first parameter that is not bit-identical on every rank.
+  void check_ranks_agree() const;
+
   TrainerSnapshot snapshot() const;
   // Restores a snapshot taken from a trainer of the same preset shape (restart knobs equal).
   void restore(const TrainerSnapshot& snapshot);
@@ -96,6 +110,9 @@ class Trainer {
   std::unique_ptr<AdamW> optimiser_;
   int64_t step_ = 0;
   LmState last_state_;
+  std::shared_ptr<DataParallel> data_parallel_;
+
+  std::vector<at::Tensor> parameter_tensors() const;  // in the optimiser's (the model's) order
 };
 
 // The model a preset describes, with its vocabulary taken from the preset's task.
