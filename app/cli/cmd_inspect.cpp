@@ -36,7 +36,9 @@ void print_session(const nlohmann::json& s) {
   std::cout << "session   " << s["path"].get<std::string>()
             << (s["closed"].get<bool>() ? "" : "   NOT CLOSED: the recording did not stop cleanly") << '\n';
   std::cout << "recorded  " << s["created"].get<std::string>() << " by memscope " << s["memscope_version"].get<std::string>()
-            << " on " << s["device"].get<std::string>() << '\n';
+            << " on " << s["device"].get<std::string>()
+            << (s.value("world_size", 1) > 1 ? ", rank 0 of " + std::to_string(s.value("world_size", 1)) + " (data-parallel)" : "")
+            << '\n';
   const auto& m = s["model"];
   std::cout << "model     preset " << s["preset"].get<std::string>() << ": " << m["block"].get<std::string>() << " block, "
             << m["structure"].get<std::string>() << " memory, " << m["layers"] << " layers x " << m["memory_heads"]

@@ -85,7 +85,10 @@ std::string damage_summary(const model::SessionReader& reader) {
 std::unique_ptr<Run> make_replay_run(const std::string& path, std::string* damage) {
   auto replay = std::make_unique<model::Replay>(path);
   if (damage) *damage = damage_summary(replay->reader());
-  const std::string label = "session " + replay->reader().dir().filename().string();
+  const auto& info = replay->reader().info();
+  // A data-parallel run's session is rank 0's; its frames are the whole global batch's steps.
+  const std::string label = "session " + replay->reader().dir().filename().string() +
+                            (info.world_size > 1 ? " (trained on " + std::to_string(info.world_size) + " ranks)" : "");
   return started(std::move(replay), label, false);
 }
 

@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <algorithm>
 #include <functional>
 #include <thread>
 
@@ -89,6 +90,28 @@ std::string rendezvous_error(const LaunchEnv& env, const DataParallelOptions& o,
 
 }  // namespace
 
+// One bucket of gradients on its way through an all-reduce.
+struct Bucket {
+  std::vector<at::Tensor> grads;  // what is summed, and where the means go
+  std::vector<size_t> hooked;     // with the overlap: the parameters (Overlap::parameters) they are of
+  std::vector<at::Tensor> flat;   // one tensor: the collective's argument, alive until waited on
+  c10::intrusive_ptr<c10d::Work> work;
+};
+
+// The gradient hooks of arm_gradient_overlap(): a fixed bucket layout over every parameter that
+// requires a gradient (reverse order: the order the backward produces them).
+struct Overlap {
+  std::vector<at::Tensor> parameters;
+  std::vector<unsigned> hooks;               // handles, removed with the group
+  std::vector<size_t> bucket_of;             // per parameter
+  std::vector<std::vector<size_t>> members;  // per bucket, parameter indices
+  // Per arming:
+  bool armed = false;
+  std::vector<std::vector<at::Tensor>> seen;  // per bucket, the gradients the hooks have given
+  std::vector<size_t> missing;                // per bucket, gradients still to come
+  size_t next = 0;                            // the next bucket to start: strictly in order
+};
+
 struct DataParallel::Impl {
   LaunchEnv env;
   DataParallelOptions options;
@@ -139,6 +162,49 @@ struct DataParallel::Impl {
   }
 
   void wait(const c10::intrusive_ptr<c10d::Work>& work) { work->wait(options.timeout); }
+
+  Overlap overlap;
+  std::vector<Bucket> in_flight;  // started during the backward, finished by average_gradients
+
+  ~Impl() {
+    for (size_t i = 0; i < overlap.hooks.size(); ++i) overlap.parameters[i].remove_hook(overlap.hooks[i]);
+  }
+
+  // Packs `grads` into one buffer and starts its all-reduce.
+  void start(Bucket& b) {
+    std::vector<at::Tensor> views;
+    for (const auto& g : b.grads) views.push_back(g.reshape(-1));
+    b.flat = {at::cat(views)};
+    stats.bytes += static_cast<int64_t>(b.flat[0].nbytes());
+    b.work = group->allreduce(b.flat);
+  }
+
+  // Starts the complete buckets at the head of the order (or every one left, at the end).
+  void start_ready(bool all) {
+    while (overlap.next < overlap.members.size() && (all || overlap.missing[overlap.next] == 0)) {
+      Bucket b;
+      for (size_t k = 0; k < overlap.seen[overlap.next].size(); ++k)
+        if (overlap.seen[overlap.next][k].defined()) {
+          b.grads.push_back(overlap.seen[overlap.next][k]);
+          b.hooked.push_back(overlap.members[overlap.next][k]);
+        }
+      ++overlap.next;
+      if (b.grads.empty()) continue;  // a bucket with no gradient on any rank (the graph is the same)
+      collective("all-reduce of the gradients", [&] { start(b); });
+      in_flight.push_back(std::move(b));
+    }
+  }
+
+  void on_gradient(size_t index, const at::Tensor& grad) {
+    if (!overlap.armed) return;
+    const size_t b = overlap.bucket_of[index];
+    auto& slot = overlap.seen[b][static_cast<size_t>(
+        std::find(overlap.members[b].begin(), overlap.members[b].end(), index) - overlap.members[b].begin())];
+    if (slot.defined()) return;  // counted once (a hook fires once per backward for a leaf)
+    slot = grad.detach();
+    --overlap.missing[b];
+    start_ready(false);
+  }
 };
 
 DataParallel::DataParallel(const LaunchEnv& env, DataParallelOptions options) : impl_(std::make_unique<Impl>()) {
@@ -232,37 +298,75 @@ void DataParallel::broadcast_from_rank0(const std::vector<at::Tensor>& tensors) 
   }
 }
 
+void DataParallel::arm_gradient_overlap(const std::vector<at::Tensor>& parameters) {
+  Overlap& o = impl_->overlap;
+  if (o.parameters.empty()) {
+    // The layout, fixed once: every parameter that takes a gradient, in reverse, in buckets.
+    int64_t filled = 0;
+    for (size_t k = parameters.size(); k-- > 0;) {
+      const at::Tensor& p = parameters[k];
+      if (!p.requires_grad()) continue;
+      const int64_t bytes = p.numel() * static_cast<int64_t>(p.element_size());
+      if (o.members.empty() || filled + bytes > impl_->options.bucket_bytes ||
+          o.parameters[o.members.back().front()].scalar_type() != p.scalar_type()) {
+        o.members.emplace_back();
+        filled = 0;
+      }
+      const size_t index = o.parameters.size();
+      o.parameters.push_back(p);
+      o.bucket_of.push_back(o.members.size() - 1);
+      o.members.back().push_back(index);
+      filled += bytes;
+      Impl* impl = impl_.get();  // the hooks are removed in ~Impl, before it goes
+      o.hooks.push_back(p.register_hook([impl, index](const at::Tensor& g) { impl->on_gradient(index, g); }));
+    }
+  }
+  o.armed = true;
+  o.next = 0;
+  o.seen.assign(o.members.size(), {});
+  o.missing.clear();
+  for (size_t b = 0; b < o.members.size(); ++b) {
+    o.seen[b].resize(o.members[b].size());
+    o.missing.push_back(o.members[b].size());
+  }
+}
+
 void DataParallel::average_gradients(const std::vector<at::Tensor>& parameters) {
   at::NoGradGuard no_grad;
-  // Buckets in reverse parameter order (the order the backward produces them), one dtype each.
-  struct Bucket {
-    std::vector<at::Tensor> grads;
-    std::vector<at::Tensor> flat;  // one tensor: the collective's argument, kept alive until waited
-    c10::intrusive_ptr<c10d::Work> work;
-  };
+  Impl& m = *impl_;
   std::vector<Bucket> buckets;
-  int64_t filled = 0;
-  for (auto it = parameters.rbegin(); it != parameters.rend(); ++it) {
-    const at::Tensor& g = it->grad();
-    if (!g.defined()) continue;
-    const int64_t bytes = static_cast<int64_t>(g.nbytes());
-    if (buckets.empty() || filled + bytes > impl_->options.bucket_bytes ||
-        buckets.back().grads.front().scalar_type() != g.scalar_type()) {
-      buckets.emplace_back();
-      filled = 0;
-    }
-    buckets.back().grads.push_back(g);
-    filled += bytes;
+  if (m.overlap.armed) {
+    // The hooks started the buckets the backward completed; the rest (parameters without a
+    // gradient this step) start now. The means go into .grad, which the backward has filled.
+    m.start_ready(true);
+    m.overlap.armed = false;
+    buckets = std::move(m.in_flight);
+    m.in_flight.clear();
+    // A hook saw the gradient on its way into .grad; the mean goes into .grad itself.
+    for (Bucket& b : buckets)
+      for (size_t k = 0; k < b.grads.size(); ++k) b.grads[k] = m.overlap.parameters[b.hooked[k]].grad();
   }
-  impl_->collective("all-reduce of the gradients", [&] {
-    for (Bucket& b : buckets) {
-      std::vector<at::Tensor> views;
-      for (const auto& g : b.grads) views.push_back(g.reshape(-1));
-      b.flat = {at::cat(views)};
-      impl_->stats.bytes += static_cast<int64_t>(b.flat[0].nbytes());
-      b.work = impl_->group->allreduce(b.flat);  // asynchronous: the next bucket packs meanwhile
+  if (buckets.empty()) {
+    // Buckets in reverse parameter order (the order the backward produces them), one dtype each.
+    int64_t filled = 0;
+    for (auto it = parameters.rbegin(); it != parameters.rend(); ++it) {
+      const at::Tensor& g = it->grad();
+      if (!g.defined()) continue;
+      const int64_t bytes = static_cast<int64_t>(g.nbytes());
+      if (buckets.empty() || filled + bytes > m.options.bucket_bytes ||
+          buckets.back().grads.front().scalar_type() != g.scalar_type()) {
+        buckets.emplace_back();
+        filled = 0;
+      }
+      buckets.back().grads.push_back(g);
+      filled += bytes;
     }
-    for (Bucket& b : buckets) impl_->wait(b.work);
+    m.collective("all-reduce of the gradients", [&] {
+      for (Bucket& b : buckets) m.start(b);  // asynchronous: the next bucket packs meanwhile
+    });
+  }
+  m.collective("all-reduce of the gradients", [&] {
+    for (Bucket& b : buckets) m.wait(b.work);
   });
   const double w = world_size();
   for (Bucket& b : buckets) {

@@ -29,8 +29,8 @@ namespace memscope::model {
 struct DataParallelOptions {
   // How long the rendezvous and each collective may wait for the other ranks.
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};
-  // Gradients travel in buckets of about this size, each all-reduced asynchronously, so that
-  // the reduction of one bucket overlaps the packing of the next.
+  // Gradients travel in buckets of about this size, each all-reduced asynchronously: during the
+  // backward (arm_gradient_overlap) or at least while the next bucket is packed.
   int64_t bucket_bytes = 4 << 20;
   // The model is on CUDA: NCCL instead of Gloo (builds with CUDA and NCCL only).
   bool cuda = false;
@@ -66,6 +66,12 @@ class DataParallel {
 
   // Rank 0's values into everyone's tensors, in place (the parameters at the start of a run).
   void broadcast_from_rank0(const std::vector<at::Tensor>& tensors);
+  // Overlaps the next backward with the gradient all-reduce, as DDP does: a hook on each parameter
+  // collects its gradient, and a bucket's all-reduce starts once the backward has produced all of
+  // it (buckets start in order, the same on every rank). Call just before a step's only backward;
+  // average_gradients() then finishes. A backward in several segments (truncated BPTT) must not
+  // arm it: a hook sees one segment's part of the gradient.
+  void arm_gradient_overlap(const std::vector<at::Tensor>& parameters);
   // Each defined gradient becomes the mean over the ranks, in place, bucket by bucket.
   void average_gradients(const std::vector<at::Tensor>& parameters);
   // Element-wise sum over the ranks, in place (a step's loss and accuracy counts).

@@ -23,6 +23,7 @@ nlohmann::json session_summary(const SessionReader& session) {
   j["created"] = info.created;
   j["memscope_version"] = info.memscope_version;
   j["device"] = info.device;
+  j["world_size"] = info.world_size;
   j["preset"] = info.preset_name;
   j["model"] = {{"block", info.block}, {"structure", info.structure}, {"layers", info.layers},
                 {"memory_heads", info.memory_heads}, {"d_model", info.d_model}, {"vocab", info.vocab}};

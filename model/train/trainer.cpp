@@ -85,6 +85,8 @@ TrainStepResult Trainer::train_step() {
     const at::Tensor aux = model_->take_aux_loss(state);
     if (aux.defined())
       objective = objective + preset_.model.hope_aux_weight * scale * aux / static_cast<double>(c.batch * T);
+    // One segment: the gradients' all-reduce can start during the backward (bucket by bucket).
+    if (data_parallel_ && length == T) data_parallel_->arm_gradient_overlap(parameter_tensors());
     objective.backward();
     loss_sum += loss.item<double>();
     score += score_queries(logits, targets_here, batch.query_mask.narrow(1, t, length));
