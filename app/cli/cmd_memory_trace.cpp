@@ -26,6 +26,7 @@ struct TraceOptions {
   int64_t dim = 32;
   uint64_t seed = 0;
   int64_t chunk = 0;  // 0: the sequential step
+  bool parameters = false;  // also the layer's parameters and its input x: enough to rerun the whole layer
   std::string out;
   bool force = false;
 };
@@ -72,6 +73,10 @@ void run_trace(const TraceOptions& o) {
     tensors.emplace_back(linear ? std::string("S") : "S_" + state.names[i],
                          with_start(start.momentum[i], trace.momentum[i]));
   tensors.emplace_back("y", first(out.y));
+  if (o.parameters) {
+    tensors.emplace_back("x", first(x));
+    for (const auto& item : layer->named_parameters()) tensors.emplace_back("param/" + item.key(), item.value().contiguous());
+  }
   tensors.emplace_back("loss_before", first(trace.loss_before));
   tensors.emplace_back("loss_after", first(trace.loss_after));
   // Beyond the table, only where the recurrence cannot be recomputed without them:
@@ -134,6 +139,8 @@ void register_memory_trace(CLI::App& app) {
   cmd->add_option("--heads", o->heads, "Number of heads H")->capture_default_str();
   cmd->add_option("--dim", o->dim, "Model width D (head dimension D/H)")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Random seed for the parameters and the input")->capture_default_str();
+  cmd->add_flag("--parameters", o->parameters,
+                "Also write the input x and the layer's parameters (param/NAME): enough to rerun the whole layer elsewhere");
   cmd->add_option("--chunk", o->chunk, "Use the chunkwise form with chunk size B (default: the sequential step)");
   cmd->add_option("--out", o->out, "Output file (.safetensors)")->required();
   cmd->add_flag("--force", o->force, "Overwrite a file of another kind (or the preset file)");

@@ -206,7 +206,9 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
     }
 
   const auto start = std::chrono::steady_clock::now();
-  const LmStepOutput out = model->step(token, inspect_, inspect_chunk());
+  // Records only for probed steps (issue 20): an unprobed step skips the inner losses.
+  const LmStepOutput out =
+      model->step(token, inspect_, inspect_chunk(), probe ? StepDetail::Record : StepDetail::OutputOnly);
   if (probe) {
     ProbeInputs in;
     in.model = &model;

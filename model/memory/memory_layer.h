@@ -77,6 +77,11 @@ struct StepOutput {
   StepRecord record;
 };
 
+// What a sequential step computes beside its output and its new state. A step nobody probes
+// (forward_sequential without a trace, an unprobed inspect step) skips the inner losses before
+// and after the write, and the record's copies: issue 20's "records only for probed steps".
+enum class StepDetail { Record, OutputOnly };
+
 // Everything per token, [B,T,H,…], for traces and tests (forward with record = true).
 struct ForwardTrace {
   ProjectedTokens inputs;
@@ -121,7 +126,9 @@ class MemoryLayerImpl : public torch::nn::Module {
   // The exact sequential step on x_t [B,D] (sequential_step.cpp). With chunk b > 1 it takes its
   // gradient at the chunk-start memory, as forward(x, state, b) does: token by token, the training
   // form (SPEC §9's loop frozen at chunk starts).
-  StepOutput step(const at::Tensor& x_t, MemoryState& state, int64_t chunk = 1) const;
+  // StepDetail::OutputOnly leaves the record empty (y and the state are the same bits).
+  StepOutput step(const at::Tensor& x_t, MemoryState& state, int64_t chunk = 1,
+                  StepDetail detail = StepDetail::Record) const;
 
   // The chunkwise-parallel form on x [B,T,D] with chunk size b (chunkwise_forward.cpp).
   // Differentiable when grad mode is on; `record` also returns the per-token trace.

@@ -17,7 +17,8 @@ at::Tensor as_matrix_scale(const at::Tensor& gate) { return gate.unsqueeze(-1).u
 
 }  // namespace
 
-StepOutput MemoryLayerImpl::step(const at::Tensor& x_t, MemoryState& state, int64_t chunk) const {
+StepOutput MemoryLayerImpl::step(const at::Tensor& x_t, MemoryState& state, int64_t chunk, StepDetail detail) const {
+  const bool recording = detail == StepDetail::Record;
   TORCH_CHECK(x_t.dim() == 2, "memory step: expected x_t of shape [B,D], got ", x_t.sizes());
   TORCH_CHECK(chunk >= 1, "memory step: chunk size must be at least 1, got ", chunk);
   ProjectedTokens p = project(x_t.unsqueeze(1), state);
@@ -26,10 +27,14 @@ StepOutput MemoryLayerImpl::step(const at::Tensor& x_t, MemoryState& state, int6
   const at::Tensor alpha = token(p.retain), eta = token(p.lr), beta = token(p.momentum);
   const at::Tensor delta = token(p.delta);
 
-  // The Omega window of SPEC §4: the ring's c−1 older tokens and this one, oldest first.
-  const at::Tensor window_phi = at::cat({state.ring_phi, phi_k.unsqueeze(2)}, 2);  // [B,H,c,d_φ]
-  const at::Tensor window_v = at::cat({state.ring_v, v.unsqueeze(2)}, 2);          // [B,H,c,d_v]
-  const at::Tensor window_gamma = at::cat({state.ring_gamma, token(p.gamma).unsqueeze(2)}, 2);
+  // The Omega window of SPEC §4: the ring's c−1 older tokens and this one, oldest first (c = 1:
+  // this token alone, without concatenating an empty ring).
+  auto window_of = [&](const at::Tensor& ring, const at::Tensor& now) {
+    return rule_.window > 1 ? at::cat({ring, now.unsqueeze(2)}, 2) : now.unsqueeze(2);
+  };
+  const at::Tensor window_phi = window_of(state.ring_phi, phi_k);  // [B,H,c,d_φ]
+  const at::Tensor window_v = window_of(state.ring_v, v);          // [B,H,c,d_v]
+  const at::Tensor window_gamma = window_of(state.ring_gamma, token(p.gamma));
   const at::Tensor weights = window_gamma * position_weights(window_gamma.options());  // γ_{t,i}
   // The inner loss and its gradient carry memory.inner.normalize's 1/d_v; γ itself does not.
   const at::Tensor loss_weights = weights * inner_loss_scale(rule_, head_dim_);
@@ -44,17 +49,19 @@ StepOutput MemoryLayerImpl::step(const at::Tensor& x_t, MemoryState& state, int6
   };
 
   StepRecord rec;
-  rec.phi_k = phi_k;
-  rec.phi_q = phi_q;
-  rec.v = v;
-  rec.retain = alpha;
-  rec.lr = eta;
-  rec.momentum = beta;
-  rec.delta = delta;
-  rec.gamma = weights;
-  rec.token_gamma = token(p.gamma);
+  if (recording) {
+    rec.phi_k = phi_k;
+    rec.phi_q = phi_q;
+    rec.v = v;
+    rec.retain = alpha;
+    rec.lr = eta;
+    rec.momentum = beta;
+    rec.delta = delta;
+    rec.gamma = weights;
+    rec.token_gamma = token(p.gamma);
+  }
   const bool per_feature = rule_.dgd_per_feature;
-  if (per_feature) {
+  if (per_feature) {  // the update reads these
     rec.retain_feature = token(p.retain_feature);
     rec.lr_feature = token(p.lr_feature);
   }
@@ -69,7 +76,7 @@ StepOutput MemoryLayerImpl::step(const at::Tensor& x_t, MemoryState& state, int6
   if (linear) {
     // SPEC §4: g_t = Σ_i γ_{t,i} ∂ℓ/∂y(M φ_i, v_i) φ_iᵀ (analytic).
     at::Tensor y = read(gradient_point, window_phi);
-    rec.loss_before = window_loss(y);
+    if (recording) rec.loss_before = window_loss(y);
     at::Tensor psi = bias_grad(y, window_v, rule_, window_delta) * loss_weights.unsqueeze(-1);
     rec.gradient = {at::matmul(psi.transpose(-1, -2), window_phi)};
   } else {
@@ -86,11 +93,11 @@ StepOutput MemoryLayerImpl::step(const at::Tensor& x_t, MemoryState& state, int6
     if (!differentiable) psi = psi.detach();
     rec.gradient = torch::autograd::grad({y}, leaves, {psi}, /*retain_graph=*/differentiable,
                                          /*create_graph=*/differentiable);
-    rec.loss_before = window_loss(differentiable ? y : y.detach());
+    if (recording) rec.loss_before = window_loss(differentiable ? y : y.detach());
     if (!differentiable)
       for (auto& g : rec.gradient) g = g.detach();
   }
-  if (!at::GradMode::is_enabled()) rec.loss_before = rec.loss_before.detach();
+  if (recording && !at::GradMode::is_enabled()) rec.loss_before = rec.loss_before.detach();
   if (rule_.inner_clip > 0.0) {
     const at::Tensor factor = clip_factor(rec.gradient, rule_.inner_clip);
     for (auto& g : rec.gradient) g = g * factor;
@@ -119,8 +126,10 @@ StepOutput MemoryLayerImpl::step(const at::Tensor& x_t, MemoryState& state, int6
           state.momentum[i] = as_matrix_scale(beta) * state.momentum[i] + g;
           const at::Tensor ns_input = at::GradMode::is_enabled() ? state.momentum[i].view_as(state.momentum[i]) : state.momentum[i];
           at::Tensor orthogonal = newton_schulz(ns_input, rule_.ns);
-          rec.ns_input.push_back(ns_input);
-          rec.ns_output.push_back(orthogonal);
+          if (recording) {
+            rec.ns_input.push_back(ns_input);
+            rec.ns_output.push_back(orthogonal);
+          }
           update = as_matrix_scale(eta) * orthogonal;
           break;
         }
@@ -150,7 +159,7 @@ StepOutput MemoryLayerImpl::step(const at::Tensor& x_t, MemoryState& state, int6
     }
   }
   state.memory = after;
-  rec.loss_after = window_loss(read(after, window_phi));
+  if (recording) rec.loss_after = window_loss(read(after, window_phi));
 
   // Read: the token sees the memory after its own write unless the rule says before.
   const auto& read_from = rule_.read == ReadOrder::AfterWrite ? after : before;
@@ -179,7 +188,7 @@ ForwardOutput MemoryLayerImpl::forward_sequential(const at::Tensor& x, MemorySta
   std::vector<std::vector<at::Tensor>> memories(state.memory.size()), momenta(state.memory.size());
   std::vector<at::Tensor> latents;
   for (int64_t t = 0; t < T; ++t) {
-    StepOutput out = step(x.select(1, t), state);
+    StepOutput out = step(x.select(1, t), state, 1, record ? StepDetail::Record : StepDetail::OutputOnly);
     ys.push_back(out.y);
     if (!record) continue;
     records.push_back(std::move(out.record));

@@ -98,7 +98,8 @@ at::Tensor BlockImpl::memory_out(const at::Tensor& x, BlockState& state, int64_t
   if (!config_.ttl) {
     y = memory->forward_frozen(x, state.memory);
   } else if (step_mode) {
-    StepOutput out = memory->step(x.squeeze(1), state.memory, chunk);
+    // No one asked for the record: the step skips its inner losses and copies (same y and state).
+    StepOutput out = memory->step(x.squeeze(1), state.memory, chunk, record ? StepDetail::Record : StepDetail::OutputOnly);
     if (record) *record = std::move(out.record);
     y = out.y.unsqueeze(1);
   } else {

@@ -41,13 +41,13 @@ at::Tensor LanguageModelImpl::forward(const at::Tensor& tokens, LmState& state, 
   return head(h);
 }
 
-LmStepOutput LanguageModelImpl::step(const at::Tensor& token, LmState& state, int64_t chunk) const {
+LmStepOutput LanguageModelImpl::step(const at::Tensor& token, LmState& state, int64_t chunk, StepDetail detail) const {
   TORCH_CHECK(token.dim() == 1, "language model: expected one token per sequence [B], got ", token.sizes());
   LmStepOutput out;
   at::Tensor h = embedding.index_select(0, token);
   for (size_t i = 0; i < blocks_.size(); ++i) {
     StepRecord record;
-    h = blocks_[i]->step(h, state.blocks[i], &record, chunk);
+    h = blocks_[i]->step(h, state.blocks[i], detail == StepDetail::Record ? &record : nullptr, chunk);
     out.records.push_back(record.loss_before.defined() ? std::optional<StepRecord>(std::move(record)) : std::nullopt);
   }
   state.position += 1;

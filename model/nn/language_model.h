@@ -57,7 +57,10 @@ class LanguageModelImpl : public torch::nn::Module {
   // token: [B] int64 → logits [B,V] and what each layer's memory did. chunk b > 1 steps the
   // training form token by token: T calls equal forward(tokens, state, b) (the step into a
   // training step); the default 1 is the exact sequential step.
-  LmStepOutput step(const at::Tensor& token, LmState& state, int64_t chunk = 1) const;
+  // StepDetail::OutputOnly (an unprobed step) leaves `records` empty: the same logits and state,
+  // without the inner losses the probes read.
+  LmStepOutput step(const at::Tensor& token, LmState& state, int64_t chunk = 1,
+                    StepDetail detail = StepDetail::Record) const;
 
   at::Tensor embedding;  // [V,D], also the output head
   RmsNorm norm_out{nullptr};
