@@ -1,0 +1,230 @@
+"""The memory recurrence of memscope's linear memory, written the way a researcher would in eager
+PyTorch: one Python loop over tokens, batched over heads. Section numbers (§) are
+/work/shared/SPEC.md's; the C++ reference is model/memory/sequential_step.cpp.
+
+Inputs are the per-token quantities of SPEC §2 for one sequence, after projection, feature map
+and gates (exactly what `memscope-cli memory-trace` records):
+
+    phi_k, phi_q  [T,H,d_phi]   keys and queries after phi (L2-normalised, §2)
+    v             [T,H,d_v]     values
+    retain        [T,H]         alpha_t (§1)
+    lr            [T,H]         eta_t
+    momentum      [T,H]         beta_t
+    gamma         [T,H,c]       window weights gamma_{t,i}, oldest first (§4); None means c = 1 and
+                                gamma = 1 (the `uniform` weight 1/c with c = 1)
+
+MemoryLayer / run_layer (at the end) is the whole layer step around the same recurrence: from the
+layer input x_t and the layer's parameters, the q/k/v projection, the optional causal conv, phi, the
+gates, then write() and the read (linear memory, identity phi, c = 1; see its docstring).
+
+Supported by run_memory: linear memory (§3), the l2 attentional bias (§4) over an Omega window of c >= 1 tokens,
+l2-decay / none retention, the gd-momentum (Titans) and muon (Atlas) optimisers (§5), Newton-Schulz
+with one triple or a per-step schedule (§6), memory.inner.normalize, memory.inner.clip and the
+read order. Not here: MLP memory, the lp / huber / dot biases, lq-normalize / softmax retention,
+dgd, and the chunkwise form with b > 1 (§9).
+"""
+import torch
+
+# §6: Muon's quintic (K. Jordan, 2024) and k = 5; model/memory/ns_schedule.h.
+MUON_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
+
+
+def newton_schulz(g, steps=5, coefficients=MUON_COEFFICIENTS, per_step=None):
+    """NS_k(G) for a batch of matrices G [B,rows,cols] (§6, model/memory/newton_schulz.cpp):
+    X = G / (||G||_F + 1e-7); tall G is transposed so A = X X^T is the small Gram matrix;
+    k times: A = X X^T, B = b A + c A A, X = a X + B X."""
+    x = g / (torch.linalg.vector_norm(g, dim=(-2, -1), keepdim=True) + 1e-7)
+    tall = g.size(-2) > g.size(-1)
+    if tall:
+        x = x.transpose(-2, -1)
+    for a, b, c in per_step or [coefficients] * steps:
+        gram = torch.bmm(x, x.transpose(-2, -1))
+        poly = torch.baddbmm(gram, gram, gram, beta=b, alpha=c)  # b A + c A A
+        x = torch.baddbmm(x, poly, x, beta=a)                    # a X + B X
+    return x.transpose(-2, -1) if tall else x
+
+
+def write(optimiser, M, S, k, v, weights, alpha, eta, beta, *, ns_steps=5, ns_coefficients=MUON_COEFFICIENTS,
+          ns_per_step=None, inner_clip=0.0):
+    """One token's write (§4 l2 bias, §5 optimiser and retention) for all heads at once:
+    M, S [H,d_v,d_phi] are M_{t-1}, S_{t-1}; k [H,c,d_phi], v [H,c,d_v] the window's keys and values,
+    oldest first; weights [H,c] gamma_{t,i} times the inner scale; alpha, eta, beta [H,1,1].
+    Returns M_t, S_t."""
+    # §4 l2 bias: dl/dy = M phi_i - v_i at M_{t-1}; psi = gamma-weighted errors, g = psi^T K.
+    err = torch.baddbmm(v, k, M.transpose(1, 2), beta=-1)                  # [H,c,d_v]
+    g = torch.bmm((err * weights[:, :, None]).transpose(1, 2), k)          # [H,d_v,d_phi]
+    if inner_clip > 0:
+        g = g * (inner_clip / torch.linalg.vector_norm(g, dim=(1, 2), keepdim=True).clamp_min(1e-15)).clamp_max(1)
+    # §5 optimiser, then l2-decay retention (alpha = 1 for retention `none`).
+    if optimiser == "gd-momentum":
+        S = beta * S + eta * g
+        M = alpha * M - S
+    else:  # muon: the lr comes after NS, which discards scale (§5)
+        S = beta * S + g
+        M = alpha * M - eta * newton_schulz(S, ns_steps, ns_coefficients, ns_per_step)
+    return M, S
+
+
+def run_memory(optimiser, m0, phi_k, v, phi_q, retain, lr, momentum, gamma=None, *,
+               ns_steps=5, ns_coefficients=MUON_COEFFICIENTS, ns_per_step=None,
+               inner_scale=1.0, inner_clip=0.0, read_after_write=True, record=False):
+    """Runs the sequential step (§9, chunk b = 1) over T tokens from M_0 = m0 [H,d_v,d_phi], S_0 = 0.
+
+    optimiser: "gd-momentum" (Titans)  S_t = beta_t S_{t-1} + eta_t g_t,  M_t = alpha_t M_{t-1} - S_t
+               "muon"        (Atlas)   S_t = beta_t S_{t-1} + g_t,        M_t = alpha_t M_{t-1} - eta_t NS_k(S_t)
+    with g_t = inner_scale * sum_i gamma_{t,i} (M_{t-1} phi_i - v_i) phi_i^T (§4, l2 bias; the sum runs
+    over the window's c tokens, c = 1 is the delta rule). inner_scale is memory.inner.normalize's
+    1/d_v (else 1); inner_clip > 0 rescales g_t to at most that Frobenius norm per head.
+
+    Returns y [T,H,d_v] (the read M_t phi_q, or M_{t-1} phi_q when read_after_write is False), and
+    with record=True also M and S after every token, [T+1,H,...] with M_0 and S_0 first.
+    """
+    if optimiser not in ("gd-momentum", "muon"):
+        raise ValueError(f"unsupported optimiser {optimiser!r}")
+    T = phi_k.size(0)
+    c = 1 if gamma is None else gamma.size(-1)
+    # Per-token gates as [T,H,1,1] so they scale each head's matrix.
+    alpha, eta, beta = (g[..., None, None] for g in (retain, lr, momentum))
+    # §4 window: token t sees keys t-c+1..t. Zero-padding the front gives every t a full window;
+    # the trace's gamma is 0 at the padded slots, so they contribute nothing.
+    if c > 1:
+        phi_k = torch.cat([phi_k.new_zeros((c - 1,) + phi_k.shape[1:]), phi_k])
+        v = torch.cat([v.new_zeros((c - 1,) + v.shape[1:]), v])
+    weights = (gamma if gamma is not None else phi_k.new_ones(T, phi_k.size(1), 1)) * inner_scale
+
+    M = m0.clone()
+    S = torch.zeros_like(M)
+    ys = []
+    Ms, Ss = ([M.clone()], [S.clone()]) if record else (None, None)
+    for t in range(T):
+        M_before = M
+        M, S = write(optimiser, M, S, phi_k[t:t + c].transpose(0, 1), v[t:t + c].transpose(0, 1), weights[t],
+                     alpha[t], eta[t], beta[t], ns_steps=ns_steps, ns_coefficients=ns_coefficients,
+                     ns_per_step=ns_per_step, inner_clip=inner_clip)
+        # Read y_t = M_t phi(q_t) (after-write) or M_{t-1} phi(q_t).
+        ys.append(torch.bmm(M if read_after_write else M_before, phi_q[t].unsqueeze(-1)).squeeze(-1))
+        if record:
+            Ms.append(M)
+            Ss.append(S)
+    y = torch.stack(ys)
+    if record:
+        return y, torch.stack(Ms), torch.stack(Ss)
+    return y
+
+
+def inner_loss(M, phi_k, v, gamma=None, inner_scale=1.0):
+    """The surprise L_t(M) = inner_scale * sum_i gamma_{t,i} 1/2 ||M phi_i - v_i||^2 over the window
+    (§4, §8) for one memory per token, M [T,H,d_v,d_phi]; phi_k [T,H,d_phi], v [T,H,d_v] -> [T,H].
+    With M = M_{t-1} it is the trace's loss_before, with M = M_t its loss_after."""
+    c = 1 if gamma is None else gamma.size(-1)
+    pad = lambda z: torch.cat([z.new_zeros((c - 1,) + z.shape[1:]), z])
+    keys, values = pad(phi_k).unfold(0, c, 1), pad(v).unfold(0, c, 1)  # [T,H,d,c], window as columns
+    e = M @ keys - values                                                # [T,H,d_v,c]
+    w = gamma if gamma is not None else 1.0
+    return inner_scale * (w * 0.5 * e.pow(2).sum(-2)).sum(-1)
+
+
+class MemoryLayer:
+    """The whole memory layer step (SPEC §1-§5, §9): from the layer input x_t [D] of one sequence
+    (B = 1, batch dim dropped like run_memory's) to the read y_t [H,d_v], as a researcher would write
+    it per token. C++ reference: MemoryLayerImpl::project / features / gate_value
+    (model/memory/memory_layer.cpp) and ::step (sequential_step.cpp).
+
+    params: memscope's parameter names and shapes (memory-trace --parameters writes them as param/NAME):
+        w_q, w_k, w_v       [H*d, D]    projections, y = x W^T
+        conv_weight         [3*H*d, 4]  optional: depthwise causal conv over the [q|k|v] channels, tap 3
+                                        is the current token, taps 0..2 the 3 before it (zeros at start)
+        gate_NAME_w, _b     [H, D], [H] NAME in retain, lr, momentum; a missing gate is the rule's
+                                        constant (retain 1: retention none; momentum 0: disabled)
+        m0                  [H, d_v, d_phi]
+    Scope: linear memory, identity feature map (phi = z / max(||z||, 1e-12) per head), window c = 1
+    with gamma = 1 (uniform or decay weights; no gated gamma), the l2 bias, gd-momentum / muon.
+
+    Written choices (what a competent researcher would write, not hand-tuned):
+      * q/k/v as ONE fused projection, x_t @ [W_q; W_k; W_v]^T (nn.Linear(D, 3*H*d, bias=False)),
+        which is also the channel order the conv weight is laid out in. memscope does three matmuls.
+      * each gate its own small projection, F.linear(x_t, w, b) (one nn.Linear(D, H) per gate);
+        fusing the three into one [3H, D] matmul would save two tiny calls per token.
+      * the conv as a rolling [4, 3*H*d] window times the taps, summed over time; F.conv1d with
+        groups = 3*H*d on the same window is the alternative (more overhead for one output).
+      * everything per token inside the loop, as the brief's per-token step does (memscope's step
+        does the same). Not done: hoisting the projections, conv, norms and gates out of the loop
+        as [T, D] matmuls (they do not depend on M), which a chunkwise/training code would do.
+    """
+
+    def __init__(self, params, heads, optimiser, *, max_lr=1.0, ns_steps=5, ns_coefficients=MUON_COEFFICIENTS,
+                 ns_per_step=None, inner_scale=1.0, inner_clip=0.0, read_after_write=True):
+        if optimiser not in ("gd-momentum", "muon"):
+            raise ValueError(f"unsupported optimiser {optimiser!r}")
+        self.heads, self.optimiser, self.max_lr = heads, optimiser, max_lr
+        self.ns = dict(ns_steps=ns_steps, ns_coefficients=ns_coefficients, ns_per_step=ns_per_step,
+                       inner_clip=inner_clip)
+        self.read_after_write = read_after_write
+        self.w_qkv = torch.cat([params["w_q"], params["w_k"], params["w_v"]])  # [3*H*d, D]
+        conv = params.get("conv_weight")
+        self.conv_taps = None if conv is None else conv.t().contiguous()     # [4, 3*H*d], oldest tap first
+        self.gates = {name: (params[f"gate_{name}_w"], params[f"gate_{name}_b"])
+                      for name in ("retain", "lr", "momentum") if f"gate_{name}_w" in params}
+        self.m0 = params["m0"]
+        H, self.d_v, d_phi = self.m0.shape
+        self.head_dim = self.w_qkv.size(0) // (3 * heads)
+        if H != heads or self.head_dim != d_phi or self.d_v != self.head_dim:
+            raise ValueError("identity features and linear memory need m0 [H, d, d] with d = H*d / heads")
+        self.weights = self.m0.new_full((heads, 1), inner_scale)  # gamma_{t,t} = 1 (c = 1) times the inner scale
+        ones = self.m0.new_ones(heads, 1, 1)
+        self.constant = {"retain": ones, "momentum": torch.zeros_like(ones)}
+
+    def initial_state(self):
+        """M_0, S_0 = 0 and the conv's last 3 [q|k|v] rows (zeros), as MemoryLayerImpl::initial_state."""
+        conv = None if self.conv_taps is None else self.m0.new_zeros(3, self.w_qkv.size(0))
+        return self.m0.clone(), torch.zeros_like(self.m0), conv
+
+    def gate(self, name, x_t):
+        """sigmoid(w x_t + b) per head as [H,1,1] (lr: max_lr times it), or the rule's constant."""
+        if name not in self.gates:
+            return self.constant[name]
+        value = torch.sigmoid(torch.nn.functional.linear(x_t, *self.gates[name]))
+        return (self.max_lr * value if name == "lr" else value)[:, None, None]
+
+    def step(self, x_t, state, record=None):
+        """One token: x_t [D], state (M, S, conv) -> y_t [H,d_v], new state. With a dict `record`,
+        appends this token's phi_k, phi_q, v and gates to its lists (for the check)."""
+        M, S, conv = state
+        qkv = torch.nn.functional.linear(x_t, self.w_qkv)                 # [3*H*d]
+        if conv is not None:  # §2 depthwise causal conv, width 4: tokens t-3..t, oldest first
+            window = torch.cat([conv, qkv[None]])                          # [4, 3*H*d]
+            conv = window[1:]
+            qkv = (window * self.conv_taps).sum(0)
+        q, k, v = qkv.view(3, self.heads, self.head_dim)                   # per-head split
+        phi_q, phi_k = (z / z.norm(dim=-1, keepdim=True).clamp_min(1e-12) for z in (q, k))  # identity phi
+        alpha, eta, beta = (self.gate(name, x_t) for name in ("retain", "lr", "momentum"))
+        M_before = M
+        M, S = write(self.optimiser, M, S, phi_k[:, None], v[:, None], self.weights, alpha, eta, beta, **self.ns)
+        y = torch.bmm(M if self.read_after_write else M_before, phi_q[:, :, None]).squeeze(-1)
+        if record is not None:
+            for key, value in dict(phi_k=phi_k, phi_q=phi_q, v=v, retain=alpha, lr=eta, momentum=beta).items():
+                record.setdefault(key, []).append(value.reshape(self.heads, -1).squeeze(-1))
+        return y, (M, S, conv)
+
+    def run(self, x, record=False):
+        """x [T,D] from a fresh state -> y [T,H,d_v]; with record=True also M and S after every token
+        ([T+1,H,...], M_0 and S_0 first) and the per-token inputs the layer computed (dict of [T,H,...])."""
+        state = self.initial_state()
+        ys = []
+        inputs = {} if record else None
+        Ms, Ss = ([state[0]], [state[1]]) if record else (None, None)
+        for t in range(x.size(0)):
+            y, state = self.step(x[t], state, inputs)
+            ys.append(y)
+            if record:
+                Ms.append(state[0])
+                Ss.append(state[1])
+        y = torch.stack(ys)
+        if record:
+            return y, torch.stack(Ms), torch.stack(Ss), {key: torch.stack(v) for key, v in inputs.items()}
+        return y
+
+
+def run_layer(optimiser, params, x, heads, *, record=False, **options):
+    """MemoryLayer(params, heads, optimiser, **options).run(x, record): the whole layer over x [T,D]."""
+    return MemoryLayer(params, heads, optimiser, **options).run(x, record)

@@ -1,0 +1,143 @@
+// The debugger's path, token by token (issue 20): tokens/s of the sequential memory-layer step and
+// of the whole demo-mqar model's step, each with the record the probes read (a probed step) and
+// without it (an unprobed step), and this core's sgemm peak measured in the same run. One JSON
+// line per case. bench/eager_compare.sh runs it interleaved with the eager-PyTorch baseline.
+// Flags: --tokens T (default 2048), --reps N (default 5; medians), --only layer|model.
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "bench/bench_flags.h"
+#include "model/config/preset.h"
+#include "model/memory/memory_layer.h"
+#include "model/memory/memory_rule.h"
+#include "model/train/trainer.h"
+
+using namespace memscope::model;
+
+namespace {
+
+double seconds_of(const std::function<void()>& f) {
+  const auto start = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// This core's single-thread sgemm rate on 512×512 matrices, GFLOP/s: the peak the ratios cite.
+double sgemm_peak(int reps) {
+  const at::Tensor a = torch::randn({512, 512}), b = torch::randn({512, 512});
+  at::Tensor c = torch::empty({512, 512});
+  std::vector<double> rates;
+  for (int r = 0; r < reps; ++r) {
+    const double s = seconds_of([&] {
+      for (int i = 0; i < 20; ++i) at::mm_out(c, a, b);
+    });
+    rates.push_back(20 * 2.0 * 512 * 512 * 512 / s / 1e9);
+  }
+  return *std::max_element(rates.begin(), rates.end());
+}
+
+// The two rules of the eager baseline (bench/eager/): Titans' (linear memory, gd-momentum, conv)
+// and Atlas' (Muon), both at window c = 1 with identity features.
+struct LayerCase {
+  const char* name;
+  const char* preset;
+  std::vector<std::string> sets;
+  bool muon;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t tokens = 2048, reps = 5;
+  std::string only;
+  memscope::bench::BenchFlags flags("step_bench");
+  flags.add("--tokens", tokens).add("--reps", reps).add("--only", only);
+  if (!flags.parse(argc, argv)) return 2;
+  at::set_num_threads(1);
+  torch::NoGradGuard no_grad;  // stepping, as the debugger does
+  const double peak = sgemm_peak(static_cast<int>(reps));
+  const int64_t heads = 4, head_dim = 64, d = heads * head_dim;
+
+  if (only.empty() || only == "layer") {
+    const std::vector<LayerCase> cases{
+        {"titans", "titans-lmm", {"memory.structure=linear", "memory.feature_map.kind=identity"}, false},
+        {"atlas", "atlas-linear", {"memory.window.c=1", "memory.feature_map.kind=identity"}, true}};
+    for (const LayerCase& c : cases) {
+      const MemoryRule rule = load_preset(c.preset, c.sets).memory;
+      torch::manual_seed(0);
+      MemoryLayer layer(rule, MemoryLayerOptions{d, heads, 0});
+      const int64_t T = c.muon ? std::max<int64_t>(64, tokens / 4) : tokens;  // Muon is ~10× slower per token
+      const at::Tensor x = torch::randn({1, T, d});
+      for (const StepDetail detail : {StepDetail::Record, StepDetail::OutputOnly}) {
+        std::vector<double> times;
+        for (int64_t r = 0; r < reps; ++r) {
+          MemoryState s = layer->initial_state(1);
+          times.push_back(seconds_of([&] {
+            for (int64_t t = 0; t < T; ++t) layer->step(x.select(1, t), s, 1, detail);
+          }));
+        }
+        // Matmul FLOPs per token, as bench/eager/time_eager.py counts them: the projections
+        // (q, k, v: 3·2·D²), the gates (3·2·D·H), the conv (2·4·3D when on), the prediction, the
+        // outer product and the read (3·2·d² per head), and with Muon 5 Newton–Schulz iterations
+        // of 6·d³ per head (nominal: the symmetric products are not discounted).
+        const double flops = 3 * 2.0 * d * d + 3 * 2.0 * d * heads + (rule.conv ? 2.0 * 4 * 3 * d : 0.0) +
+                             heads * (3 * 2.0 * head_dim * head_dim) +
+                             (c.muon ? heads * 5 * 6.0 * head_dim * head_dim * head_dim : 0.0);
+        const double tps = static_cast<double>(T) / median(times);
+        std::cout << nlohmann::json{{"bench", "step"},
+                                    {"case", std::string("layer/") + c.name},
+                                    {"record", detail == StepDetail::Record},
+                                    {"tokens", T},
+                                    {"heads", heads},
+                                    {"head_dim", head_dim},
+                                    {"tokens_per_s", tps},
+                                    {"us_per_token", 1e6 / tps},
+                                    {"gflops", tps * flops / 1e9},
+                                    {"sgemm_peak_gflops", peak},
+                                    {"share_of_peak", tps * flops / 1e9 / peak}}
+                         .dump()
+                  << std::endl;
+      }
+    }
+  }
+
+  if (only.empty() || only == "model") {
+    // demo-mqar stepped as the engine steps it (batch 1, one token at a time).
+    Trainer trainer(load_preset("demo-mqar"));
+    const LanguageModel& model = trainer.model();
+    const Batch batch = trainer.training_batch(1);
+    const at::Tensor sequence = batch.tokens.select(0, 0);
+    const int64_t T = sequence.size(0);
+    const int64_t rounds = std::max<int64_t>(1, tokens / T);  // about `tokens` tokens per timing
+    for (const StepDetail detail : {StepDetail::Record, StepDetail::OutputOnly}) {
+      std::vector<double> times;
+      for (int64_t r = 0; r < reps; ++r)
+        times.push_back(seconds_of([&] {
+          for (int64_t round = 0; round < rounds; ++round) {
+            LmState state = model->initial_state(1);
+            for (int64_t t = 0; t < T; ++t) model->step(sequence.narrow(0, t, 1), state, 1, detail);
+          }
+        }));
+      const double tps = static_cast<double>(rounds * T) / median(times);
+      std::cout << nlohmann::json{{"bench", "step"},
+                                  {"case", "model/demo-mqar"},
+                                  {"record", detail == StepDetail::Record},
+                                  {"tokens", rounds * T},
+                                  {"tokens_per_s", tps},
+                                  {"us_per_token", 1e6 / tps},
+                                  {"sgemm_peak_gflops", peak}}
+                       .dump()
+                << std::endl;
+    }
+  }
+  return 0;
+}
