@@ -82,21 +82,24 @@ std::string damage_summary(const model::SessionReader& reader) {
   return text + "; everything else plays";
 }
 
-std::unique_ptr<Run> make_replay_run(const std::string& path, std::string* damage) {
-  auto replay = std::make_unique<model::Replay>(path);
-  if (damage) *damage = damage_summary(replay->reader());
+std::unique_ptr<Run> make_replay_run(const std::string& path, std::string* damage, bool follow) {
+  auto replay = std::make_unique<model::Replay>(path, follow);
+  // A recording in progress is not closed yet, and that is not damage.
+  if (damage && !(follow && !replay->reader().info().closed)) *damage = damage_summary(replay->reader());
   const auto& info = replay->reader().info();
   // A data-parallel run's session is rank 0's; its frames are the whole global batch's steps.
-  const std::string label = "session " + replay->reader().dir().filename().string() +
+  const std::string label = std::string(follow ? "following " : "session ") + replay->reader().dir().filename().string() +
                             (info.world_size > 1 ? " (trained on " + std::to_string(info.world_size) + " ranks)" : "");
-  return started(std::move(replay), label, false);
+  auto run = started(std::move(replay), label, false);
+  if (follow) run->source->post(model::Command::run());  // new frames show as they land
+  return run;
 }
 
 GuiApp::GuiApp(const GuiOptions& options) : options_(options), textures_(std::make_unique<Textures>()) {
   view_.device_line = options.device_line;
   if (!options.session.empty()) {
     std::string damage;
-    runs_.push_back(make_replay_run(options.session, &damage));
+    runs_.push_back(make_replay_run(options.session, &damage, options.follow));
     if (!damage.empty()) show_error(damage);
   } else if (!options.checkpoint.empty()) {
     // A trained run: its own preset, no compare runs (they would start untrained).

@@ -21,6 +21,7 @@ struct GuiOptions {
   std::string preset = "demo-mqar";  // a preset name or .toml path, for a live run
   std::vector<std::string> sets;     // KEY=VALUE overrides
   std::string session;               // when set, replay this recording instead
+  bool follow = false;               // with session: it is still being recorded; play it as it grows
   std::string compare_session;       // a recording shown beside the main run in the compare view
   std::string record;                // when set, the live run is recorded into this session from the start
   std::string checkpoint;            // when set, the live run continues this checkpoint (its preset; sets on top)
@@ -110,6 +111,7 @@ std::unique_ptr<Run> make_live_run(const std::string& preset, const std::vector<
                                    const std::string& label, const std::string& checkpoint = "", int64_t train_step = 0);
 // A recorded session as a started replay.
 // `damage`, when given, gets what the recording lost ("" when whole), for a banner.
-std::unique_ptr<Run> make_replay_run(const std::string& path, std::string* damage = nullptr);
+// `follow`: a recording still in progress, played as its chunks land (model::Replay).
+std::unique_ptr<Run> make_replay_run(const std::string& path, std::string* damage = nullptr, bool follow = false);
 
 }  // namespace memscope::app

@@ -169,6 +169,10 @@ int main(int argc, char** argv) {
   cli.add_option("--preset", options.gui.preset, "Preset to run live (assets/presets name or .toml path)")->capture_default_str();
   cli.add_option("--set", options.gui.sets, "KEY=VALUE knob override (repeatable)");
   cli.add_option("--session", options.gui.session, "Replay a recorded session (NAME.memscope) instead of a live run");
+  cli.add_option("--follow", options.gui.session,
+                 "Follow a session that is still being recorded (e.g. train --record, rank 0 of a --nproc run): its "
+                 "frames play as they land")
+      ->each([&options](const std::string&) { options.gui.follow = true; });
   cli.add_option("--ckpt", options.gui.checkpoint, "Run the model saved in this checkpoint (memscope-cli train --out)");
   cli.add_option("--train-step", options.gui.train_step,
                  "Step into this training step: its batch token by token, from the weights before it (rebuilt from --ckpt or "

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 #include <map>
 #include <set>
 #include <iostream>
@@ -243,6 +244,13 @@ void TimelineSource::step_all() {
   mark_busy("step");
   std::vector<Event> fired = step();
   mark_busy("");
+  if (nothing_yet_) {
+    // Nothing to play yet: Step(n) still owes its n frames; look again shortly (commands land
+    // meanwhile, so Pause and the rest answer within this wait).
+    nothing_yet_ = false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(state_mutex_);
     status_.steps = steps();

@@ -99,6 +99,9 @@ class TimelineSource {
   void set_rings(std::vector<std::shared_ptr<FrameRing>> rings);
   void erase_events(const std::function<bool(const Event&)>& drop);
   void set_last_error(const std::string& message);
+  // step() had nothing to play yet (a session that is still being recorded): the step does not
+  // count towards Step(n), and the source waits a moment before trying again.
+  void nothing_yet() { nothing_yet_ = true; }
   // A command started a new run: the recording of the old one ends here, with an event saying why.
   void end_recording(const std::string& why);
   // Subclass destructors call this first: the thread must not run a step on a half-destroyed object.
@@ -114,6 +117,7 @@ class TimelineSource {
   void refresh_status();
 
   const bool live_;
+  bool nothing_yet_ = false;  // on the source's thread only
   std::vector<std::shared_ptr<FrameSink>> sinks_;
   std::shared_ptr<Recorder> recorder_;
   RecorderFactory recorder_factory_;

@@ -44,12 +44,13 @@ at::Tensor SlidingWindowAttentionImpl::forward(const at::Tensor& x, KvCache& cac
   const auto long_opts = x.options().dtype(at::kLong);
   const at::Tensor pos = at::arange(cache.next, cache.next + T, long_opts);
 
-  at::Tensor q = apply_rope(heads_of(at::matmul(x, w_q.t())), pos, options_.rope_base);
-  std::vector<at::Tensor> ks{cache.k, apply_rope(heads_of(at::matmul(x, w_k.t())), pos, options_.rope_base)};
+  const RopeAngles angles = rope_angles(pos, head_dim_, options_.rope_base, x.scalar_type());
+  at::Tensor q = apply_rope(heads_of(at::matmul(x, w_q.t())), angles);
+  std::vector<at::Tensor> ks{cache.k, apply_rope(heads_of(at::matmul(x, w_k.t())), angles)};
   std::vector<at::Tensor> vs{cache.v, heads_of(at::matmul(x, w_v.t()))};
   std::vector<at::Tensor> ps{cache.positions, pos};
   if (extra.defined()) {
-    ks.push_back(apply_rope(heads_of(at::matmul(extra, w_k.t())), pos, options_.rope_base));
+    ks.push_back(apply_rope(heads_of(at::matmul(extra, w_k.t())), angles));
     vs.push_back(heads_of(at::matmul(extra, w_v.t())));
     ps.push_back(pos);
   }
@@ -75,12 +76,22 @@ at::Tensor SlidingWindowAttentionImpl::forward(const at::Tensor& x, KvCache& cac
 
   // Keep only what a later query can see: positions ≥ next−W+1 (and in the next token's segment).
   const int64_t next = cache.next + T;
-  at::Tensor keep = key_pos > next - W;
-  if (S > 0) keep = keep & (at::floor_divide(key_pos, S) == next / S);
-  const at::Tensor index = keep.nonzero().squeeze(1);
-  cache.k = k.index_select(2, index);
-  cache.v = v.index_select(2, index);
-  cache.positions = key_pos.index_select(0, index);
+  if (S == 0 && !extra.defined()) {
+    // The cache holds consecutive positions, one key each, ending at next−1: what stays is the
+    // last W−1 of them, a slice (no mask, no nonzero(), no gather on the step path).
+    const int64_t keep = std::min<int64_t>(key_pos.size(0), W - 1);
+    const int64_t from = key_pos.size(0) - keep;
+    cache.k = k.narrow(2, from, keep);
+    cache.v = v.narrow(2, from, keep);
+    cache.positions = key_pos.narrow(0, from, keep);
+  } else {
+    at::Tensor keep = key_pos > next - W;
+    if (S > 0) keep = keep & (at::floor_divide(key_pos, S) == next / S);
+    const at::Tensor index = keep.nonzero().squeeze(1);
+    cache.k = k.index_select(2, index);
+    cache.v = v.index_select(2, index);
+    cache.positions = key_pos.index_select(0, index);
+  }
   cache.next = next;
   return at::matmul(out, w_o.t());
 }

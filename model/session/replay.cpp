@@ -1,6 +1,7 @@
 #include "model/session/replay.h"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 
 #include "model/session/session_writer.h"
@@ -8,25 +9,14 @@
 
 namespace memscope::model {
 
-Replay::Replay(const std::string& session_path)
-    : TimelineSource(/*live=*/false), reader_(std::make_shared<SessionReader>(session_path)) {
+Replay::Replay(const std::string& session_path, bool follow)
+    : TimelineSource(/*live=*/false), reader_(std::make_shared<SessionReader>(session_path)), follow_(follow) {
   try {
     preset_ = reader_->preset();
   } catch (const UserError& e) {
     throw UserError(reader_->dir().string() + ": the recorded preset does not load: " + one_line(e.what()));
   }
-  const int timelines = std::max(1, reader_->timelines());
-  const auto budget = static_cast<int64_t>(preset_.engine.frame_budget_mb * 1024 * 1024);
-  for (int t = 0; t < timelines; ++t) {
-    const auto steps = reader_->steps(t);
-    for (size_t i = 0; i < steps.size(); ++i) order_.push_back({reader_->seq_at(t, i), t, i, steps[i]});
-    rings_.push_back(std::make_shared<FrameRing>(budget));
-  }
-  std::sort(order_.begin(), order_.end(), [](const Entry& a, const Entry& b) { return a.seq < b.seq; });
-  main_left_ = static_cast<size_t>(std::count_if(order_.begin(), order_.end(), [](const Entry& e) { return e.timeline == 0; }));
-  events_ = reader_->events();
-  std::stable_sort(events_.begin(), events_.end(), [](const Event& a, const Event& b) { return a.order < b.order; });
-  position_.assign(rings_.size(), 0);
+  index_reader();
   set_rings(rings_);
   // Re-recording a replay writes a new session of the same run.
   set_recorder_factory([this](const std::string& path, const Preset& preset) -> std::shared_ptr<Recorder> {
@@ -36,6 +26,52 @@ Replay::Replay(const std::string& session_path)
 }
 
 Replay::~Replay() { stop_thread(); }
+
+void Replay::index_reader() {
+  const int timelines = std::max(1, reader_->timelines());
+  const auto budget = static_cast<int64_t>(preset_.engine.frame_budget_mb * 1024 * 1024);
+  order_.clear();
+  for (int t = 0; t < timelines; ++t) {
+    const auto steps = reader_->steps(t);
+    for (size_t i = 0; i < steps.size(); ++i) order_.push_back({reader_->seq_at(t, i), t, i, steps[i]});
+    if (t >= static_cast<int>(rings_.size())) rings_.push_back(std::make_shared<FrameRing>(budget));
+  }
+  std::sort(order_.begin(), order_.end(), [](const Entry& a, const Entry& b) { return a.seq < b.seq; });
+  main_left_ = static_cast<size_t>(std::count_if(order_.begin() + static_cast<std::ptrdiff_t>(next_), order_.end(),
+                                                 [](const Entry& e) { return e.timeline == 0; }));
+  events_ = reader_->events();
+  std::stable_sort(events_.begin(), events_.end(), [](const Event& a, const Event& b) { return a.order < b.order; });
+  position_.resize(rings_.size(), 0);
+}
+
+bool Replay::refresh() {
+  const double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  if (now - last_refresh_ < 0.5) return false;
+  last_refresh_ = now;
+  std::shared_ptr<SessionReader> fresh;
+  try {
+    fresh = std::make_shared<SessionReader>(reader_->dir().string());
+  } catch (const UserError&) {
+    return false;  // caught mid-write (session.json being replaced): try again next time
+  }
+  if (fresh->frame_count() <= reader_->frame_count() && fresh->events().size() <= events_.size()) {
+    if (fresh->info().closed) reader_ = std::move(fresh);  // nothing more will come: step() ends the replay
+    return false;
+  }
+  // The session only grows while it is recorded: what was played is a prefix of the new order.
+  const int64_t played_seq = next_ > 0 ? order_[next_ - 1].seq : std::numeric_limits<int64_t>::min();
+  const size_t timelines = rings_.size();
+  reader_ = std::move(fresh);
+  next_ = 0;
+  index_reader();
+  next_ = static_cast<size_t>(std::upper_bound(order_.begin(), order_.end(), played_seq,
+                                               [](int64_t seq, const Entry& e) { return seq < e.seq; }) -
+                              order_.begin());
+  main_left_ = static_cast<size_t>(std::count_if(order_.begin() + static_cast<std::ptrdiff_t>(next_), order_.end(),
+                                                 [](const Entry& e) { return e.timeline == 0; }));
+  if (rings_.size() != timelines) set_rings(rings_);  // a fork recorded meanwhile
+  return next_ < order_.size();
+}
 
 void Replay::play(std::vector<Event>& fired) {
   const Entry& e = order_[next_];
@@ -63,6 +99,10 @@ void Replay::skip() {
 std::vector<Event> Replay::step() {
   std::vector<Event> fired;
   try {
+    if (next_ >= order_.size() && follow_ && !refresh() && !reader_->info().closed) {
+      nothing_yet();  // still being recorded: wait for the next chunk (a closed one ends below)
+      return fired;
+    }
     if (next_ >= order_.size()) {
       std::vector<Event> rest(events_.begin() + static_cast<std::ptrdiff_t>(next_event_), events_.end());
       next_event_ = events_.size();

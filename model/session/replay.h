@@ -11,6 +11,10 @@
 //
 // A recording is read-only: knob changes, resets, presets, checkpoints and forks need the live
 // engine and are refused with a one-line error.
+//
+// Following (issue 22's --follow): a session still being recorded, e.g. rank 0's session of a
+// distributed training run, plays as it grows. At the end of what is on disk the replay re-reads
+// the session (at most twice a second) instead of stopping, and the new chunks and events play on.
 #pragma once
 #include <memory>
 #include <string>
@@ -23,11 +27,14 @@ namespace memscope::model {
 
 class Replay : public TimelineSource {
  public:
-  // Opens the session (UserError when it is not one); damage is reported by reader().
-  explicit Replay(const std::string& session_path);
+  // Opens the session (UserError when it is not one); damage is reported by reader(). `follow`:
+  // wait for more at the end instead of pausing there.
+  explicit Replay(const std::string& session_path, bool follow = false);
   ~Replay() override;
 
+  // The session as opened (following, as last re-read: call from the source's thread only).
   const SessionReader& reader() const { return *reader_; }
+  bool following() const { return follow_; }
 
  protected:
   std::vector<Event> step() override;
@@ -46,6 +53,10 @@ class Replay : public TimelineSource {
   void play(std::vector<Event>& fired);
   void skip();  // passes over entry next_ (its chunk does not decode)
   void seek(int timeline, int64_t step);
+  // Builds order_ and events_ from reader_; rings for timelines not seen before.
+  void index_reader();
+  // Following: re-reads the session; true when it now holds frames not played yet.
+  bool refresh();
 
   std::shared_ptr<const SessionReader> reader_;
   Preset preset_;
@@ -56,6 +67,8 @@ class Replay : public TimelineSource {
   size_t next_event_ = 0;
   std::vector<int64_t> position_;  // the step each timeline shows (0: none yet)
   std::vector<std::shared_ptr<FrameRing>> rings_;
+  bool follow_ = false;
+  double last_refresh_ = 0;  // steady seconds
 };
 
 }  // namespace memscope::model
