@@ -180,6 +180,15 @@ class MemoryLayerImpl : public torch::nn::Module {
   bool per_feature(Gate gate) const;
   std::vector<at::Tensor> initial_memory(int64_t batch, at::Tensor* latent) const;
 
+  // fused_linear_step.cpp: the unprobed sequential step of the common linear rules in one pass
+  // per head (issue 20). fused_step_applies() says when it computes what step() does.
+  bool fused_step_applies(const at::Tensor& x_t, const MemoryState& state, int64_t chunk, StepDetail detail) const;
+  StepOutput fused_step(const at::Tensor& x_t, MemoryState& state) const;
+  // [W_q; W_k; W_v; the used gates' W], rebuilt when a parameter changes (by identity and version).
+  const at::Tensor& fused_projection() const;
+  mutable at::Tensor fused_projection_;
+  mutable std::vector<std::pair<const void*, uint32_t>> fused_projection_key_;
+
   MemoryRule rule_;
   int64_t d_model_, heads_, head_dim_, feature_dim_;
   std::array<GateOverride, kGateCount> overrides_;

@@ -1,0 +1,180 @@
+// The sequential step of the common linear rules, fused (issue 20). An unprobed step of Titans'
+// or DeltaNet's rule (linear memory, l2 bias, window c = 1, gd with momentum or dgd, l2-decay or
+// no retention, identity features) is a few thousand multiply-adds per head; step() spends ~100 µs
+// on the ~300 ATen calls that spell it out. Here one GEMM projects q, k, v and the gates, and one
+// loop per head does the rest (SPEC §2, §4, §5 in the order sequential_step.cpp computes them):
+//   φ = z/max(‖z‖, 1e-12),  ψ = s·(M φ_k − v),  S ← β S + η ψ φ_kᵀ,  M ← α M − S,  y = M φ_q
+// (dgd: M ← α M − η ψ φ_kᵀ; read before the write when the rule says so). It allocates the new
+// M and S rather than writing in place: frames and keyframes may hold the old ones.
+//
+// The result equals step()'s to float32 rounding (the sums run in another order), which
+// tests/model/test_fused_step.cpp checks on every rule this path takes.
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "model/memory/attentional_bias.h"
+#include "model/memory/memory_layer.h"
+
+namespace memscope::model {
+
+namespace {
+
+inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+// z / max(‖z‖₂, 1e-12) in place, as features() with the identity map.
+void normalise(float* z, int64_t d) {
+  double squares = 0;
+  for (int64_t i = 0; i < d; ++i) squares += static_cast<double>(z[i]) * z[i];
+  const float norm = std::max(static_cast<float>(std::sqrt(squares)), 1e-12f);
+  for (int64_t i = 0; i < d; ++i) z[i] /= norm;
+}
+
+}  // namespace
+
+bool MemoryLayerImpl::fused_step_applies(const at::Tensor& x_t, const MemoryState& state, int64_t chunk,
+                                         StepDetail detail) const {
+  const MemoryRule& r = rule_;
+  bool overridden = false;
+  for (const auto& o : overrides_) overridden = overridden || o.mode != GateOverride::Mode::Off;
+  return detail == StepDetail::OutputOnly && chunk == 1 && !at::GradMode::is_enabled() && !overridden &&
+         r.structure == Structure::Linear && r.bias == Bias::L2 && r.window == 1 &&
+         r.feature_map == FeatureMapKind::Identity && r.gamma != WindowWeights::Gated && r.inner_clip == 0.0 &&
+         (r.optimiser == Optimiser::GdMomentum || (r.optimiser == Optimiser::Dgd && !r.dgd_per_feature)) &&
+         (r.retention == Retention::L2Decay || r.retention == Retention::None) && feature_dim_ == head_dim_ &&
+         x_t.device().is_cpu() && x_t.scalar_type() == at::kFloat && state.memory.size() == 1 &&
+         state.memory[0].scalar_type() == at::kFloat && !state.latent.defined();
+}
+
+const at::Tensor& MemoryLayerImpl::fused_projection() const {
+  std::vector<at::Tensor> parts{w_q, w_k, w_v};
+  for (const Gate g : {Gate::Retain, Gate::Lr, Gate::Momentum})
+    if (gate_w[static_cast<int>(g)].defined()) parts.push_back(gate_w[static_cast<int>(g)]);
+  std::vector<std::pair<const void*, uint32_t>> key;
+  for (const auto& p : parts) key.emplace_back(p.unsafeGetTensorImpl(), p._version());
+  if (key != fused_projection_key_) {  // a training step, a checkpoint load: the weights moved
+    fused_projection_ = at::cat(parts, 0).t().contiguous();  // [D, 3W + gates·H]
+    fused_projection_key_ = std::move(key);
+  }
+  return fused_projection_;
+}
+
+StepOutput MemoryLayerImpl::fused_step(const at::Tensor& x_t, MemoryState& state) const {
+  const int64_t B = x_t.size(0), H = heads_, d = head_dim_, W = H * d;
+  const at::Tensor projected = at::mm(x_t.contiguous(), fused_projection());  // [B, 3W + gates·H]
+  const int64_t columns = projected.size(1);
+  const float* proj = projected.data_ptr<float>();
+
+  // The causal conv's window: the 3 tokens before this one, then this one (SPEC §2).
+  at::Tensor qkv = at::empty({B, 3 * W}, x_t.options());
+  float* out = qkv.data_ptr<float>();
+  if (rule_.conv) {
+    const at::Tensor previous = state.conv.to(at::kFloat).contiguous();  // [B,3,3W]
+    const float* prev = previous.data_ptr<float>();
+    const at::Tensor taps = conv_weight.contiguous();
+    const float* w = taps.data_ptr<float>();  // [3W,4]
+    at::Tensor next = at::empty({B, 3, 3 * W}, x_t.options());
+    float* kept = next.data_ptr<float>();
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t c = 0; c < 3 * W; ++c) {
+        const float* p = prev + b * 9 * W + c;
+        const float now = proj[b * columns + c];
+        float sum = p[0] * w[c * 4 + 0];
+        sum += p[3 * W] * w[c * 4 + 1];
+        sum += p[6 * W] * w[c * 4 + 2];
+        sum += now * w[c * 4 + 3];
+        out[b * 3 * W + c] = sum;
+        kept[b * 9 * W + c] = p[3 * W];
+        kept[b * 9 * W + 3 * W + c] = p[6 * W];
+        kept[b * 9 * W + 6 * W + c] = now;
+      }
+    state.conv = next.to(state.conv.dtype());
+  } else {
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t c = 0; c < 3 * W; ++c) out[b * 3 * W + c] = proj[b * columns + c];
+  }
+
+  // The gates, in the order fused_projection() stacked them: logits + bias, squashed.
+  auto gate_column = [&](Gate g) -> int64_t {
+    int64_t column = 3 * W;
+    for (const Gate before : {Gate::Retain, Gate::Lr, Gate::Momentum}) {
+      if (before == g) return gate_w[static_cast<int>(g)].defined() ? column : -1;
+      if (gate_w[static_cast<int>(before)].defined()) column += H;
+    }
+    return -1;
+  };
+  const int64_t retain_at = gate_column(Gate::Retain), lr_at = gate_column(Gate::Lr),
+                momentum_at = gate_column(Gate::Momentum);
+  auto bias_of = [&](Gate g) { return gate_b[static_cast<int>(g)].contiguous(); };
+  const at::Tensor retain_b = retain_at >= 0 ? bias_of(Gate::Retain) : at::Tensor();
+  const at::Tensor lr_b = bias_of(Gate::Lr);
+  const at::Tensor momentum_b = momentum_at >= 0 ? bias_of(Gate::Momentum) : at::Tensor();
+  const float max_lr = static_cast<float>(rule_.max_lr);
+  const float scale = static_cast<float>(inner_loss_scale(rule_, head_dim_));  // γ = 1 at c = 1
+  const bool momentum = rule_.optimiser == Optimiser::GdMomentum;
+  const bool read_after = rule_.read == ReadOrder::AfterWrite;
+
+  const at::Tensor m_old = state.memory[0].contiguous();
+  const at::Tensor s_old = state.momentum[0].contiguous();
+  at::Tensor m_new = at::empty_like(m_old), s_new = momentum ? at::empty_like(s_old) : s_old;
+  at::Tensor y = at::empty({B, H, d}, x_t.options());
+  std::vector<float> phi_k(static_cast<size_t>(d)), phi_q(static_cast<size_t>(d)), psi(static_cast<size_t>(d));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      const float* q = out + b * 3 * W + h * d;
+      const float* k = q + W;
+      const float* v = q + 2 * W;
+      std::copy(k, k + d, phi_k.begin());
+      std::copy(q, q + d, phi_q.begin());
+      normalise(phi_k.data(), d);
+      normalise(phi_q.data(), d);
+      const float* logits = proj + b * columns;
+      const float alpha = retain_at >= 0 ? sigmoid(logits[retain_at + h] + retain_b.data_ptr<float>()[h]) : 1.0f;
+      const float eta = max_lr * sigmoid(logits[lr_at + h] + lr_b.data_ptr<float>()[h]);
+      const float beta = momentum_at >= 0 ? sigmoid(logits[momentum_at + h] + momentum_b.data_ptr<float>()[h]) : 0.0f;
+
+      const int64_t at = (b * H + h) * d * d;
+      const float* M = m_old.data_ptr<float>() + at;
+      const float* S = s_old.data_ptr<float>() + at;
+      float* M2 = m_new.data_ptr<float>() + at;
+      float* S2 = momentum ? s_new.data_ptr<float>() + at : nullptr;
+      float* out_y = y.data_ptr<float>() + (b * H + h) * d;
+      for (int64_t i = 0; i < d; ++i) {  // ψ = s·(M φ_k − v); the read before the write
+        float predicted = 0, read = 0;
+        for (int64_t j = 0; j < d; ++j) {
+          predicted += M[i * d + j] * phi_k[static_cast<size_t>(j)];
+          read += M[i * d + j] * phi_q[static_cast<size_t>(j)];
+        }
+        psi[static_cast<size_t>(i)] = (predicted - v[i]) * scale;
+        if (!read_after) out_y[i] = read;
+      }
+      for (int64_t i = 0; i < d; ++i) {
+        float read = 0;
+        const float p = psi[static_cast<size_t>(i)];
+        for (int64_t j = 0; j < d; ++j) {
+          const float g = p * phi_k[static_cast<size_t>(j)];
+          float u;
+          if (momentum) {
+            u = beta * S[i * d + j] + eta * g;
+            S2[i * d + j] = u;
+          } else {
+            u = eta * g;
+          }
+          const float m = alpha * M[i * d + j] - u;
+          M2[i * d + j] = m;
+          read += m * phi_q[static_cast<size_t>(j)];
+        }
+        if (read_after) out_y[i] = read;
+      }
+    }
+  state.memory[0] = m_new;
+  state.momentum[0] = s_new;
+  state.tokens += 1;
+  state.anchor.clear();
+  state.anchor_chunk = 0;
+  StepOutput result;
+  result.y = y;
+  return result;
+}
+
+}  // namespace memscope::model
