@@ -1,9 +1,11 @@
-// The File / View / Help menus, and the path prompt their file actions open (Dear ImGui has no
-// file dialog: a text field with a sensible default is quicker than a hand-made browser).
+// The File / View / Help menus, and the path prompt their file actions open: a text field (for
+// typing and pasting) over a listing of the folder it points into (app/gui/path_browser.h).
 #include <imgui.h>
 #include <imgui_stdlib.h>
 
 #include <GLFW/glfw3.h>
+
+#include <filesystem>
 
 #include "app/gui/gui_app.h"
 #include "app/gui/panels.h"
@@ -17,12 +19,63 @@ void open_prompt(ViewState& view, const char* kind, std::string path) {
   view.prompt_path = std::move(path);
 }
 
+PathKind kind_of(const std::string& prompt) {
+  if (prompt == "open" || prompt == "compare") return PathKind::Session;
+  if (prompt == "checkpoint") return PathKind::Checkpoint;
+  return prompt == "csv" ? PathKind::CsvOut : PathKind::SafetensorsOut;
+}
+
+// The listing under the field: click a folder to go in, click what the action takes to choose it,
+// double-click to open it at once. Returns true on that double-click.
+bool draw_listing(GuiApp& app) {
+  ViewState& view = app.view();
+  const PathKind kind = kind_of(view.prompt);
+  const std::string key = view.prompt + '\n' + view.prompt_path;
+  if (key != view.prompt_listing_of) {  // the filesystem is read when the path changes, not every frame
+    view.prompt_listing = list_path(view.prompt_path, kind);
+    view.prompt_listing_of = key;
+  }
+  const PathListing& listing = view.prompt_listing;
+  std::error_code ec;
+  const std::string where = std::filesystem::absolute(listing.folder, ec).lexically_normal().string();
+  ImGui::TextColored(viz::colors::muted(), "in %s", (ec ? listing.folder : where).c_str());
+  bool chosen = false;
+  ImGui::BeginChild("##listing", {0, 260}, true);
+  if (!listing.error.empty()) ImGui::TextColored(viz::colors::error(), "%s", listing.error.c_str());
+  if (listing.entries.empty() && listing.error.empty())
+    ImGui::TextColored(viz::colors::muted(), kind == PathKind::Session ? "no sessions or folders here"
+                                             : kind == PathKind::Checkpoint ? "no .safetensors files or folders here"
+                                                                            : "no folders here");
+  // An export keeps the file name it was given while the folder changes.
+  const std::string name = std::filesystem::path(view.prompt_path).filename().string();
+  const bool keep_name = kind == PathKind::CsvOut || kind == PathKind::SafetensorsOut;
+  std::string next;
+  for (const PathEntry& e : listing.entries) {
+    const std::string label = e.folder ? e.name + "/" : e.name;
+    if (e.folder) ImGui::PushStyleColor(ImGuiCol_Text, viz::colors::accent());
+    const bool clicked = ImGui::Selectable(label.c_str(), view.prompt_path == e.path, ImGuiSelectableFlags_AllowDoubleClick);
+    app.note_rect("prompt/entry/" + e.name);  // for the tests that click through it
+    if (e.folder) ImGui::PopStyleColor();
+    if (!clicked) continue;
+    next = e.folder && keep_name ? e.path + name : e.path;
+    if (!e.folder && ImGui::IsMouseDoubleClicked(ImGuiMouseButton_Left)) chosen = true;
+  }
+  if (listing.truncated) ImGui::TextColored(viz::colors::muted(), "(first %zu entries; type to narrow)", kMaxPathEntries);
+  ImGui::EndChild();
+  if (!next.empty()) view.prompt_path = next;
+  return chosen;
+}
+
 void draw_prompt(GuiApp& app) {
   ViewState& view = app.view();
   if (view.prompt.empty()) return;
-  if (!ImGui::IsPopupOpen("path")) ImGui::OpenPopup("path");
+  if (!ImGui::IsPopupOpen("###path")) ImGui::OpenPopup("###path");
   ImGui::SetNextWindowSize({560, 0});
-  if (ImGui::BeginPopupModal("path", nullptr, ImGuiWindowFlags_NoSavedSettings)) {
+  const char* title = view.prompt == "open" ? "Open session###path"
+                      : view.prompt == "checkpoint" ? "Open checkpoint###path"
+                      : view.prompt == "compare"    ? "Compare with session###path"
+                                                    : "Export###path";
+  if (ImGui::BeginPopupModal(title, nullptr, ImGuiWindowFlags_NoSavedSettings)) {
     ImGui::Text("%s", view.prompt == "open"      ? "Open a recorded session (NAME.memscope directory)"
                       : view.prompt == "checkpoint" ? "Open a checkpoint (memscope-cli train --out); it runs live with its own preset"
                       : view.prompt == "compare" ? "Compare with a recorded session"
@@ -31,7 +84,10 @@ void draw_prompt(GuiApp& app) {
     ImGui::SetNextItemWidth(-1);
     if (ImGui::IsWindowAppearing()) ImGui::SetKeyboardFocusHere();
     const bool enter = ImGui::InputText("##path", &view.prompt_path, ImGuiInputTextFlags_EnterReturnsTrue);
-    if (ImGui::Button("OK", {90, 0}) || enter) {
+    const bool double_clicked = draw_listing(app);
+    const bool ok = ImGui::Button("OK", {90, 0});
+    app.note_rect("prompt/ok");
+    if (ok || enter || double_clicked) {
       const std::string kind = view.prompt, path = view.prompt_path;
       view.prompt.clear();
       ImGui::CloseCurrentPopup();
@@ -57,8 +113,10 @@ void draw_menu_bar(GuiApp& app) {
   if (ImGui::BeginMenuBar()) {
     if (ImGui::BeginMenu("File")) {
       if (ImGui::MenuItem("Open checkpoint...")) open_prompt(view, "checkpoint", "assets/demo-mqar-trained.safetensors");
-      if (ImGui::MenuItem("Open session...")) open_prompt(view, "open", "run.memscope");
-      if (ImGui::MenuItem("Compare with session...")) open_prompt(view, "compare", "run.memscope");
+      // Sessions land in runs/ (Ctrl+S, Record): start there when it exists.
+      const std::string sessions = std::filesystem::is_directory("runs") ? "runs/" : "";
+      if (ImGui::MenuItem("Open session...")) open_prompt(view, "open", sessions);
+      if (ImGui::MenuItem("Compare with session...")) open_prompt(view, "compare", sessions);
       ImGui::Separator();
       if (ImGui::MenuItem("Save session", "Ctrl+S", false, app.main().live)) app.save_session();
       if (ImGui::MenuItem(app.main().status.recording.empty() ? "Start recording" : "Stop recording"))

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "app/gui/path_browser.h"
 #include "viz/line_plot.h"
 
 namespace memscope::app {
@@ -65,6 +66,8 @@ struct ViewState {
   // The path prompt of a File menu action ("open", "compare", "export csv", "export safetensors").
   std::string prompt;
   std::string prompt_path;
+  PathListing prompt_listing;         // the folder under the prompt, listed once per path typed
+  std::string prompt_listing_of = "\n";  // the prompt_path and kind that listing is of
   std::string fork_sets;  // the transport's fork field: KEY=VALUE, comma separated
 
   std::map<std::string, viz::PlotView> plots;  // zoom/pan of each plot, by id
