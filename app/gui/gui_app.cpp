@@ -9,6 +9,7 @@
 #include "app/gui/keys.h"
 #include "app/gui/main_layout.h"
 #include "app/gui/matrix_textures.h"
+#include "model/config/knobs.h"
 #include "model/config/preset.h"
 #include "model/engine/engine.h"
 #include "model/session/output_check.h"
@@ -136,6 +137,10 @@ GuiApp::~GuiApp() {
 void GuiApp::replace_runs(std::vector<std::unique_ptr<Run>> runs) {
   for (auto& run : runs_) run->source->stop();
   runs_ = std::move(runs);
+  reset_view_for_new_main();
+}
+
+void GuiApp::reset_view_for_new_main() {
   // Not now: this frame's draw list may still use the old textures (a Load clicked mid-frame).
   clear_textures_ = true;
   view_.follow = true;
@@ -231,7 +236,50 @@ bool GuiApp::draw() {
   return !quit;
 }
 
-void GuiApp::post(const model::Command& command) { main().source->post(command); }
+void GuiApp::post(const model::Command& command) {
+  if (command.kind == model::Command::Kind::SetKnob && main().live) {
+    const model::Knob* knob = model::find_knob(command.knob);
+    if (knob && knob->apply == model::KnobApply::Restart) {
+      restart_beside(command);
+      return;
+    }
+  }
+  main().source->post(command);
+}
+
+void GuiApp::restart_beside(const model::Command& c) {
+  const model::Preset& current = main().status.preset;
+  const model::Knob* knob = model::find_knob(c.knob);
+  if (model::knob_value(current, *knob) == c.value) return;  // chosen again: nothing changes
+  // Every knob as the run has it now (live changes included), then the new value: the new run is
+  // the old one's settings with this one change, from a fresh model.
+  std::vector<std::string> sets;
+  for (const model::Knob& k : model::knobs()) sets.push_back(k.name + "=" + model::knob_value(current, k));
+  sets.push_back(c.knob + "=" + c.value);
+  std::unique_ptr<Run> fresh;
+  try {
+    fresh = make_live_run(options_.preset, sets, "live " + current.name + " (" + c.knob + "=" + c.value + ")");
+  } catch (const std::exception& e) {
+    show_error(model::one_line(e.what()));  // a bad value: the old run goes on as it was
+    return;
+  }
+  Run& old = main();
+  old.source->post(model::Command::pause());
+  const int64_t kept_at = old.steps(0);
+  old.label += " (before " + c.knob + "=" + c.value + ")";
+  runs_.insert(runs_.begin(), std::move(fresh));
+  reset_view_for_new_main();
+  view_.show_compare = true;
+  view_.notice = c.knob + " rebuilds the model: a new run started with " + c.knob + "=" + c.value +
+                 "; the previous run (step " + std::to_string(kept_at) + ") is kept beside it in the compare view";
+}
+
+void GuiApp::make_main(size_t r) {
+  if (r == 0 || r >= runs_.size()) return;
+  std::swap(runs_[0], runs_[r]);
+  reset_view_for_new_main();
+  view_.notice = "main run: " + main().label;
+}
 
 void GuiApp::post_all(const model::Command& command) {
   for (auto& run : runs_) run->source->post(command);

@@ -63,7 +63,10 @@ class GuiApp {
   // inspect mode, with the trainer's chunk form and the backward norms; the view moves to the fork.
   // Returns why it cannot (a recording, not a training step), or "" when posted.
   std::string step_into(int64_t frame_step, int64_t train_step);
-  void load_preset(const std::string& preset);  // replaces the runs; an error goes to the banner
+  void load_preset(const std::string& preset);
+  // Run r (a compare run) becomes the main run, and the main run a compare run: the way back to a
+  // run that a restart knob change set aside.
+  void make_main(size_t r);  // replaces the runs; an error goes to the banner
   void open_session(const std::string& path);
   void open_checkpoint(const std::string& path);  // replaces the runs with the live run saved there
   void open_compare_session(const std::string& path);
@@ -92,6 +95,10 @@ class GuiApp {
   // False (with the reason on the banner) when a session cannot be written at `path`.
   bool recording_path_ok(const std::string& what, const std::string& path);
   void replace_runs(std::vector<std::unique_ptr<Run>> runs);
+  // A restart knob changed on the live main run (issue 19): a new run with every current knob and
+  // this one becomes the main run; the old one is paused and kept beside it in the compare view.
+  void restart_beside(const model::Command& set_knob);
+  void reset_view_for_new_main();
   void raise_banner_from_events();
   void pace();
 

@@ -157,18 +157,25 @@ void draw_memory_panel(GuiApp& app) {
   std::vector<std::pair<int, int>> columns;
   for (size_t r = 0; r < app.runs().size(); ++r)
     for (size_t t = 0; t < app.runs()[r]->caches.size(); ++t) columns.push_back({static_cast<int>(r), static_cast<int>(t)});
+  int make_main_later = 0;  // swapped after the table: its columns still draw the runs as they are
   if (ImGui::BeginTable("compare memory", static_cast<int>(columns.size()), ImGuiTableFlags_SizingStretchSame | ImGuiTableFlags_BordersInnerV)) {
     for (const auto& [r, t] : columns) {
       ImGui::TableNextColumn();
       const Run& run = *app.runs()[static_cast<size_t>(r)];
+      ImGui::PushID(r * 100 + t);
+      if (r > 0 && t == 0) {  // back to a run set aside (a restart knob change, a compare run)
+        if (ImGui::SmallButton("make main")) make_main_later = r;
+        app.note_rect("compare/make_main/" + std::to_string(r));
+        ImGui::SameLine();  // before the label, which may be wider than the column
+      }
       ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(run_color(r, t)), "%s%s", run.label.c_str(),
                          t ? (" / fork " + std::to_string(t)).c_str() : "");
-      ImGui::PushID(r * 100 + t);
       draw_grid(app, run, r, t, step, true);
       ImGui::PopID();
     }
     ImGui::EndTable();
   }
+  if (make_main_later > 0) app.make_main(static_cast<size_t>(make_main_later));
 }
 
 void draw_enlarged_matrix(GuiApp& app) {
