@@ -11,6 +11,7 @@
 
 #include "model/memory/memory_layer.h"
 #include "model/memory/memory_rule.h"
+#include "model/util/allocator.h"
 
 using namespace memscope::model;
 
@@ -25,6 +26,7 @@ double seconds_of(const std::function<void()>& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  memscope::model::keep_large_blocks_in_heap();  // model/util/allocator.h
   int64_t tokens = 2048, heads = 4, head_dim = 64;
   bool quick = false;
   std::string only;

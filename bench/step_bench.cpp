@@ -3,6 +3,7 @@
 // without it (an unprobed step), and this core's sgemm peak measured in the same run. One JSON
 // line per case. bench/eager_compare.sh runs it interleaved with the eager-PyTorch baseline.
 // Flags: --tokens T (default 2048), --reps N (default 5; medians), --only layer|model.
+#include <sys/resource.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "model/memory/memory_layer.h"
 #include "model/memory/memory_rule.h"
 #include "model/train/trainer.h"
+#include "model/util/allocator.h"
 
 using namespace memscope::model;
 
@@ -24,6 +26,14 @@ double seconds_of(const std::function<void()>& f) {
   const auto start = std::chrono::steady_clock::now();
   f();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Minor page faults so far: a stepping path that allocates and frees large blocks faults them
+// back in on every token (issue 20's "no allocation per token").
+int64_t minor_faults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
 }
 
 double median(std::vector<double> v) {
@@ -57,6 +67,7 @@ struct LayerCase {
 }  // namespace
 
 int main(int argc, char** argv) {
+  memscope::model::keep_large_blocks_in_heap();  // model/util/allocator.h
   int64_t tokens = 2048, reps = 5;
   std::string only;
   memscope::bench::BenchFlags flags("step_bench");
@@ -79,12 +90,14 @@ int main(int argc, char** argv) {
       const at::Tensor x = torch::randn({1, T, d});
       for (const StepDetail detail : {StepDetail::Record, StepDetail::OutputOnly}) {
         std::vector<double> times;
+        const int64_t faults_before = minor_faults();
         for (int64_t r = 0; r < reps; ++r) {
           MemoryState s = layer->initial_state(1);
           times.push_back(seconds_of([&] {
             for (int64_t t = 0; t < T; ++t) layer->step(x.select(1, t), s, 1, detail);
           }));
         }
+        const double faults_per_1000 = 1000.0 * static_cast<double>(minor_faults() - faults_before) / static_cast<double>(reps * T);
         // Matmul FLOPs per token, as bench/eager/time_eager.py counts them: the projections
         // (q, k, v: 3·2·D²), the gates (3·2·D·H), the conv (2·4·3D when on), the prediction, the
         // outer product and the read (3·2·d² per head), and with Muon 5 Newton–Schulz iterations
@@ -103,7 +116,8 @@ int main(int argc, char** argv) {
                                     {"us_per_token", 1e6 / tps},
                                     {"gflops", tps * flops / 1e9},
                                     {"sgemm_peak_gflops", peak},
-                                    {"share_of_peak", tps * flops / 1e9 / peak}}
+                                    {"share_of_peak", tps * flops / 1e9 / peak},
+                                    {"minor_faults_per_1000_tokens", faults_per_1000}}
                          .dump()
                   << std::endl;
       }
@@ -120,6 +134,7 @@ int main(int argc, char** argv) {
     const int64_t rounds = std::max<int64_t>(1, tokens / T);  // about `tokens` tokens per timing
     for (const StepDetail detail : {StepDetail::Record, StepDetail::OutputOnly}) {
       std::vector<double> times;
+      const int64_t faults_before = minor_faults();
       for (int64_t r = 0; r < reps; ++r)
         times.push_back(seconds_of([&] {
           for (int64_t round = 0; round < rounds; ++round) {
@@ -128,8 +143,11 @@ int main(int argc, char** argv) {
           }
         }));
       const double tps = static_cast<double>(rounds * T) / median(times);
+      const double faults_per_1000 =
+          1000.0 * static_cast<double>(minor_faults() - faults_before) / static_cast<double>(reps * rounds * T);
       std::cout << nlohmann::json{{"bench", "step"},
                                   {"case", "model/demo-mqar"},
+                                  {"minor_faults_per_1000_tokens", faults_per_1000},
                                   {"record", detail == StepDetail::Record},
                                   {"tokens", rounds * T},
                                   {"tokens_per_s", tps},

@@ -5,9 +5,11 @@
 #include "app/cli/interrupt.h"
 #include "app/cli/rank_launcher.h"
 #include "memscope/version.h"
+#include "model/util/allocator.h"
 #include "model/util/errors.h"
 
 int main(int argc, char** argv) {
+  memscope::model::keep_large_blocks_in_heap();  // model/util/allocator.h
   CLI::App app{"memscope-cli: headless tools for test-time-learning memory (Titans, Atlas, HOPE, TTT)"};
   app.set_version_flag("--version", std::string("memscope ") + MEMSCOPE_VERSION +
                                         " (LibTorch " + MEMSCOPE_TORCH_VERSION + ")");

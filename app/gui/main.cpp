@@ -17,6 +17,7 @@
 #include "app/gui/gui_app.h"
 #include "memscope/version.h"
 #include "model/engine/command.h"
+#include "model/util/allocator.h"
 #include "model/util/device.h"
 #include "model/util/errors.h"
 #include "viz/app_window.h"
@@ -164,6 +165,7 @@ int run(Options options) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  memscope::model::keep_large_blocks_in_heap();  // model/util/allocator.h
   watch_quit_signals();
   CLI::App cli{"memscope: a debugger for test-time-learning memory (Titans, Atlas, HOPE, TTT)"};
   cli.set_version_flag("--version", std::string("memscope ") + MEMSCOPE_VERSION);
