@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_timing.h"
 #include "model/session/crc32c.h"
 #include "model/session/safetensors_blob_writer.h"
 
@@ -25,12 +26,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+using memscope::bench::median;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // The write memscope did before fsync: temporary file, write, close, rename.
 void write_without_fsync(const fs::path& path, const std::string& bytes) {

@@ -9,21 +9,14 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_timing.h"
 #include "model/memory/memory_layer.h"
 #include "model/memory/memory_rule.h"
 #include "model/util/allocator.h"
 
 using namespace memscope::model;
 
-namespace {
-
-double seconds_of(const std::function<void()>& f) {
-  const auto start = std::chrono::steady_clock::now();
-  f();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-}  // namespace
+using memscope::bench::seconds_of;
 
 int main(int argc, char** argv) {
   memscope::model::keep_large_blocks_in_heap();  // model/util/allocator.h

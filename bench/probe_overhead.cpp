@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_flags.h"
+#include "bench/bench_timing.h"
 #include "model/config/preset.h"
 #include "model/engine/branch.h"
 
@@ -23,15 +24,12 @@ using namespace memscope::model;
 
 namespace {
 
+using memscope::bench::median;
+
 struct Config {
   const char* name;
   std::vector<std::string> sets;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 }  // namespace
 

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "bench/bench_timing.h"
 #include "model/engine/engine.h"
 #include "model/session/session_export.h"
 #include "model/session/session_reader.h"
@@ -25,13 +26,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using memscope::bench::median;
+
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 uint64_t dir_bytes(const fs::path& dir) {
   uint64_t n = 0;

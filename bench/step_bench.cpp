@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_flags.h"
+#include "bench/bench_timing.h"
 #include "model/config/preset.h"
 #include "model/memory/memory_layer.h"
 #include "model/memory/memory_rule.h"
@@ -22,11 +23,8 @@ using namespace memscope::model;
 
 namespace {
 
-double seconds_of(const std::function<void()>& f) {
-  const auto start = std::chrono::steady_clock::now();
-  f();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
+using memscope::bench::median;
+using memscope::bench::seconds_of;
 
 // Minor page faults so far: a stepping path that allocates and frees large blocks faults them
 // back in on every token (issue 20's "no allocation per token").
@@ -34,11 +32,6 @@ int64_t minor_faults() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   return usage.ru_minflt;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // This core's single-thread sgemm rate on 512×512 matrices, GFLOP/s: the peak the ratios cite.
