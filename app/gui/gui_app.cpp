@@ -270,7 +270,7 @@ void GuiApp::restart_beside(const model::Command& c) {
   runs_.insert(runs_.begin(), std::move(fresh));
   reset_view_for_new_main();
   view_.show_compare = true;
-  view_.notice = c.knob + " rebuilds the model: a new run started with " + c.knob + "=" + c.value +
+  view_.notice = c.knob + " rebuilds the model: a new run started from a fresh model with " + c.knob + "=" + c.value +
                  "; the previous run (step " + std::to_string(kept_at) + ") is kept beside it in the compare view";
 }
 
