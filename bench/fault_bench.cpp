@@ -6,6 +6,8 @@
 //   nan_memory   NaN into layer 0's memory (all heads)            → nonfinite
 //   lr_spike     memory.lr.max × 100 for 3 steps, then restored    → spike, norm_growth or nonfinite
 //   ns_degraded  memory.ns.steps = 1 for 3 steps, then restored   → ns_error (Muon presets only)
+//   momentum_blowup  layer 0's momentum S × 100 (all heads)        → spike or norm_growth
+//                    (rules with a momentum buffer only)
 // One JSON line per fault kind and one for the run. Flags: --preset P (demo-mqar), --trials N per
 // kind, --every N, --window W, --warmup N, --threads T, --set K=V (repeatable).
 #include <torch/torch.h>
@@ -60,6 +62,12 @@ int main(int argc, char** argv) {
                     {EventKind::Spike, EventKind::NormGrowth, EventKind::NonFinite},
                     {Command::set_knob("memory.lr.max", std::to_string(std::min(100.0, 100.0 * p.memory.max_lr)))},
                     {Command::set_knob("memory.lr.max", knob("memory.lr.max"))}});
+  if (p.memory.momentum_enabled && p.memory.optimiser != Optimiser::Dgd) {
+    Command blowup{Command::Kind::ScaleMomentum};
+    blowup.layer = 0;
+    blowup.value = "100";
+    faults.push_back({"momentum_blowup", {EventKind::Spike, EventKind::NormGrowth, EventKind::NonFinite}, {blowup}, {}});
+  }
   if (p.memory.optimiser == Optimiser::Muon)
     faults.push_back({"ns_degraded", {EventKind::NsError}, {Command::set_knob("memory.ns.steps", "1")},
                       {Command::set_knob("memory.ns.steps", knob("memory.ns.steps"))}});

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""Times the per-token eager PyTorch loops of eager_memory.py on one CPU thread.
+"""Times the eager PyTorch forms of eager_memory.py on one CPU thread.
 
-Two benches, both by default (--bench picks one):
+Three benches, all by default (--bench picks some):
   eager_memory  run_memory: the recurrence alone, from per-token phi_k, phi_q, v and gates (random,
                 in the gates' usual ranges, SPEC §1)
   eager_layer   MemoryLayer.run: the whole layer step from the layer input x_t [D] (B = 1): the fused
@@ -9,10 +9,17 @@ Two benches, both by default (--bench picks one):
                 has conv on; atlas: atlas-linear has it off), per-head split, identity phi (L2
                 normalise), the three gates, the recurrence and the read. x ~ N(0,1), parameters
                 random with memscope's shapes and initialisation (MemoryLayerImpl's constructor).
+  eager_chunkwise  MemoryLayer.run(x, chunk=b), titans only (gd-momentum; atlas's muon is not in
+                the eager chunkwise form): project() batched over all T tokens (fused q/k/v
+                projection, three gate projections, norms), then run_memory_chunkwise, the dual form
+                with chunk b = --chunk (default 64), SPEC §9. Configured as memscope's memory_bench
+                row it is compared with (`memory_bench --only linear`: preset omeganet with
+                structure linear, identity phi, c = 1, gd-momentum, l2-decay): conv OFF, unlike
+                eager_layer's titans (titans-lmm has conv on); --chunkwise-conv turns it on.
 T = 2048 tokens, H = 4 heads, head dim 64 (D = H*d = 256), torch.no_grad(), float32. One JSON line
 per bench and rule:
 
-    {"bench": "eager_memory" | "eager_layer", "rule": ..., "tokens": T, "tokens_per_s": ...,
+    {"bench": "eager_memory" | "eager_layer" | "eager_chunkwise", "rule": ..., "tokens": T, "tokens_per_s": ...,
      "median_of": N, "gflops": ..., ...}
 
 tokens_per_s and gflops come from the median of N timed runs (after one untimed warm-up run).
@@ -34,7 +41,19 @@ plus H times the recurrence above. Not counted: bias adds, sigmoids, the L2 norm
 the gate and momentum elementwise updates. So per token titans 503,808 (of which the recurrence
 98,304) and atlas 31,954,944 (recurrence 31,555,584).
 
+eager_chunkwise counts the matmul FLOPs run_memory_chunkwise executes (dense, as written: the [b,b]
+products are full matmuls although lower triangular), per chunk of b tokens and head, d_v = d_phi = d:
+    coefficients  Da Db  2 b^3,  Da Pb  2 b^2,  Q Phi^T  2 b^2 d           (before the loop, all chunks)
+    psi           Phi M_0^T                    2 b d^2
+    read          Q M_0^T, Q S_0^T            2 * 2 b d^2,  (A * Q Phi^T) Psi  2 b^2 d
+    chunk end     Psi^T diag(.) Phi for M and S   2 * 2 b d^2
+so per token and head 10 d^2 + 4 b d + 2 b^2 + 2 b = 65,664 at d = b = 64 (2.7x the sequential
+6 d^2: the price of matmul-shaped work). Not counted: the segsum exp/cumsum, the elementwise
+coefficient products, the gate arithmetic. Per token with the batched projections and gates above
+(conv off): 393,216 + 6,144 + H * 65,664 = 662,016 at H = 4 (conv on: + 6,144).
+
     /usr/bin/python3 bench/eager/time_eager.py [--bench eager_layer] [--tokens 2048] [--heads 4] [--head-dim 64] [--reps 5]
+    /usr/bin/python3 bench/eager/time_eager.py --bench eager_chunkwise --chunk 64 --reps 21
 """
 import os
 
@@ -72,12 +91,21 @@ def layer_flops_per_token(rule, H, d):
     return flops
 
 
-def random_parameters(rule, H, d, generator):
+def chunkwise_flops_per_token_head(d, b):
+    return 10 * d * d + 4 * b * d + 2 * b * b + 2 * b
+
+
+def chunkwise_layer_flops_per_token(H, d, b, conv):
+    D = W = H * d
+    return 2 * D * 3 * W + 3 * 2 * D * H + H * chunkwise_flops_per_token_head(d, b) + (2 * 4 * 3 * W if conv else 0)
+
+
+def random_parameters(rule, H, d, generator, conv=None):
     """memscope's parameters for D = H*d with its initialisation (MemoryLayerImpl's constructor)."""
     D = W = H * d
     rand = lambda *shape: torch.randn(*shape, generator=generator)
     params = {name: rand(W, D) / D ** 0.5 for name in ("w_q", "w_k", "w_v")}
-    if CONV[rule]:
+    if CONV[rule] if conv is None else conv:
         params["conv_weight"] = 0.1 * rand(3 * W, 4)
         params["conv_weight"][:, 3] = 1.0  # near the identity: the last tap (the token itself) 1
     for gate, bias in (("retain", 3.0), ("lr", -4.6), ("momentum", 2.2)):  # gate_bias.h
@@ -126,7 +154,10 @@ def random_inputs(T, H, d, generator):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rule", choices=sorted(RULES), action="append", help="default: both")
-    p.add_argument("--bench", choices=["eager_memory", "eager_layer"], action="append", help="default: both")
+    p.add_argument("--bench", choices=["eager_memory", "eager_layer", "eager_chunkwise"], action="append",
+                   help="default: all")
+    p.add_argument("--chunk", type=int, default=64, help="eager_chunkwise's chunk size b")
+    p.add_argument("--chunkwise-conv", action="store_true", help="eager_chunkwise with the conv on")
     p.add_argument("--tokens", type=int, default=2048)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--head-dim", type=int, default=64)
@@ -135,7 +166,7 @@ def main():
     args = p.parse_args()
     torch.set_num_threads(1)
     T, H, d = args.tokens, args.heads, args.head_dim
-    benches = args.bench or ["eager_memory", "eager_layer"]
+    benches = args.bench or ["eager_memory", "eager_layer", "eager_chunkwise"]
     for rule in args.rule or ["titans", "atlas"]:
         if "eager_memory" in benches:
             inputs = random_inputs(T, H, d, torch.Generator().manual_seed(args.seed))
@@ -148,6 +179,14 @@ def main():
             seconds = timed(lambda: layer.run(x), args.reps)
             report("eager_layer", rule, T, H, d, layer_flops_per_token(rule, H, d), seconds, d_model=H * d,
                    conv=CONV[rule], recurrence_flops_per_token=flops_per_token_head(rule, d) * H)
+        if "eager_chunkwise" in benches and RULES[rule] == "gd-momentum":
+            generator = torch.Generator().manual_seed(args.seed)
+            conv, b = args.chunkwise_conv, args.chunk
+            layer = eager_memory.MemoryLayer(random_parameters(rule, H, d, generator, conv), H, RULES[rule])
+            x = torch.randn(T, H * d, generator=generator)
+            seconds = timed(lambda: layer.run(x, chunk=b), args.reps)
+            report("eager_chunkwise", rule, T, H, d, chunkwise_layer_flops_per_token(H, d, b, conv), seconds,
+                   chunk=b, d_model=H * d, conv=conv, recurrence_flops_per_token=chunkwise_flops_per_token_head(d, b) * H)
 
 
 if __name__ == "__main__":

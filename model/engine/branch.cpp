@@ -296,6 +296,24 @@ void Branch::apply(const Command& c) {
       });
       break;
     }
+    case K::ScaleMomentum: {
+      double factor = 0;
+      try {
+        factor = std::stod(c.value);
+      } catch (const std::exception&) {
+        throw UserError("scale momentum: '" + c.value + "' is not a number");
+      }
+      const auto heads = layer_heads(c.layer, c.head);
+      each_layer(c.layer, [&](int64_t, MemoryState& s) {
+        for (auto& momentum : s.momentum) {
+          at::Tensor scaled = momentum.clone();  // replaced, not edited: frames may hold the old one
+          if (heads.empty()) scaled.mul_(factor);
+          else scaled.select(1, heads.front()).mul_(factor);
+          momentum = scaled;
+        }
+      });
+      break;
+    }
     default: throw std::logic_error("Branch::apply: not a state command: " + describe(c));
   }
   log_.push_back({step_, c});

@@ -90,6 +90,7 @@ std::string describe(const Command& c) {
     case K::StartRecording: return "start recording " + c.path;
     case K::StopRecording: return "stop recording";
     case K::InjectNan: return "inject NaN (" + where(c) + ")";
+    case K::ScaleMomentum: return "scale momentum by " + c.value + " (" + where(c) + ")";
   }
   return "?";
 }
@@ -97,6 +98,7 @@ std::string describe(const Command& c) {
 bool changes_state(const Command& c) {
   using K = Command::Kind;
   return c.kind == K::SetKnob || c.kind == K::ResetMomentum || c.kind == K::ResetMemory || c.kind == K::InjectNan ||
+         c.kind == K::ScaleMomentum ||
          c.kind == K::LoadPreset || c.kind == K::LoadCheckpoint;
 }
 

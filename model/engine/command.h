@@ -40,6 +40,7 @@ struct Command {
     StartRecording,  // `path`
     StopRecording,
     InjectNan,       // fault injection: NaN into `layer`/`head` of the inspect memory
+    ScaleMomentum,   // fault injection: S ×= `value` (a number) for `layer`/`head`: a momentum blow-up
   };
   Kind kind = Kind::Pause;
   int64_t count = 1;

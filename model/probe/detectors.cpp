@@ -127,8 +127,16 @@ std::vector<Event> Detectors::observe(const Frame& f) {
         // learns, and a z-score against its EMA called that trend a spike 300 times per 10k
         // healthy demo steps (bench/detector_bench). Training is watched through its loss and
         // gradient norm, which a memory blow-up drives too.
-        if (f.kind == FrameKind::Inspect)
+        if (f.kind == FrameKind::Inspect) {
           spike(key + "/norm", norm, l, h, name, "‖" + name + "‖ of layer " + std::to_string(l) + " head " + std::to_string(h));
+          // ‖S‖ too where ‖M‖ cannot show a momentum blow-up: under Muon (an NS error is measured)
+          // the update is NS(S), normalised, and bench/fault_bench found 0 of 20 planted blow-ups
+          // by ‖M‖ alone. With gd-momentum, M takes S as it is, so ‖M‖ shows it, and ‖S‖'s own
+          // noise would add 45 false spikes per 10k healthy demo-mqar-titans steps.
+          if (std::isfinite(f.weight(l, h, w, WeightMetric::NsError)))
+            spike(key + "/norm_s", f.weight(l, h, w, WeightMetric::NormS), l, h, "S(" + name + ")",
+                  "‖S(" + name + ")‖ of layer " + std::to_string(l) + " head " + std::to_string(h));
+        }
 
         const double ns = f.weight(l, h, w, WeightMetric::NsError);
         bool& high = ns_high_[stream + "/" + key];

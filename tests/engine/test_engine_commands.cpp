@@ -94,6 +94,41 @@ TEST_CASE("a NaN injected into one head pauses the engine with an event naming i
   CHECK(log->frames.back().weight(1, 0, 0, WeightMetric::NonFinite) == 0);
 }
 
+TEST_CASE("a momentum blow-up planted in one head scales only that head's S, and a bad factor is one line", "[engine]") {
+  // Fault injection for the detector bench (bench/fault_bench: momentum_blowup).
+  Engine engine(test::small_engine({"probe.every=1"}));
+  auto log = std::make_shared<FrameLog>();
+  engine.add_sink(log);
+  engine.start();
+  engine.post(Command::steps(3));
+  engine.wait_idle();
+  const Frame before = log->frames.back();
+  Command blowup = targeted(Command::Kind::ScaleMomentum, 1, 0);
+  blowup.value = "1000";
+  engine.post(blowup);
+  engine.post(Command::steps(1));
+  engine.wait_idle();
+  const Frame& after = log->frames.back();
+  // The scaled head's ‖S‖ jumps by orders of magnitude; the other head of that layer does not.
+  CHECK(after.weight(1, 0, 0, WeightMetric::NormS) > 50 * before.weight(1, 0, 0, WeightMetric::NormS));
+  CHECK(after.weight(1, 1, 0, WeightMetric::NormS) < 5 * before.weight(1, 1, 0, WeightMetric::NormS));
+  CHECK(after.weight(0, 0, 0, WeightMetric::NormS) < 5 * before.weight(0, 0, 0, WeightMetric::NormS));
+  const auto events = engine.events();
+  CHECK(std::any_of(events.begin(), events.end(),
+                    [](const Event& e) { return e.message.find("scale momentum by 1000 (layer 1 head 0)") != std::string::npos; }));
+
+  Command bad = targeted(Command::Kind::ScaleMomentum, 0, 0);
+  bad.value = "lots";
+  engine.post(bad);
+  engine.post(Command::steps(1));
+  engine.wait_idle();
+  const auto later = engine.events();
+  CHECK(std::any_of(later.begin(), later.end(), [](const Event& e) {
+    return e.kind == EventKind::Error && e.message.find("scale momentum: 'lots' is not a number") != std::string::npos;
+  }));
+  CHECK(engine.status().steps.front() == 5);
+}
+
 TEST_CASE("bad commands give one-line error events and the engine keeps going", "[engine]") {
   Engine engine(test::small_engine());
   engine.start();
