@@ -459,7 +459,7 @@ void GuiApp::export_session(bool csv, const std::string& out) {
   try {
     std::string session;
     if (!main().live)
-      session = static_cast<model::Replay&>(*main().source).reader().dir().string();
+      session = static_cast<model::Replay&>(*main().source).dir().string();
     else
       throw model::UserError("export reads a recorded session: save this run first (Ctrl+S), then open it");
     model::check_output({csv ? "Export CSV" : "Export", out, csv ? model::FileKind::Csv : model::FileKind::SessionExport, 0},

@@ -321,6 +321,12 @@ void DataParallel::arm_gradient_overlap(const std::vector<at::Tensor>& parameter
       o.hooks.push_back(p.register_hook([impl, index](const at::Tensor& g) { impl->on_gradient(index, g); }));
     }
   }
+  // A step that failed after its hooks started buckets (its backward threw) leaves them in
+  // flight: finish them, so this step's buckets are the only ones average_gradients() sees.
+  impl_->collective("all-reduce of the gradients", [&] {
+    for (const Bucket& b : impl_->in_flight) impl_->wait(b.work);
+  });
+  impl_->in_flight.clear();
   o.armed = true;
   o.next = 0;
   o.seen.assign(o.members.size(), {});

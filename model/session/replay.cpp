@@ -10,7 +10,10 @@
 namespace memscope::model {
 
 Replay::Replay(const std::string& session_path, bool follow)
-    : TimelineSource(/*live=*/false), reader_(std::make_shared<SessionReader>(session_path)), follow_(follow) {
+    : TimelineSource(/*live=*/false),
+      reader_(std::make_shared<SessionReader>(session_path)),
+      dir_(reader_->dir()),
+      follow_(follow) {
   try {
     preset_ = reader_->preset();
   } catch (const UserError& e) {
@@ -50,7 +53,7 @@ bool Replay::refresh() {
   last_refresh_ = now;
   std::shared_ptr<SessionReader> fresh;
   try {
-    fresh = std::make_shared<SessionReader>(reader_->dir().string());
+    fresh = std::make_shared<SessionReader>(dir_.string());
   } catch (const UserError&) {
     return false;  // caught mid-write (session.json being replaced): try again next time
   }

@@ -16,6 +16,7 @@
 // distributed training run, plays as it grows. At the end of what is on disk the replay re-reads
 // the session (at most twice a second) instead of stopping, and the new chunks and events play on.
 #pragma once
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,8 +33,10 @@ class Replay : public TimelineSource {
   explicit Replay(const std::string& session_path, bool follow = false);
   ~Replay() override;
 
-  // The session as opened (following, as last re-read: call from the source's thread only).
+  // The session as opened (following: as last re-read, so call it from the source's thread
+  // only, or before start()); dir() is safe from any thread.
   const SessionReader& reader() const { return *reader_; }
+  const std::filesystem::path& dir() const { return dir_; }
   bool following() const { return follow_; }
 
  protected:
@@ -59,6 +62,7 @@ class Replay : public TimelineSource {
   bool refresh();
 
   std::shared_ptr<const SessionReader> reader_;
+  std::filesystem::path dir_;  // reader_'s, fixed: following swaps reader_ on the source's thread
   Preset preset_;
   std::vector<Entry> order_;     // every frame of every timeline, in recorded order
   size_t next_ = 0;              // the next entry to play
