@@ -3,8 +3,16 @@
 #include <ATen/ATen.h>
 #include <signal.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+// Gloo needs its own headers (Debian: libgloo-dev) and LibTorch built with it (USE_C10D_GLOO in
+// its flags). A LibTorch without them still builds memscope; only CPU training across processes
+// then says it is unavailable.
+#if defined(USE_C10D_GLOO) && __has_include(<gloo/algorithm.h>)
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#define MEMSCOPE_GLOO 1
+#else
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#endif
 #include <torch/version.h>
 #include <unistd.h>
 #if defined(MEMSCOPE_CUDA) && defined(USE_C10D_NCCL)
@@ -239,15 +247,22 @@ DataParallel::DataParallel(const LaunchEnv& env, DataParallelOptions options) : 
                       ": the model is on CUDA but this build has no NCCL (LibTorch without USE_C10D_NCCL)");
 #endif
     }
-    auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
-    if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"))
-      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
-    else if (is_loopback(env.master_addr))
-      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-    else
-      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-    gloo_options->threads = 2;
-    if (!m.group) m.group = c10::make_intrusive<c10d::ProcessGroupGloo>(m.store, env.rank, env.world_size, gloo_options);
+    if (!m.group) {
+#ifdef MEMSCOPE_GLOO
+      auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
+      if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"))
+        gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+      else if (is_loopback(env.master_addr))
+        gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+      else
+        gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      gloo_options->threads = 2;
+      m.group = c10::make_intrusive<c10d::ProcessGroupGloo>(m.store, env.rank, env.world_size, gloo_options);
+#else
+      throw UserError("rank " + std::to_string(env.rank) +
+                      ": this build has no c10d Gloo (LibTorch without USE_C10D_GLOO, or Gloo's headers missing)");
+#endif
+    }
 
     // Every rank's process, so that a failure can name the rank that died.
     for (int r = 0; r < env.world_size; ++r) {
