@@ -131,7 +131,8 @@ class AppHarness {
     REQUIRE(window_->screenshot(path).empty());
     window_->present();
     auto image = load_png(path);
-    std::remove(path.c_str());
+    // MEMSCOPE_KEEP_SCREENSHOTS=1 keeps them (in $TMPDIR) for a person to look at.
+    if (!std::getenv("MEMSCOPE_KEEP_SCREENSHOTS")) std::remove(path.c_str());
     return image;
   }
 

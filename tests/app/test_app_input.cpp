@@ -181,6 +181,10 @@ TEST_CASE("app: a restart knob starts a new run beside the old one, which stays 
   // (demo-mqar's lr ceiling is the preset's; the new run reports the same.)
   CHECK(h.app().main().status.preset.memory.max_lr == kept.status.preset.memory.max_lr);
 
+  // Both runs side by side: the compare view draws a column per run (the old one with its button).
+  const auto shown = h.screenshot("restart-compare");
+  CHECK(shown.width == 1600);
+
   // The same value again changes nothing.
   h.app().post(model::Command::set_knob("memory.window.c", "2"));
   h.settle();
