@@ -96,6 +96,25 @@ std::string rendezvous_error(const LaunchEnv& env, const DataParallelOptions& o,
   return who + ": rendezvous at " + at + " failed: " + first;
 }
 
+// Groups tensors into buckets of at most `bucket_bytes` (one tensor alone may be larger) and one
+// dtype each, in reverse order: the order the backward produces gradients, as DDP's buckets.
+// Returns the indices into `tensors`, bucket by bucket.
+std::vector<std::vector<size_t>> bucket_layout(const std::vector<at::Tensor>& tensors, int64_t bucket_bytes) {
+  std::vector<std::vector<size_t>> buckets;
+  int64_t filled = 0;
+  for (size_t k = tensors.size(); k-- > 0;) {
+    const at::Tensor& t = tensors[k];
+    const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
+    if (buckets.empty() || filled + bytes > bucket_bytes || tensors[buckets.back().front()].scalar_type() != t.scalar_type()) {
+      buckets.emplace_back();
+      filled = 0;
+    }
+    buckets.back().push_back(k);
+    filled += bytes;
+  }
+  return buckets;
+}
+
 }  // namespace
 
 // One bucket of gradients on its way through an all-reduce.
@@ -316,25 +335,16 @@ void DataParallel::broadcast_from_rank0(const std::vector<at::Tensor>& tensors) 
 void DataParallel::arm_gradient_overlap(const std::vector<at::Tensor>& parameters) {
   Overlap& o = impl_->overlap;
   if (o.parameters.empty()) {
-    // The layout, fixed once: every parameter that takes a gradient, in reverse, in buckets.
-    int64_t filled = 0;
-    for (size_t k = parameters.size(); k-- > 0;) {
-      const at::Tensor& p = parameters[k];
-      if (!p.requires_grad()) continue;
-      const int64_t bytes = p.numel() * static_cast<int64_t>(p.element_size());
-      if (o.members.empty() || filled + bytes > impl_->options.bucket_bytes ||
-          o.parameters[o.members.back().front()].scalar_type() != p.scalar_type()) {
-        o.members.emplace_back();
-        filled = 0;
-      }
-      const size_t index = o.parameters.size();
-      o.parameters.push_back(p);
-      o.bucket_of.push_back(o.members.size() - 1);
-      o.members.back().push_back(index);
-      filled += bytes;
-      Impl* impl = impl_.get();  // the hooks are removed in ~Impl, before it goes
-      o.hooks.push_back(p.register_hook([impl, index](const at::Tensor& g) { impl->on_gradient(index, g); }));
-    }
+    // The layout, fixed once: every parameter that takes a gradient, in buckets.
+    for (const auto& p : parameters)
+      if (p.requires_grad()) o.parameters.push_back(p);
+    o.members = bucket_layout(o.parameters, impl_->options.bucket_bytes);
+    o.bucket_of.resize(o.parameters.size());
+    for (size_t b = 0; b < o.members.size(); ++b)
+      for (const size_t index : o.members[b]) o.bucket_of[index] = b;
+    Impl* impl = impl_.get();  // the hooks are removed in ~Impl, before it goes
+    for (size_t index = 0; index < o.parameters.size(); ++index)
+      o.hooks.push_back(o.parameters[index].register_hook([impl, index](const at::Tensor& g) { impl->on_gradient(index, g); }));
   }
   // A step that failed after its hooks started buckets (its backward threw) leaves them in
   // flight: finish them, so this step's buckets are the only ones average_gradients() sees.
@@ -368,19 +378,12 @@ void DataParallel::average_gradients(const std::vector<at::Tensor>& parameters) 
       for (size_t k = 0; k < b.grads.size(); ++k) b.grads[k] = m.overlap.parameters[b.hooked[k]].grad();
   }
   if (buckets.empty()) {
-    // Buckets in reverse parameter order (the order the backward produces them), one dtype each.
-    int64_t filled = 0;
-    for (auto it = parameters.rbegin(); it != parameters.rend(); ++it) {
-      const at::Tensor& g = it->grad();
-      if (!g.defined()) continue;
-      const int64_t bytes = static_cast<int64_t>(g.nbytes());
-      if (buckets.empty() || filled + bytes > m.options.bucket_bytes ||
-          buckets.back().grads.front().scalar_type() != g.scalar_type()) {
-        buckets.emplace_back();
-        filled = 0;
-      }
-      buckets.back().grads.push_back(g);
-      filled += bytes;
+    std::vector<at::Tensor> grads;
+    for (const auto& p : parameters)
+      if (p.grad().defined()) grads.push_back(p.grad());
+    for (const auto& members : bucket_layout(grads, m.options.bucket_bytes)) {
+      buckets.emplace_back();
+      for (const size_t k : members) buckets.back().grads.push_back(grads[k]);
     }
     m.collective("all-reduce of the gradients", [&] {
       for (Bucket& b : buckets) m.start(b);  // asynchronous: the next bucket packs meanwhile

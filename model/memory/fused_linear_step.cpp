@@ -11,6 +11,7 @@
 // tests/model/test_fused_step.cpp checks on every rule this path takes.
 #include <ATen/ATen.h>
 
+#include <array>
 #include <cmath>
 
 #include "model/memory/attentional_bias.h"
@@ -47,14 +48,24 @@ bool MemoryLayerImpl::fused_step_applies(const at::Tensor& x_t, const MemoryStat
 }
 
 const at::Tensor& MemoryLayerImpl::fused_projection() const {
-  std::vector<at::Tensor> parts{w_q, w_k, w_v};
-  for (const Gate g : {Gate::Retain, Gate::Lr, Gate::Momentum})
-    if (gate_w[static_cast<int>(g)].defined()) parts.push_back(gate_w[static_cast<int>(g)]);
-  std::vector<std::pair<const void*, uint32_t>> key;
-  for (const auto& p : parts) key.emplace_back(p.unsafeGetTensorImpl(), p._version());
-  if (key != fused_projection_key_) {  // a training step, a checkpoint load: the weights moved
-    fused_projection_ = at::cat(parts, 0).t().contiguous();  // [D, 3W + gates·H]
-    fused_projection_key_ = std::move(key);
+  // Checked every token, so without allocating: each part's identity and version against the key.
+  const std::array<const at::Tensor*, 6> parts{&w_q, &w_k, &w_v, &gate_w[static_cast<int>(Gate::Retain)],
+                                               &gate_w[static_cast<int>(Gate::Lr)],
+                                               &gate_w[static_cast<int>(Gate::Momentum)]};
+  auto key_of = [](const at::Tensor& t) {  // an unused gate (undefined) keys as {null, 0}
+    return t.defined() ? std::pair<const void*, uint32_t>(t.unsafeGetTensorImpl(), t._version())
+                       : std::pair<const void*, uint32_t>(nullptr, 0);
+  };
+  bool same = fused_projection_key_.size() == parts.size();
+  for (size_t i = 0; same && i < parts.size(); ++i) same = fused_projection_key_[i] == key_of(*parts[i]);
+  if (!same) {  // a training step, a checkpoint load: the weights moved
+    std::vector<at::Tensor> defined;
+    fused_projection_key_.clear();
+    for (const at::Tensor* p : parts) {
+      if (p->defined()) defined.push_back(*p);
+      fused_projection_key_.push_back(key_of(*p));
+    }
+    fused_projection_ = at::cat(defined, 0).t().contiguous();  // [D, 3W + gates·H]
   }
   return fused_projection_;
 }

@@ -20,6 +20,7 @@ Replay::Replay(const std::string& session_path, bool follow)
     throw UserError(reader_->dir().string() + ": the recorded preset does not load: " + one_line(e.what()));
   }
   index_reader();
+  main_left_ = main_entries_left();
   set_rings(rings_);
   // Re-recording a replay writes a new session of the same run.
   set_recorder_factory([this](const std::string& path, const Preset& preset) -> std::shared_ptr<Recorder> {
@@ -29,6 +30,11 @@ Replay::Replay(const std::string& session_path, bool follow)
 }
 
 Replay::~Replay() { stop_thread(); }
+
+size_t Replay::main_entries_left() const {
+  return static_cast<size_t>(std::count_if(order_.begin() + static_cast<std::ptrdiff_t>(next_), order_.end(),
+                                           [](const Entry& e) { return e.timeline == 0; }));
+}
 
 void Replay::index_reader() {
   const int timelines = std::max(1, reader_->timelines());
@@ -40,8 +46,6 @@ void Replay::index_reader() {
     if (t >= static_cast<int>(rings_.size())) rings_.push_back(std::make_shared<FrameRing>(budget));
   }
   std::sort(order_.begin(), order_.end(), [](const Entry& a, const Entry& b) { return a.seq < b.seq; });
-  main_left_ = static_cast<size_t>(std::count_if(order_.begin() + static_cast<std::ptrdiff_t>(next_), order_.end(),
-                                                 [](const Entry& e) { return e.timeline == 0; }));
   events_ = reader_->events();
   std::stable_sort(events_.begin(), events_.end(), [](const Event& a, const Event& b) { return a.order < b.order; });
   position_.resize(rings_.size(), 0);
@@ -65,13 +69,11 @@ bool Replay::refresh() {
   const int64_t played_seq = next_ > 0 ? order_[next_ - 1].seq : std::numeric_limits<int64_t>::min();
   const size_t timelines = rings_.size();
   reader_ = std::move(fresh);
-  next_ = 0;
   index_reader();
   next_ = static_cast<size_t>(std::upper_bound(order_.begin(), order_.end(), played_seq,
                                                [](int64_t seq, const Entry& e) { return seq < e.seq; }) -
                               order_.begin());
-  main_left_ = static_cast<size_t>(std::count_if(order_.begin() + static_cast<std::ptrdiff_t>(next_), order_.end(),
-                                                 [](const Entry& e) { return e.timeline == 0; }));
+  main_left_ = main_entries_left();
   if (rings_.size() != timelines) set_rings(rings_);  // a fork recorded meanwhile
   return next_ < order_.size();
 }
@@ -150,8 +152,7 @@ void Replay::seek(int timeline, int64_t step) {
     for (size_t t = 0; t < rings_.size(); ++t) rings_[t]->truncate_after(last[t]);
     position_ = last;
     next_ = target;
-    main_left_ = static_cast<size_t>(
-        std::count_if(order_.begin() + static_cast<std::ptrdiff_t>(next_), order_.end(), [](const Entry& e) { return e.timeline == 0; }));
+    main_left_ = main_entries_left();
     const int64_t until = next_ < order_.size() ? order_[next_].seq : std::numeric_limits<int64_t>::max();
     next_event_ = static_cast<size_t>(
         std::upper_bound(events_.begin(), events_.end(), until, [](int64_t u, const Event& e) { return u < e.order; }) -

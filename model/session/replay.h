@@ -56,10 +56,13 @@ class Replay : public TimelineSource {
   void play(std::vector<Event>& fired);
   void skip();  // passes over entry next_ (its chunk does not decode)
   void seek(int timeline, int64_t step);
-  // Builds order_ and events_ from reader_; rings for timelines not seen before.
+  // Builds order_ and events_ from reader_; rings for timelines not seen before. The caller sets
+  // next_ and main_left_.
   void index_reader();
   // Following: re-reads the session; true when it now holds frames not played yet.
   bool refresh();
+  // Frames of timeline 0 in order_ from next_ on (main_left_).
+  size_t main_entries_left() const;
 
   std::shared_ptr<const SessionReader> reader_;
   std::filesystem::path dir_;  // reader_'s, fixed: following swaps reader_ on the source's thread
