@@ -11,6 +11,7 @@
 
 #include "app/cli/commands.h"
 #include "app/cli/interrupt.h"
+#include "app/cli/serve.h"
 #include "model/engine/engine.h"
 #include "model/session/output_check.h"
 #include "model/session/replay.h"
@@ -37,6 +38,7 @@ struct StepOptions {
   bool tokens_given = false, preset_given = false;
   bool json = false;
   int threads = 0;
+  ServeFlags serve;  // --serve: viewers drive the engine (issue 22)
 };
 
 std::vector<std::string> split(const std::string& text, char sep) {
@@ -224,7 +226,11 @@ void run_step(const StepOptions& o) {
   TimelineSource& engine = *source;
   auto printer = std::make_shared<Printer>(o.json);
   engine.add_sink(printer);
+  std::shared_ptr<RemoteServer> server;
+  if (o.serve.serving())
+    server = serve(engine, o.serve, (o.replay.empty() ? "step " : "replay ") + engine.status().preset.name);
   engine.start();
+  if (server) server->start();
   for (const auto& b : breakpoints) {
     Command c{Command::Kind::AddBreakpoint};
     c.breakpoint = b;
@@ -249,9 +255,11 @@ void run_step(const StepOptions& o) {
   const StepIntoReference into = live ? live->step_into_reference() : StepIntoReference{};
   // Stepping into a training step covers its whole batch unless --tokens says otherwise.
   const int64_t tokens = into.train_step > 0 && !o.tokens_given ? into.tokens : o.tokens;
-  engine.post(!o.replay.empty() && !o.tokens_given ? Command::run() : Command::steps(tokens));
+  // Served, the engine steps --tokens if given, then what the viewers ask, until Ctrl+C.
+  if (!server || o.tokens_given)
+    engine.post(!o.replay.empty() && !o.tokens_given ? Command::run() : Command::steps(tokens));
   bool paused_by_signal = false;
-  while (!engine.wait_idle_for(0.1))
+  while (!engine.wait_idle_for(0.1) || (server && !interrupted()))
     if (interrupted() && !paused_by_signal) {
       engine.post(Command{Command::Kind::Pause});
       paused_by_signal = true;
@@ -273,13 +281,14 @@ void run_step(const StepOptions& o) {
     post_and_check(Command{Command::Kind::StopRecording});
     std::cerr << "recorded " << dir << " (memscope-cli inspect " << dir << ")\n";
   }
+  if (server) server->stop("the run was stopped at " + at);
   engine.stop();
   if (into.train_step > 0) print_step_into_summary(into, recorded_loss, *printer, o.json);
   std::cout.flush();
   if (interrupted()) throw Interrupted("interrupted at " + at);
   // A step that failed or paused on an error is an error for scripts; a replay only shows
   // recorded ones.
-  if (o.replay.empty() && !stopped_by.empty()) throw UserError("stopped at " + at + ": " + stopped_by);
+  if (o.replay.empty() && !stopped_by.empty() && !server) throw UserError("stopped at " + at + ": " + stopped_by);
 }
 
 }  // namespace
@@ -307,6 +316,7 @@ void register_step(CLI::App& app) {
   cmd->add_option("--record", o->record, "Record the session to DIR (NAME.memscope; see memscope-cli inspect/export)");
   cmd->add_flag("--json", o->json, "One JSON object per probed step (and per event)");
   cmd->add_option("--threads", o->threads, "Torch CPU threads")->check(CLI::Range(1, 1024));
+  add_serve_flags(cmd, o->serve);
   cmd->callback([o] { run_step(*o); });
 }
 

@@ -11,6 +11,7 @@
 #include "app/cli/interrupt.h"
 #include "app/cli/rank_launcher.h"
 #include "app/cli/train_progress.h"
+#include "app/cli/train_served.h"
 #include "model/config/preset.h"
 #include "model/dist/data_parallel.h"
 #include "model/engine/train_frame.h"
@@ -43,6 +44,7 @@ struct TrainOptions {
   int nproc = 0;
   int dist_timeout = 120;     // seconds a rendezvous or a collective waits for the other ranks
   int64_t dist_check_every = 100;  // steps between the parameter checksums (and one at the end)
+  ServeFlags serve;                // --serve, --token (issue 22)
 };
 
 // The inputs an output must not overwrite: a preset given as a file, the checkpoint resumed from.
@@ -106,6 +108,14 @@ void train(const TrainOptions& o) {
   }
   if (launch && launch->rank != 0) g_rank_prefix = "rank " + std::to_string(launch->rank) + ": ";
   if (o.threads > 0) torch::set_num_threads(o.threads);
+  if (o.serve.serving()) {
+    if (o.nproc > 0 || launch)
+      throw UserError("train --serve serves one process's run; it does not combine with --nproc or a launcher's ranks "
+                      "(record rank 0 with --record and follow it with memscope --follow DIR)");
+    if (o.save_every > 0) throw UserError("train --serve: --save-every does not apply; a viewer saves with its checkpoint command");
+    train_served({o.preset, sets, o.resume, o.out, o.record, o.json, o.force, o.serve});
+    return;
+  }
   Trainer trainer = o.resume.empty() ? Trainer(load_preset(o.preset, sets)) : Trainer::resume(o.resume, sets);
   const TrainConfig& c = trainer.preset().train;
   std::shared_ptr<DataParallel> group;
@@ -235,6 +245,7 @@ void register_train(CLI::App& app) {
                   "Steps between checks that every rank holds the same parameters (0: only at the end)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 30));
+  add_serve_flags(cmd, o->serve);
   cmd->callback([o] { run_train(*o); });
 }
 

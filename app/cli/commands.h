@@ -14,5 +14,6 @@ void register_knobs(CLI::App& app);         // cmd_knobs.cpp: the knob registry,
 void register_presets(CLI::App& app);       // cmd_presets.cpp: the shipped presets and their descriptions
 void register_inspect(CLI::App& app);       // cmd_inspect.cpp: what a recorded session holds, and its damage
 void register_export(CLI::App& app);        // cmd_export.cpp: a session as one safetensors file or CSV
+void register_attach(CLI::App& app);        // cmd_attach.cpp: a headless viewer of a run served with --serve
 
 }  // namespace memscope::app

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   memscope::app::register_presets(app);
   memscope::app::register_inspect(app);
   memscope::app::register_export(app);
+  memscope::app::register_attach(app);
 
   try {
     app.parse(argc, argv);

@@ -1,6 +1,7 @@
 #include "app/gui/gui_app.h"
 
 #include <GLFW/glfw3.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <ctime>
@@ -12,6 +13,7 @@
 #include "model/config/knobs.h"
 #include "model/config/preset.h"
 #include "model/engine/engine.h"
+#include "model/remote/remote_source.h"
 #include "model/session/output_check.h"
 #include "model/session/replay.h"
 #include "model/session/session_writer.h"
@@ -96,9 +98,21 @@ std::unique_ptr<Run> make_replay_run(const std::string& path, std::string* damag
   return run;
 }
 
+std::unique_ptr<Run> make_remote_run(const std::string& address, const std::string& token) {
+  model::AttachOptions o;
+  o.endpoint = model::parse_attach_address(address);
+  o.token = token;
+  o.client = "memscope (pid " + std::to_string(::getpid()) + ")";
+  auto source = std::make_unique<model::RemoteSource>(o);
+  const model::Welcome welcome = source->welcome();
+  return started(std::move(source), "attached " + welcome.label + " at " + o.endpoint.text(), true);
+}
+
 GuiApp::GuiApp(const GuiOptions& options) : options_(options), textures_(std::make_unique<Textures>()) {
   view_.device_line = options.device_line;
-  if (!options.session.empty()) {
+  if (!options.attach.empty()) {
+    runs_.push_back(make_remote_run(options.attach, options.token));
+  } else if (!options.session.empty()) {
     std::string damage;
     runs_.push_back(make_replay_run(options.session, &damage, options.follow));
     if (!damage.empty()) show_error(damage);
@@ -237,7 +251,8 @@ bool GuiApp::draw() {
 }
 
 void GuiApp::post(const model::Command& command) {
-  if (command.kind == model::Command::Kind::SetKnob && main().live) {
+  // A restart knob starts a new local run beside this one; an attached run restarts itself, or says why not.
+  if (command.kind == model::Command::Kind::SetKnob && main().live && !main().remote()) {
     const model::Knob* knob = model::find_knob(command.knob);
     if (knob && knob->apply == model::KnobApply::Restart) {
       restart_beside(command);
@@ -327,6 +342,10 @@ void GuiApp::seek(int64_t step) {
 
 void GuiApp::rewind_to_cursor() {
   if (view_.follow) return;
+  if (const std::string why = main().refused("rewind"); !why.empty()) {
+    show_error("rewind: " + why);
+    return;
+  }
   model::Command c = model::Command::rewind(view_.cursor);
   c.timeline = view_.timeline;
   post(c);
@@ -334,6 +353,10 @@ void GuiApp::rewind_to_cursor() {
 }
 
 void GuiApp::fork_at_cursor(const std::vector<std::string>& sets) {
+  if (const std::string why = main().refused("fork"); !why.empty()) {
+    show_error("fork: " + why);
+    return;
+  }
   model::Command c = model::Command::fork(view_.follow ? main().steps(view_.timeline) : view_.cursor, sets);
   c.timeline = view_.timeline;
   post(c);
@@ -344,6 +367,9 @@ std::string GuiApp::step_into(int64_t frame_step, int64_t train_step) {
   if (!main().live)
     return "a recording cannot re-run training: memscope-cli step --session DIR --train-step " + std::to_string(train_step);
   if (train_step < 1 || frame_step < 1) return "not a training step";
+  if (main().remote())
+    return "stepping into a training step forks the run, which an attached viewer does not do: on the run's machine, "
+           "memscope-cli step --ckpt FILE --train-step " + std::to_string(train_step);
   model::Command c = model::Command::fork(frame_step - 1, {"engine.mode=inspect", "engine.inspect_batch=" + std::to_string(train_step)});
   c.timeline = view_.timeline;
   post(c);
@@ -452,7 +478,9 @@ void GuiApp::save_session() {
   if (!recording_path_ok("File > Save", path)) return;
   post(model::Command::start_recording(path));
   post(model::Command{model::Command::Kind::StopRecording});
-  view_.notice = "saved the session to " + std::filesystem::absolute(path).string();
+  view_.notice = main().remote() ? "asked the run at " + main().status.remote + " to save its session to " + path +
+                                       ", on its machine and relative to its working directory"
+                                 : "saved the session to " + std::filesystem::absolute(path).string();
 }
 
 void GuiApp::export_session(bool csv, const std::string& out) {

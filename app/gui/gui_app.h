@@ -23,6 +23,7 @@ struct GuiOptions {
   std::string session;               // when set, replay this recording instead
   bool follow = false;               // with session: it is still being recorded; play it as it grows
   std::string compare_session;       // a recording shown beside the main run in the compare view
+  std::string attach, token;         // when attach is set: a run served by another process (HOST:PORT)
   std::string record;                // when set, the live run is recorded into this session from the start
   std::string checkpoint;            // when set, the live run continues this checkpoint (its preset; sets on top)
   int64_t train_step = 0;            // > 0: step into this training step (from the checkpoint or the preset's start)
@@ -120,5 +121,7 @@ std::unique_ptr<Run> make_live_run(const std::string& preset, const std::vector<
 // `damage`, when given, gets what the recording lost ("" when whole), for a banner.
 // `follow`: a recording still in progress, played as its chunks land (model::Replay).
 std::unique_ptr<Run> make_replay_run(const std::string& path, std::string* damage = nullptr, bool follow = false);
+// A run in another process (`memscope-cli train --serve`), attached over the wire (model::RemoteSource).
+std::unique_ptr<Run> make_remote_run(const std::string& address, const std::string& token);
 
 }  // namespace memscope::app

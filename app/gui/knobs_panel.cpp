@@ -8,6 +8,7 @@
 #include <cmath>
 #include <map>
 
+#include "model/remote/wire_messages.h"
 #include "app/gui/gui_app.h"
 #include "app/gui/display_text.h"
 #include "app/gui/panels.h"
@@ -101,6 +102,8 @@ void knob_row(GuiApp& app, const model::Knob& knob, const model::Preset& preset)
   ImGui::TableNextColumn();
   const std::string short_name = knob.name.substr(knob.name.find('.') + 1);
   const bool restart = knob.apply == model::KnobApply::Restart;
+  // An attached training run takes live knobs only: a restart would throw its trained steps away.
+  const std::string refused = restart ? app.main().refused(model::kRestartKnob) : "";
   ImGui::AlignTextToFramePadding();
   ImGui::TextUnformatted(short_name.c_str());
   if (ImGui::IsItemHovered()) {
@@ -111,6 +114,7 @@ void knob_row(GuiApp& app, const model::Knob& knob, const model::Preset& preset)
                        model::knob_default(knob).c_str());
     if (restart) ImGui::TextColored(viz::colors::warning(), "restart: changing it rebuilds the model and starts a new run");
     else ImGui::TextColored(viz::colors::muted(), "live: applies at the next step");
+    if (!refused.empty()) ImGui::TextColored(viz::colors::error(), "not for this attached run: %s", refused.c_str());
     ImGui::EndTooltip();
   }
   if (restart) {
@@ -119,7 +123,9 @@ void knob_row(GuiApp& app, const model::Knob& knob, const model::Preset& preset)
   }
   ImGui::TableNextColumn();
   ImGui::PushID(knob.name.c_str());
+  ImGui::BeginDisabled(!refused.empty());
   knob_widget(app, knob, preset);
+  ImGui::EndDisabled();
   app.note_rect("knob/" + knob.name);
   ImGui::PopID();
 }

@@ -42,9 +42,10 @@ void draw_events_panel(GuiApp& app) {
         // A training step's event (a loss or gradient spike): open that step's batch (issue 18).
         const auto frame = run.frame(e.timeline, e.step);
         const bool training = frame && frame->kind == model::FrameKind::Train;
-        if (ImGui::MenuItem("Step into this training step", nullptr, false, training && run.live))
+        if (ImGui::MenuItem("Step into this training step", nullptr, false, training && run.live && !run.remote()))
           app.step_into(frame->step, frame->train_step);
         if (!training) ImGui::TextColored(viz::colors::muted(), "(not a training step's event)");
+        else if (run.remote()) ImGui::TextColored(viz::colors::muted(), "(an attached run: memscope-cli step --ckpt FILE --train-step S on its machine)");
         else if (!run.live) ImGui::TextColored(viz::colors::muted(), "(a recording: memscope-cli step --session DIR --train-step S)");
         ImGui::EndPopup();
       }

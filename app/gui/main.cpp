@@ -108,7 +108,8 @@ int run(Options options) {
     for (auto& run : app.runs()) run->source->wait_idle();
   }
   // A teacher opening the demo sees it move; a screenshot shows exactly the steps asked for.
-  if (!screenshot_mode && !options.paused) app.toggle_run();
+  // An attached run goes on as it was: its own process runs or pauses it.
+  if (!screenshot_mode && !options.paused && options.gui.attach.empty()) app.toggle_run();
 
   // Redraw only for input or news, at most 60 times a second: an idle window sleeps, and a
   // running one draws each new frame the engine publishes, not every loop.
@@ -177,6 +178,9 @@ int main(int argc, char** argv) {
                  "Follow a session that is still being recorded (e.g. train --record, rank 0 of a --nproc run): its "
                  "frames play as they land")
       ->each([&options](const std::string&) { options.gui.follow = true; });
+  cli.add_option("--attach", options.gui.attach,
+                 "Attach to a run served by another process (memscope-cli train|step --serve): HOST:PORT");
+  cli.add_option("--token", options.gui.token, "With --attach: the token the run printed (or was given)");
   cli.add_option("--ckpt", options.gui.checkpoint, "Run the model saved in this checkpoint (memscope-cli train --out)");
   cli.add_option("--train-step", options.gui.train_step,
                  "Step into this training step: its batch token by token, from the weights before it (rebuilt from --ckpt or "

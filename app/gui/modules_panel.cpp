@@ -55,12 +55,14 @@ void draw_modules_panel(GuiApp& app) {
   // Into this step: its batch, token by token, from the weights before it (a fork; issue 18).
   ImGui::SameLine();
   const std::string label = "Step into step " + std::to_string(frame->train_step);
-  if (!app.main().live) ImGui::BeginDisabled();
+  const bool can = app.main().live && !app.main().remote();
+  if (!can) ImGui::BeginDisabled();
   if (ImGui::SmallButton(label.c_str())) app.step_into(frame->step, frame->train_step);
-  if (!app.main().live) ImGui::EndDisabled();
+  if (!can) ImGui::EndDisabled();
   app.note_rect("modules/step_into");
   if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))
-    ImGui::SetTooltip("%s", app.main().live ? "A new timeline: this step's batch, row by row, from the weights before it, with the "
+    ImGui::SetTooltip("%s", app.main().remote() ? "an attached run: memscope-cli step --ckpt FILE --train-step S on its machine"
+                            : app.main().live ? "A new timeline: this step's batch, row by row, from the weights before it, with the "
                                               "trainer's chunk form and the backward norms (grad_M, grad_S, grad_ns)"
                                             : "a recording cannot re-run training: use memscope-cli step --session DIR --train-step S");
   // Rows: the module, a bar of its norm against the largest on a log scale (three decades), the

@@ -29,6 +29,13 @@ struct Run {
   std::shared_ptr<const model::Frame> snapshot_frame(int timeline, int64_t step) const;
   int64_t steps(int timeline = 0) const;  // steps the timeline has completed
   bool busy() const { return status.running || !status.idle || status.pending_steps > 0; }
+  // Attached to a run in another process (memscope --attach, issue 22).
+  bool remote() const { return !status.remote.empty(); }
+  // Why the source refuses this command ("rewind", "fork": model::command_name), "" when it takes it.
+  std::string refused(const std::string& command) const {
+    const auto it = status.refused.find(command);
+    return it == status.refused.end() ? "" : it->second;
+  }
 
  private:
   std::vector<int64_t> ring_generations_;

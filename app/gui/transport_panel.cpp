@@ -106,21 +106,26 @@ void draw_transport(GuiApp& app) {
                       recording ? run.status.recording.c_str() : "");
 
   ImGui::SameLine();
-  ImGui::BeginDisabled(view.follow || !run.live);
+  // What an attached run refuses is greyed out, and its tooltip says why (issue 22).
+  const std::string no_rewind = run.refused("rewind"), no_fork = run.refused("fork");
+  ImGui::BeginDisabled(view.follow || !run.live || !no_rewind.empty());
   if (ImGui::Button("Rewind here")) app.rewind_to_cursor();
   ImGui::EndDisabled();
   if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))
-    ImGui::SetTooltip("restore the keyframe before the pinned step and re-run to it (Ctrl+R); pin a step first");
+    ImGui::SetTooltip("%s", no_rewind.empty() ? "restore the keyframe before the pinned step and re-run to it (Ctrl+R); pin a step first"
+                                              : ("not for an attached run: " + no_rewind).c_str());
 
   ImGui::SameLine();
-  ImGui::BeginDisabled(!run.live);
+  ImGui::BeginDisabled(!run.live || !no_fork.empty());
   ImGui::SetNextItemWidth(170.0f);
   ImGui::InputTextWithHint("##forksets", "memory.lr.max=0.5, ...", &view.fork_sets);
   ImGui::SameLine();
   if (ImGui::Button("Fork")) app.fork_at_cursor(split_sets(view.fork_sets));
   ImGui::EndDisabled();
+  app.note_rect("transport/fork");
   if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))
-    ImGui::SetTooltip("a second timeline from the shown step with these live knobs changed (compare view)");
+    ImGui::SetTooltip("%s", no_fork.empty() ? "a second timeline from the shown step with these live knobs changed (compare view)"
+                                            : ("not for an attached run: " + no_fork).c_str());
 
   if (run.caches.size() > 1) {
     ImGui::SameLine();
@@ -133,8 +138,9 @@ void draw_transport(GuiApp& app) {
   const char* state = !run.status.last_error.empty() && !running ? "paused on error"
                       : running                                  ? "running"
                                                                  : "paused";
+  const char* kind = run.remote() ? (run.status.connected ? "attached" : "detached") : run.live ? "live" : "replay";
   if (view.follow)
-    ImGui::TextColored(viz::colors::accent(), "step %lld  %s  %s", static_cast<long long>(steps), run.live ? "live" : "replay", state);
+    ImGui::TextColored(viz::colors::accent(), "step %lld  %s  %s", static_cast<long long>(steps), kind, state);
   else
     ImGui::TextColored(viz::colors::warning(), "step %lld of %lld (pinned, End follows)  %s",
                        static_cast<long long>(view.cursor), static_cast<long long>(steps), state);
@@ -145,6 +151,20 @@ void draw_transport(GuiApp& app) {
     ImGui::TextColored(viz::colors::warning(), "working: %s, %.1f s", clipped_for_display(run.status.busy_with, 60, 1).c_str(),
                        busy_for);
     app.note_rect("transport/busy");
+  }
+  // An attached run: who serves it, and what the wire lost (frames the run dropped for this viewer,
+  // never for its recording), or why it is detached and that it is retrying.
+  if (run.remote()) {
+    ImGui::SameLine();
+    if (!run.status.connected)
+      ImGui::TextColored(viz::colors::error(), "%s", clipped_for_display(run.status.last_error, 140, 1).c_str());
+    else if (run.status.frames_missed > 0 || run.status.events_missed > 0)
+      ImGui::TextColored(viz::colors::warning(), "%s: missed %lld frames, %lld events (this viewer fell behind)",
+                         run.status.remote.c_str(), static_cast<long long>(run.status.frames_missed),
+                         static_cast<long long>(run.status.events_missed));
+    else
+      ImGui::TextColored(viz::colors::muted(), "%s", clipped_for_display(run.status.remote_server, 80, 1).c_str());
+    app.note_rect("transport/remote");
   }
   draw_scrubber(app);
   ImGui::EndChild();

@@ -41,6 +41,7 @@ Engine::Engine(const EngineOptions& options) : TimelineSource(/*live=*/true) {
     return std::make_shared<SessionWriter>(session_dir_for(path),
                                            session_info_for(preset, device, trainer.task().vocab_size()));
   });
+  refresh_status();
 }
 
 Engine::~Engine() { stop_thread(); }

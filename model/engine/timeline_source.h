@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -48,6 +49,13 @@ struct EngineStatus {
   // busy indicator shows how long a slow step (a HOPE step, a rewind, a step-into) has run.
   double busy_since = 0;
   std::string busy_with;      // "step", or the command's name
+  // Attached to a run in another process (issue 22, model/remote); empty and zero for a local source.
+  std::string remote;         // "host:port"
+  std::string remote_server;  // who serves it: "memscope-cli train (pid 1234)"
+  bool connected = true;      // false while the viewer waits for the run to serve again
+  int64_t frames_missed = 0, events_missed = 0;  // what the run dropped for this viewer (never for a recording)
+  // Commands this source refuses, by name ("rewind", "fork"), with the reason the GUI shows.
+  std::map<std::string, std::string> refused;
 };
 
 // Seconds on the steady clock, the unit of EngineStatus::busy_since.
@@ -59,15 +67,16 @@ class TimelineSource {
   TimelineSource(const TimelineSource&) = delete;
   TimelineSource& operator=(const TimelineSource&) = delete;
 
-  void start();  // launches the thread, paused
-  void stop();   // finishes the current step and joins; a recording in progress is closed
+  // Virtual for the one source that runs elsewhere: RemoteSource forwards these over the wire.
+  virtual void start();  // launches the thread, paused
+  virtual void stop();   // finishes the current step and joins; a recording in progress is closed
 
   // Thread-safe; never blocks on the source's work.
-  void post(Command command);
+  virtual void post(Command command);
   // Blocks until every posted command is applied and the source is paused (CLI and tests).
-  void wait_idle();
+  virtual void wait_idle();
   // The same, for at most `seconds`: true when idle (the CLI polls it to notice Ctrl+C).
-  bool wait_idle_for(double seconds);
+  virtual bool wait_idle_for(double seconds);
 
   void add_sink(std::shared_ptr<FrameSink> sink);  // before start()
   void set_recorder_factory(RecorderFactory factory);  // before start()
@@ -75,7 +84,7 @@ class TimelineSource {
   int timelines() const;
   std::shared_ptr<FrameRing> ring(int timeline = 0) const;
   std::vector<Event> events(size_t from = 0) const;
-  EngineStatus status() const;
+  virtual EngineStatus status() const;
 
  protected:
   explicit TimelineSource(bool live);
@@ -104,6 +113,9 @@ class TimelineSource {
   void nothing_yet() { nothing_yet_ = true; }
   // A command started a new run: the recording of the old one ends here, with an event saying why.
   void end_recording(const std::string& why);
+  // The status's preset, steps, breakpoints and recording, from the subclass. Constructors call it
+  // last, so status() is right before start() (a server announces the preset it serves).
+  void refresh_status();
   // Subclass destructors call this first: the thread must not run a step on a half-destroyed object.
   void stop_thread();
 
@@ -114,7 +126,6 @@ class TimelineSource {
   void mark_busy(const std::string& what);  // "": nothing in flight
   void start_recording(const Command& command);
   void stop_recording();
-  void refresh_status();
 
   const bool live_;
   bool nothing_yet_ = false;  // on the source's thread only

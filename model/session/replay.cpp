@@ -27,6 +27,7 @@ Replay::Replay(const std::string& session_path, bool follow)
     SessionInfo info = session_info_for(preset, reader_->info().device, reader_->info().vocab);
     return std::make_shared<SessionWriter>(session_dir_for(path), info);
   });
+  refresh_status();
 }
 
 Replay::~Replay() { stop_thread(); }

@@ -211,12 +211,20 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   }
 }
 
+SafetensorsFile SafetensorsFile::from_bytes(std::string bytes, const std::string& where) {
+  SafetensorsFile file;
+  file.path_ = where;
+  file.header_ = parse_safetensors_header(bytes, bytes.size(), where);
+  file.bytes_ = std::move(bytes);
+  return file;
+}
+
 SafetensorsFile::~SafetensorsFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
 SafetensorsFile::SafetensorsFile(SafetensorsFile&& other) noexcept
-    : path_(std::move(other.path_)), fd_(other.fd_), header_(std::move(other.header_)) {
+    : path_(std::move(other.path_)), fd_(other.fd_), bytes_(std::move(other.bytes_)), header_(std::move(other.header_)) {
   other.fd_ = -1;
 }
 
@@ -225,6 +233,7 @@ SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
     if (fd_ >= 0) ::close(fd_);
     path_ = std::move(other.path_);
     fd_ = other.fd_;
+    bytes_ = std::move(other.bytes_);
     header_ = std::move(other.header_);
     other.fd_ = -1;
   }
@@ -240,6 +249,11 @@ const StTensorInfo* SafetensorsFile::find(const std::string& name) const {
 std::vector<unsigned char> SafetensorsFile::read(const StTensorInfo& tensor) const {
   std::vector<unsigned char> out(tensor.end - tensor.begin);
   std::size_t done = 0;
+  if (fd_ < 0) {  // from_bytes: the header check put every tensor inside the bytes
+    const auto* first = reinterpret_cast<const unsigned char*>(bytes_.data()) + header_.data_start + tensor.begin;
+    std::copy(first, first + out.size(), out.begin());
+    done = out.size();
+  }
   while (done < out.size()) {
     const ssize_t got = pread(fd_, out.data() + done, out.size() - done,
                               static_cast<off_t>(header_.data_start + tensor.begin + done));

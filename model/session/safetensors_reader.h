@@ -60,6 +60,9 @@ class SafetensorsFile {
   // Opens and checks the header. Only a regular file is opened: a FIFO or a device named like a
   // chunk would block or never end.
   explicit SafetensorsFile(const std::string& path);
+  // The same checks on bytes already in memory (a frames chunk that came over the wire, issue 22);
+  // `where` names them in errors.
+  static SafetensorsFile from_bytes(std::string bytes, const std::string& where);
   ~SafetensorsFile();
   SafetensorsFile(SafetensorsFile&& other) noexcept;
   SafetensorsFile& operator=(SafetensorsFile&& other) noexcept;
@@ -78,8 +81,10 @@ class SafetensorsFile {
   std::vector<std::string> failing_checksums() const;
 
  private:
+  SafetensorsFile() = default;
   std::string path_;
   int fd_ = -1;
+  std::string bytes_;  // the whole file, for from_bytes (fd_ is then −1)
   StHeader header_;
 };
 
