@@ -79,6 +79,7 @@ void RemoteServer::stop(const std::string& reason) {
   stopping_ = true;
   wake_.wake();
   thread_.join();
+  listener_.close();  // a viewer that tries now is told "cannot connect", not left waiting for a welcome
 }
 
 void RemoteServer::on_frame(const Frame& frame) {

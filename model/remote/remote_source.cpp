@@ -104,8 +104,14 @@ void RemoteSource::lost(const std::string& why) {
   decoder_.reset();
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    // Why the view detached stays what the user reads; the retries that fail after it do not
+    // replace it (they say less: "cannot connect").
+    if (connected_ || connection_error_.empty()) {
+      char every[64];
+      std::snprintf(every, sizeof every, "; trying to attach again every %g s", options_.retry_s);
+      connection_error_ = one_line(why) + every;
+    }
     connected_ = false;
-    connection_error_ = one_line(why) + "; trying to attach again every " + std::to_string(static_cast<int>(options_.retry_s)) + " s";
   }
   changed_.notify_all();
 }

@@ -16,11 +16,14 @@
 
 #include "support/json_lines.h"
 #include "support/run_process.h"
+#include "support/spawned.h"
 
 namespace {
 
 using memscope::test::json_lines;
 using memscope::test::run_process;
+using memscope::test::spawn;
+using memscope::test::Spawned;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
@@ -44,42 +47,6 @@ nlohmann::json last_step(const std::string& output) {
   for (const auto& j : json_lines(output))
     if (j.contains("grad_norm")) last = j;
   return last;
-}
-
-// A started process, its output going to a file: for runs the test interrupts or kills.
-struct Spawned {
-  pid_t pid = -1;
-  fs::path log;
-  int wait(std::chrono::seconds limit) const {
-    const auto until = Clock::now() + limit;
-    int status = 0;
-    while (waitpid(pid, &status, WNOHANG) == 0) {
-      if (Clock::now() > until) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-        return -1;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-};
-
-Spawned spawn(const std::vector<std::string>& argv, const fs::path& log) {
-  Spawned s;
-  s.log = log;
-  s.pid = fork();
-  if (s.pid == 0) {
-    FILE* out = std::fopen(log.c_str(), "w");
-    dup2(fileno(out), 1);
-    dup2(fileno(out), 2);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  return s;
 }
 
 // The pid of the child of `parent` whose environment says RANK=`rank`.
