@@ -135,7 +135,8 @@ void draw_transport(GuiApp& app) {
 
   ImGui::SameLine();
   const int64_t steps = run.steps(view.timeline);
-  const char* state = !run.status.last_error.empty() && !running ? "paused on error"
+  const char* state = run.remote() && !run.status.connected          ? "(retrying)"
+                      : !run.status.last_error.empty() && !running ? "paused on error"
                       : running                                  ? "running"
                                                                  : "paused";
   const char* kind = run.remote() ? (run.status.connected ? "attached" : "detached") : run.live ? "live" : "replay";

@@ -48,7 +48,8 @@ struct RemoteServer::Viewer {
   std::string out;
   size_t out_at = 0;
   std::deque<std::string> control;
-  std::deque<std::pair<std::shared_ptr<const std::string>, int64_t>> frames;  // message, rows
+  // Encoded only when the socket can take them: a viewer that stalls costs a pointer per frame.
+  std::deque<std::shared_ptr<const Frame>> frames;
   std::vector<Event> events;  // not yet sent
   std::string status;         // the newest status, replacing an unsent one
   double status_at = 0;
@@ -259,13 +260,7 @@ void RemoteServer::welcome(Viewer& v) {
       const auto f = ring->frames();
       held.insert(held.end(), f.begin(), f.end());
     }
-  for (size_t i = 0; i < held.size(); i += kFramesPerMessage) {
-    const std::vector<std::shared_ptr<const Frame>> part(held.begin() + static_cast<std::ptrdiff_t>(i),
-                                                          held.begin() + static_cast<std::ptrdiff_t>(std::min(held.size(), i + kFramesPerMessage)));
-    for (auto& payload : encode_frames(part))
-      v.frames.emplace_back(std::make_shared<const std::string>(encode_message(MessageType::Frames, payload)),
-                            static_cast<int64_t>(part.size()));
-  }
+  v.frames.insert(v.frames.end(), held.begin(), held.end());
   queue_status(v, source_.status(), now_s());
 }
 
@@ -290,28 +285,14 @@ void RemoteServer::take_command(Viewer& v, const std::string& payload) {
 
 void RemoteServer::distribute(std::deque<std::shared_ptr<const Frame>> frames, std::vector<Event> events, int64_t dropped) {
   if (frames.empty() && events.empty() && dropped == 0) return;
-  std::vector<std::pair<std::shared_ptr<const std::string>, int64_t>> messages;
-  while (!frames.empty()) {
-    std::vector<std::shared_ptr<const Frame>> part;
-    while (!frames.empty() && part.size() < kFramesPerMessage) {
-      part.push_back(std::move(frames.front()));
-      frames.pop_front();
-    }
-    for (auto& payload : encode_frames(part))
-      messages.emplace_back(std::make_shared<const std::string>(encode_message(MessageType::Frames, payload)),
-                            static_cast<int64_t>(part.size()));
-  }
   for (auto& v : clients_) {
     if (!v->authed || v->closing) continue;
     v->frames_missed += dropped;
-    for (const auto& m : messages) v->frames.push_back(m);
-    int64_t held = 0;
-    for (const auto& m : v->frames) held += m.second;
+    v->frames.insert(v->frames.end(), frames.begin(), frames.end());
     // A viewer that does not keep up loses its oldest frames, never the newest.
-    while (v->frames.size() > 1 && held > static_cast<int64_t>(options_.viewer_queue_frames)) {
-      held -= v->frames.front().second;
-      v->frames_missed += v->frames.front().second;
+    while (v->frames.size() > options_.viewer_queue_frames) {
       v->frames.pop_front();
+      ++v->frames_missed;
     }
     v->events.insert(v->events.end(), events.begin(), events.end());
     if (v->events.size() > options_.viewer_queue_events) {
@@ -357,8 +338,12 @@ void RemoteServer::write_to(Viewer& v) {
         v.out = encode_message(MessageType::Events, encode_events(part));
         v.events.erase(v.events.begin(), v.events.begin() + static_cast<std::ptrdiff_t>(n));
       } else if (!v.frames.empty()) {
-        v.out = *v.frames.front().first;
-        v.frames.pop_front();
+        std::vector<std::shared_ptr<const Frame>> part;
+        while (!v.frames.empty() && part.size() < kFramesPerMessage) {
+          part.push_back(std::move(v.frames.front()));
+          v.frames.pop_front();
+        }
+        for (const auto& payload : encode_frames(part)) v.out += encode_message(MessageType::Frames, payload);
       } else if (!v.status.empty()) {
         v.out = std::move(v.status);
         v.status.clear();
