@@ -1,4 +1,5 @@
-// Detector recall on planted faults (issue 19): one inspect run of a preset with a fault planted
+// Detector recall on planted faults (issue 19): one run of a preset (inspect, or train with
+// --mode train) with a fault planted
 // every --every steps, at varying places in the sequence, and the detectors' events matched to it.
 // A fault is found when a detector of the expected kind fires within --window steps after it, and
 // found at the right step when the first such event is on the very next step. Events outside every
@@ -8,8 +9,11 @@
 //   ns_degraded  memory.ns.steps = 1 for 3 steps, then restored   → ns_error (Muon presets only)
 //   momentum_blowup  layer 0's momentum S × 100 (all heads)        → spike or norm_growth
 //                    (rules with a momentum buffer only)
+// and in train mode, watched through the training loss and gradient norm:
+//   corrupt_batch  one training batch of random tokens and targets  → spike
+//   train_lr_spike train.lr × 30 for one step, then restored         → spike or nonfinite
 // One JSON line per fault kind and one for the run. Flags: --preset P (demo-mqar), --trials N per
-// kind, --every N, --window W, --warmup N, --threads T, --set K=V (repeatable).
+// kind, --every N, --window W, --warmup N, --threads T, --mode inspect|train, --set K=V (repeatable).
 #include <torch/torch.h>
 
 #include <iostream>
@@ -43,32 +47,45 @@ int main(int argc, char** argv) {
   std::string preset = "demo-mqar";
   int64_t trials = 20, every = 113, window = 5, warmup = 300;
   int threads = 1;
+  std::string mode = "inspect";
   std::vector<std::string> sets;
   memscope::bench::BenchFlags flags("fault_bench");
   flags.add("--preset", preset).add("--trials", trials).add("--every", every).add("--window", window);
-  flags.add("--warmup", warmup).add("--threads", threads).add("--set", sets);
+  flags.add("--warmup", warmup).add("--threads", threads).add("--mode", mode).add("--set", sets);
   if (!flags.parse(argc, argv)) return 2;
+  if (mode != "inspect" && mode != "train") {
+    std::cerr << "fault_bench: --mode is inspect or train, not " << mode << "\n";
+    return 2;
+  }
   torch::set_num_threads(threads);
-  sets.push_back("engine.mode=inspect");
+  const bool training = mode == "train";
+  sets.push_back("engine.mode=" + mode);
   sets.push_back("engine.keyframe_every=0");
   const Preset p = load_preset(preset, sets);
   const auto knob = [&](const char* name) { return knob_value(p, *find_knob(name)); };
 
   std::vector<Fault> faults;
+  if (training) {
+    faults.push_back({"corrupt_batch", {EventKind::Spike}, {Command{Command::Kind::CorruptBatch}}, {}});
+    faults.push_back({"train_lr_spike",
+                      {EventKind::Spike, EventKind::NonFinite},
+                      {Command::set_knob("train.lr", std::to_string(30 * p.train.lr))},
+                      {Command::set_knob("train.lr", knob("train.lr"))}});
+  }
   Command nan{Command::Kind::InjectNan};
   nan.layer = 0;
-  faults.push_back({"nan_memory", {EventKind::NonFinite}, {nan}, {}});
-  faults.push_back({"lr_spike",
+  if (!training) faults.push_back({"nan_memory", {EventKind::NonFinite}, {nan}, {}});
+  if (!training) faults.push_back({"lr_spike",
                     {EventKind::Spike, EventKind::NormGrowth, EventKind::NonFinite},
                     {Command::set_knob("memory.lr.max", std::to_string(std::min(100.0, 100.0 * p.memory.max_lr)))},
                     {Command::set_knob("memory.lr.max", knob("memory.lr.max"))}});
-  if (p.memory.momentum_enabled && p.memory.optimiser != Optimiser::Dgd) {
+  if (!training && p.memory.momentum_enabled && p.memory.optimiser != Optimiser::Dgd) {
     Command blowup{Command::Kind::ScaleMomentum};
     blowup.layer = 0;
     blowup.value = "100";
     faults.push_back({"momentum_blowup", {EventKind::Spike, EventKind::NormGrowth, EventKind::NonFinite}, {blowup}, {}});
   }
-  if (p.memory.optimiser == Optimiser::Muon)
+  if (!training && p.memory.optimiser == Optimiser::Muon)
     faults.push_back({"ns_degraded", {EventKind::NsError}, {Command::set_knob("memory.ns.steps", "1")},
                       {Command::set_knob("memory.ns.steps", knob("memory.ns.steps"))}});
 
@@ -83,7 +100,7 @@ int main(int argc, char** argv) {
     if (done >= warmup && (done - warmup) % every == 0) {
       const Fault& f = faults[next % faults.size()];
       for (const auto& c : f.plant) branch.apply(c);
-      if (!f.restore.empty()) restores[done + 3] = f.restore;
+      if (!f.restore.empty()) restores[done + (training ? 1 : 3)] = f.restore;
       planted.push_back({next % faults.size(), done + 1});
       ++next;
     }
@@ -119,6 +136,7 @@ int main(int argc, char** argv) {
   for (size_t f = 0; f < faults.size(); ++f)
     std::cout << nlohmann::json{{"bench", "fault_recall"},
                                 {"preset", preset},
+                                {"mode", mode},
                                 {"fault", faults[f].name},
                                 {"planted", count[f]},
                                 {"found", found[f]},
@@ -130,6 +148,7 @@ int main(int argc, char** argv) {
   const double watched = static_cast<double>(total - warmup);
   std::cout << nlohmann::json{{"bench", "fault_false_positives"},
                               {"preset", preset},
+                              {"mode", mode},
                               {"steps_watched", total - warmup},
                               {"outside_fault_windows_per_10k_steps", 1e4 * static_cast<double>(false_positives) / watched},
                               {"by_kind", false_by_kind}}

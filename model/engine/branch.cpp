@@ -296,6 +296,7 @@ void Branch::apply(const Command& c) {
       });
       break;
     }
+    case K::CorruptBatch: trainer_->corrupt_next_batch(); break;
     case K::ScaleMomentum: {
       double factor = 0;
       try {

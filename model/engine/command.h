@@ -41,6 +41,7 @@ struct Command {
     StopRecording,
     InjectNan,       // fault injection: NaN into `layer`/`head` of the inspect memory
     ScaleMomentum,   // fault injection: S ×= `value` (a number) for `layer`/`head`: a momentum blow-up
+    CorruptBatch,    // fault injection: the next training step trains on random tokens (a corrupt shard)
   };
   Kind kind = Kind::Pause;
   int64_t count = 1;

@@ -97,7 +97,8 @@ void Engine::apply(const Command& c, std::vector<Event>& events) {
     case K::ResetMomentum:
     case K::ResetMemory:
     case K::InjectNan:
-    case K::ScaleMomentum: target->apply(c); break;
+    case K::ScaleMomentum:
+    case K::CorruptBatch: target->apply(c); break;
     case K::LoadPreset:
     case K::LoadCheckpoint: {
       end_recording(std::string("a new run was loaded (") + (c.kind == K::LoadPreset ? "preset " : "checkpoint ") +

@@ -95,6 +95,7 @@ const std::vector<std::pair<Command::Kind, const char*>>& command_names() {
       {K::StopRecording, "stop recording"},
       {K::InjectNan, "inject nan"},
       {K::ScaleMomentum, "scale momentum"},
+      {K::CorruptBatch, "corrupt batch"},
   };
   return names;
 }

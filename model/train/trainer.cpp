@@ -48,6 +48,28 @@ Trainer Trainer::resume(const std::filesystem::path& path, const std::vector<std
   return trainer;
 }
 
+namespace {
+
+// Random tokens everywhere, and random targets where the batch scores one: what a corrupt shard
+// feeds the model (fault injection, Trainer::corrupt_next_batch).
+Batch corrupted(const Batch& batch, int64_t vocab, uint64_t seed) {
+  Rng random(seed);
+  const at::Tensor cpu_tokens = batch.tokens.cpu().contiguous(), cpu_targets = batch.targets.cpu().contiguous();
+  at::Tensor tokens = cpu_tokens.clone(), targets = cpu_targets.clone();
+  int64_t* t = tokens.data_ptr<int64_t>();
+  int64_t* y = targets.data_ptr<int64_t>();
+  for (int64_t i = 0; i < tokens.numel(); ++i) {
+    t[i] = random.uniform(vocab);
+    if (y[i] != kIgnoreIndex) y[i] = random.uniform(vocab);
+  }
+  Batch out = batch;
+  out.tokens = tokens.to(batch.tokens.device());
+  out.targets = targets.to(batch.targets.device());
+  return out;
+}
+
+}  // namespace
+
 TrainStepResult Trainer::train_step() {
   const auto start = std::chrono::steady_clock::now();
   const TrainConfig& c = preset_.train;
@@ -55,6 +77,10 @@ TrainStepResult Trainer::train_step() {
   const int64_t chunk = c.chunk_at(step_);
 
   Batch batch = training_batch(step_ + 1);
+  if (corrupt_next_) {
+    corrupt_next_ = false;
+    batch = corrupted(batch, task_->vocab_size(), Rng::mix(preset_.train.seed, ~static_cast<uint64_t>(step_)));
+  }
   const int64_t T = batch.tokens.size(1);
   const int64_t segment = c.bptt > 0 ? c.bptt : T;
   // The whole batch's target count, on every rank: each rank's loss is a share of the batch's mean.
@@ -212,6 +238,7 @@ TrainerSnapshot Trainer::snapshot() const {
   TrainerSnapshot s;
   s.step = step_;
   s.optimiser_steps = optimiser_->steps();
+  s.corrupt_next = corrupt_next_;
   for (const auto& [name, p] : optimiser_->parameters()) s.parameters.emplace(name, p.detach().clone());
   for (const auto& [name, t] : optimiser_->state()) s.optimiser.emplace(name, t.clone());
   return s;
@@ -227,6 +254,7 @@ void Trainer::restore(const TrainerSnapshot& s) {
   }
   optimiser_->load_state(s.optimiser, s.optimiser_steps, "keyframe");
   step_ = s.step;
+  corrupt_next_ = s.corrupt_next;
 }
 
 void Trainer::apply_live(const Preset& preset) {

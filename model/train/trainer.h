@@ -48,6 +48,7 @@ struct EvalResult {
 struct TrainerSnapshot {
   int64_t step = 0;
   int64_t optimiser_steps = 0;
+  bool corrupt_next = false;  // a planted corrupt batch not trained on yet (a keyframe between the two keeps it)
   std::map<std::string, at::Tensor> parameters;  // by parameter name
   std::map<std::string, at::Tensor> optimiser;   // AdamW::state() names
 
@@ -94,6 +95,10 @@ class Trainer {
   // schedule, AdamW's options and the memory rule change from the next step on.
   void apply_live(const Preset& preset);
 
+  // Fault injection (issue 19's corrupt batch): the next training step's batch is replaced by
+  // uniformly random tokens and targets at the same positions, as a corrupt data shard would be.
+  void corrupt_next_batch() { corrupt_next_ = true; }
+
   int64_t step() const { return step_; }
   bool done() const { return step_ >= preset_.train.steps; }
   const Preset& preset() const { return preset_; }
@@ -109,6 +114,7 @@ class Trainer {
   LanguageModel model_{nullptr};
   std::unique_ptr<AdamW> optimiser_;
   int64_t step_ = 0;
+  bool corrupt_next_ = false;
   LmState last_state_;
   std::shared_ptr<DataParallel> data_parallel_;
 
