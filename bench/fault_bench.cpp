@@ -13,7 +13,8 @@
 //   corrupt_batch  one training batch of random tokens and targets  → spike
 //   train_lr_spike train.lr × 30 for one step, then restored         → spike or nonfinite
 // One JSON line per fault kind and one for the run. Flags: --preset P (demo-mqar), --trials N per
-// kind, --every N, --window W, --warmup N, --threads T, --mode inspect|train, --set K=V (repeatable).
+// kind, --every N, --window W, --warmup N, --threads T, --mode inspect|train, --ckpt FILE (start from
+// a trained run), --set K=V (repeatable).
 #include <torch/torch.h>
 
 #include <iostream>
@@ -25,6 +26,7 @@
 #include "model/config/knobs.h"
 #include "model/config/preset.h"
 #include "model/engine/branch.h"
+#include "model/train/checkpoint.h"
 
 using namespace memscope::model;
 
@@ -47,11 +49,11 @@ int main(int argc, char** argv) {
   std::string preset = "demo-mqar";
   int64_t trials = 20, every = 113, window = 5, warmup = 300;
   int threads = 1;
-  std::string mode = "inspect";
+  std::string mode = "inspect", ckpt;
   std::vector<std::string> sets;
   memscope::bench::BenchFlags flags("fault_bench");
   flags.add("--preset", preset).add("--trials", trials).add("--every", every).add("--window", window);
-  flags.add("--warmup", warmup).add("--threads", threads).add("--mode", mode).add("--set", sets);
+  flags.add("--warmup", warmup).add("--threads", threads).add("--mode", mode).add("--ckpt", ckpt).add("--set", sets);
   if (!flags.parse(argc, argv)) return 2;
   if (mode != "inspect" && mode != "train") {
     std::cerr << "fault_bench: --mode is inspect or train, not " << mode << "\n";
@@ -61,7 +63,8 @@ int main(int argc, char** argv) {
   const bool training = mode == "train";
   sets.push_back("engine.mode=" + mode);
   sets.push_back("engine.keyframe_every=0");
-  const Preset p = load_preset(preset, sets);
+  // --ckpt: a trained model (a fault shows against a learnt task, not against chance).
+  const Preset p = ckpt.empty() ? load_preset(preset, sets) : checkpoint_preset(read_checkpoint(ckpt), sets);
   const auto knob = [&](const char* name) { return knob_value(p, *find_knob(name)); };
 
   std::vector<Fault> faults;
@@ -89,26 +92,26 @@ int main(int argc, char** argv) {
     faults.push_back({"ns_degraded", {EventKind::NsError}, {Command::set_knob("memory.ns.steps", "1")},
                       {Command::set_knob("memory.ns.steps", knob("memory.ns.steps"))}});
 
-  Branch branch(0, p);
+  const auto branch = ckpt.empty() ? std::make_unique<Branch>(0, p) : std::make_unique<Branch>(0, std::filesystem::path(ckpt), sets);
   std::vector<Event> events;
   std::vector<Planted> planted;
   const int64_t total = warmup + every * trials * static_cast<int64_t>(faults.size());
   std::map<int64_t, std::vector<Command>> restores;
   size_t next = 0;
   for (int64_t s = 0; s < total; ++s) {
-    const int64_t done = branch.step();
+    const int64_t done = branch->step();
     if (done >= warmup && (done - warmup) % every == 0) {
       const Fault& f = faults[next % faults.size()];
-      for (const auto& c : f.plant) branch.apply(c);
+      for (const auto& c : f.plant) branch->apply(c);
       if (!f.restore.empty()) restores[done + (training ? 1 : 3)] = f.restore;
       planted.push_back({next % faults.size(), done + 1});
       ++next;
     }
     if (auto it = restores.find(done); it != restores.end()) {
-      for (const auto& c : it->second) branch.apply(c);
+      for (const auto& c : it->second) branch->apply(c);
       restores.erase(it);
     }
-    branch.advance(events);
+    branch->advance(events);
   }
 
   std::vector<int64_t> found(faults.size()), on_time(faults.size()), count(faults.size());
@@ -137,6 +140,7 @@ int main(int argc, char** argv) {
     std::cout << nlohmann::json{{"bench", "fault_recall"},
                                 {"preset", preset},
                                 {"mode", mode},
+                                {"checkpoint", ckpt},
                                 {"fault", faults[f].name},
                                 {"planted", count[f]},
                                 {"found", found[f]},

@@ -16,6 +16,7 @@ void SpikeDetector::set_config(SpikeDetectorConfig config) {
 void SpikeDetector::reset() {
   mean_ = variance_ = 0.0;
   seen_ = 0;
+  last_was_spike_ = false;
 }
 
 std::optional<Spike> SpikeDetector::observe(std::int64_t step, double value) {
@@ -31,7 +32,13 @@ std::optional<Spike> SpikeDetector::observe(std::int64_t step, double value) {
   // is 1/n, i.e. the plain running mean and variance: an EMA started from zero would
   // underestimate the variance for hundreds of steps and call ordinary noise a spike.
   const double alpha = std::max(1.0 / static_cast<double>(seen_ + 1), 1.0 - decay_);
-  const double delta = value - mean_;
+  // An isolated spike is folded in at the threshold's edge (winsorised): at full weight it would
+  // inflate the variance for hundreds of steps and hide the next spike (issue 19's fault bench: a
+  // second corrupt batch went unseen). Two in a row are a new level, and are learnt as they are.
+  double folded = value;
+  if (spike && !last_was_spike_) folded = mean_ + config_.threshold * std::sqrt(variance_ + 1e-12 * (1.0 + mean_ * mean_));
+  last_was_spike_ = spike.has_value();
+  const double delta = folded - mean_;
   mean_ += alpha * delta;
   variance_ = (1.0 - alpha) * (variance_ + alpha * delta * delta);
   ++seen_;

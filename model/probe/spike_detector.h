@@ -22,8 +22,9 @@ class SpikeDetector {
  public:
   explicit SpikeDetector(SpikeDetectorConfig config = {});
 
-  // Scores value against the statistics so far, then folds it in. Non-finite values are not
-  // spikes here (the NaN/Inf detector names them) and leave the statistics untouched.
+  // Scores value against the statistics so far, then folds it in (an isolated spike clipped to
+  // the threshold, so that it does not hide the next one). Non-finite values are not spikes here
+  // (the NaN/Inf detector names them) and leave the statistics untouched.
   std::optional<Spike> observe(std::int64_t step, double value);
 
   // New threshold and half-life from the next sample on; the statistics so far are kept.
@@ -38,6 +39,7 @@ class SpikeDetector {
   double decay_;
   double mean_ = 0.0, variance_ = 0.0;
   std::int64_t seen_ = 0;
+  bool last_was_spike_ = false;
 };
 
 }  // namespace memscope::model

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <memory>
 
 #include "model/util/errors.h"
@@ -62,6 +63,20 @@ AddrInfo resolve(const Endpoint& e, bool passive) {
   return out;
 }
 
+// Tries each address `e` resolves to: a socket, then `use` on it, which says "" when that worked
+// and why not otherwise. None worked: "cannot VERB ADDR: why" (the last address's reason).
+Socket first_that_works(const Endpoint& e, bool passive, const char* verb,
+                        const std::function<std::string(const Socket&, const addrinfo&)>& use) {
+  const AddrInfo info = resolve(e, passive);
+  std::string why = "no address";
+  for (addrinfo* a = info.list; a; a = a->ai_next) {
+    Socket s(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
+    why = s.open() ? use(s, *a) : std::string(std::strerror(errno));
+    if (why.empty()) return s;
+  }
+  throw UserError(std::string("cannot ") + verb + " " + e.text() + ": " + why);
+}
+
 std::string address_text(const sockaddr_storage& a) {
   char host[INET6_ADDRSTRLEN] = "?";
   int port = 0;
@@ -103,24 +118,13 @@ void Socket::close() {
 void set_nonblocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL, 0) | O_NONBLOCK); }
 
 Socket listen_on(const Endpoint& e) {
-  const AddrInfo info = resolve(e, true);
-  std::string why = "no address";
-  for (addrinfo* a = info.list; a; a = a->ai_next) {
-    Socket s(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
-    if (!s.open()) {
-      why = std::strerror(errno);
-      continue;
-    }
+  return first_that_works(e, true, "serve on", [](const Socket& s, const addrinfo& a) -> std::string {
     const int one = 1;
     setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (::bind(s.fd(), a->ai_addr, a->ai_addrlen) != 0 || ::listen(s.fd(), 8) != 0) {
-      why = std::strerror(errno);
-      continue;
-    }
+    if (::bind(s.fd(), a.ai_addr, a.ai_addrlen) != 0 || ::listen(s.fd(), 8) != 0) return std::strerror(errno);
     set_nonblocking(s.fd());
-    return s;
-  }
-  throw UserError("cannot serve on " + e.text() + ": " + why);
+    return "";
+  });
 }
 
 Socket accept_from(const Socket& listener) {
@@ -148,38 +152,21 @@ std::string peer_name(const Socket& s) {
 }
 
 Socket connect_to(const Endpoint& e, double timeout_s) {
-  const AddrInfo info = resolve(e, false);
-  std::string why = "no address";
-  for (addrinfo* a = info.list; a; a = a->ai_next) {
-    Socket s(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
-    if (!s.open()) {
-      why = std::strerror(errno);
-      continue;
-    }
+  return first_that_works(e, false, "connect to", [timeout_s](const Socket& s, const addrinfo& a) -> std::string {
     set_nonblocking(s.fd());
-    if (::connect(s.fd(), a->ai_addr, a->ai_addrlen) != 0) {
-      if (errno != EINPROGRESS) {
-        why = std::strerror(errno);
-        continue;
-      }
+    if (::connect(s.fd(), a.ai_addr, a.ai_addrlen) != 0) {
+      if (errno != EINPROGRESS) return std::strerror(errno);
       pollfd p{s.fd(), POLLOUT, 0};
-      if (poll(&p, 1, static_cast<int>(timeout_s * 1000)) != 1) {
-        why = "timed out";
-        continue;
-      }
+      if (poll(&p, 1, static_cast<int>(timeout_s * 1000)) != 1) return "timed out";
       int error = 0;
       socklen_t n = sizeof error;
       getsockopt(s.fd(), SOL_SOCKET, SO_ERROR, &error, &n);
-      if (error != 0) {
-        why = std::strerror(error);
-        continue;
-      }
+      if (error != 0) return std::strerror(error);
     }
     const int one = 1;  // commands and status are small: send them now, not with the next frame
     setsockopt(s.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    return s;
-  }
-  throw UserError("cannot connect to " + e.text() + ": " + why);
+    return "";
+  });
 }
 
 ssize_t write_some(int fd, const char* data, size_t size) {

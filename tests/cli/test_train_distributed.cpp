@@ -17,29 +17,18 @@
 #include "support/json_lines.h"
 #include "support/run_process.h"
 #include "support/spawned.h"
+#include "support/temp_files.h"
 
 namespace {
 
 using memscope::test::json_lines;
 using memscope::test::run_process;
 using memscope::test::spawn;
+using memscope::test::read_text;
 using memscope::test::Spawned;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("memscope-dist-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // The last training step's JSON line.
 nlohmann::json last_step(const std::string& output) {
@@ -86,7 +75,7 @@ std::vector<std::string> train_args(std::vector<std::string> extra) {
 
 TEST_CASE("two Gloo ranks train as one process does with the same global batch, to 1e-6 after 10 steps",
           "[cli][dist]") {
-  const fs::path dir = fresh_dir("equal");
+  const fs::path dir = memscope::test::fresh_dir("dist-equal");
   // One thread each, so that both sides run the same kernels. train.eps=1e-6: AdamW divides by
   // √v + eps, so with the default 1e-8 a gradient component near 0 turns the shards' different
   // summation order (1e-7 relative) into steps that differ by up to 2e-6 in a few elements after
@@ -137,7 +126,7 @@ TEST_CASE("two Gloo ranks train as one process does with the same global batch, 
 
 TEST_CASE("a rank killed mid-run stops the other with one line naming it, and the last checkpoint resumes",
           "[cli][dist]") {
-  const fs::path dir = fresh_dir("kill");
+  const fs::path dir = memscope::test::fresh_dir("dist-kill");
   const fs::path ckpt = dir / "run.safetensors";
   const Spawned launcher = spawn(train_args({"--steps", "100000", "--nproc", "2", "--save-every", "3", "--out",
                                              ckpt.string()}),
@@ -176,7 +165,7 @@ TEST_CASE("a rank killed mid-run stops the other with one line naming it, and th
 }
 
 TEST_CASE("Ctrl+C to the launcher stops every rank at the same step and saves", "[cli][dist]") {
-  const fs::path dir = fresh_dir("interrupt");
+  const fs::path dir = memscope::test::fresh_dir("dist-interrupt");
   const fs::path ckpt = dir / "run.safetensors";
   const Spawned launcher = spawn(train_args({"--steps", "100000", "--nproc", "2", "--out", ckpt.string()}), dir / "log");
   const auto until = Clock::now() + std::chrono::seconds(60);

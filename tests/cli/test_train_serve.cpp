@@ -11,27 +11,16 @@
 
 #include "support/run_process.h"
 #include "support/spawned.h"
+#include "support/temp_files.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using memscope::test::run_process;
 using memscope::test::spawn;
+using memscope::test::read_text;
 using memscope::test::Spawned;
 
-fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("memscope-serve-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // Waits (up to a minute) until `log` matches `pattern`; returns the first group.
 std::string wait_for(const fs::path& log, const std::string& pattern) {
@@ -69,7 +58,7 @@ nlohmann::json last_step(const std::string& output) {
 }  // namespace
 
 TEST_CASE("train --serve: a viewer killed mid-stream leaves the run as it is without one", "[cli]") {
-  const fs::path dir = fresh_dir("kill");
+  const fs::path dir = memscope::test::fresh_dir("serve-kill");
   const auto plain = run_process(cli({"train", "--steps", "8", "--out", (dir / "plain.safetensors").string()}));
   INFO(plain.output);
   REQUIRE(plain.exit_code == 0);
@@ -107,7 +96,7 @@ TEST_CASE("train --serve: a viewer killed mid-stream leaves the run as it is wit
 }
 
 TEST_CASE("train --serve: a viewer's knob and pause reach the run, a restart knob and a wrong token are refused", "[cli]") {
-  const fs::path dir = fresh_dir("drive");
+  const fs::path dir = memscope::test::fresh_dir("serve-drive");
   const Spawned run = spawn(cli({"train", "--steps", "6", "--serve", "127.0.0.1:0", "--token", "t0k"}), dir / "run.log");
   const std::string address = wait_for(dir / "run.log", "on (127\\.0\\.0\\.1:[0-9]+)");
 

@@ -84,6 +84,26 @@ TEST_CASE("spike detector finds a planted spike at its step", "[model]") {
   CHECK(spikes[0].z > 6.0);
 }
 
+TEST_CASE("spike detector finds each of repeated spikes, and a new level fires at most twice", "[model]") {
+  // The same planted outlier every 40 steps: each is found (folded in at full weight, the first
+  // would inflate the variance for hundreds of steps and hide the rest).
+  SpikeDetector detector;
+  std::mt19937 rng(13);
+  std::normal_distribution<double> noise(0.0, 0.01);
+  std::vector<int64_t> found;
+  for (int step = 0; step < 600; ++step) {
+    const double loss = 0.5 + noise(rng) + (step >= 100 && step % 40 == 0 ? 3.0 : 0.0);
+    if (auto s = detector.observe(step, loss)) found.push_back(s->step);
+  }
+  CHECK(found == std::vector<int64_t>{120, 160, 200, 240, 280, 320, 360, 400, 440, 480, 520, 560});
+  // A jump to a new level that stays: it is learnt after the second step, not flagged forever.
+  SpikeDetector level;
+  int fired = 0;
+  for (int step = 0; step < 600; ++step) fired += level.observe(step, (step < 300 ? 0.5 : 4.0) + noise(rng)).has_value();
+  CHECK(fired >= 1);
+  CHECK(fired <= 2);
+}
+
 TEST_CASE("spike detector gives no false positive on a smooth series or NaN", "[model]") {
   SpikeDetector detector;
   std::mt19937 rng(12);
