@@ -145,10 +145,12 @@ void RemoteServer::loop() {
     for (auto& v : clients_) fds.push_back({v->socket.fd(), static_cast<short>(POLLIN | (v->idle_output() ? 0 : POLLOUT)), 0});
     poll(fds.data(), fds.size(), 50);
     if (fds[1].revents) wake_.drain();
+    // The viewers polled; the ones accepted below are read from the next turn.
+    const size_t polled = clients_.size();
     if (fds[0].revents & POLLIN && !stopping_) accept_viewers(now);
     for (size_t i = 0; i < clients_.size(); ++i) {
       Viewer& v = *clients_[i];
-      const short revents = fds[i + 2].revents;
+      const short revents = i < polled ? fds[i + 2].revents : 0;
       try {
         if (revents & (POLLIN | POLLHUP | POLLERR)) read_from(v);
         if (!v.closing && !v.authed && now - v.connected_at > options_.hello_timeout_s)
