@@ -138,7 +138,9 @@ void draw_knobs_panel(GuiApp& app) {
   const model::Preset& preset = run.status.preset;
   ImGui::TextColored(viz::colors::accent(), "%s", preset.name.empty() ? "Knobs" : preset.name.c_str());
   ImGui::SameLine();
-  ImGui::TextColored(viz::colors::muted(), run.live ? "R: restart knob" : "recorded (read-only)");
+  ImGui::TextColored(viz::colors::muted(), !run.live                                ? "recorded (read-only)"
+                                           : run.refused(model::kRestartKnob).empty() ? "R: restart knob"
+                                                                                      : "R: restart knob (refused here)");
   if (!preset.description.empty()) {
     ImGui::PushTextWrapPos(0.0f);
     ImGui::TextColored(viz::colors::muted(), "%s", clipped_for_display(preset.description).c_str());
