@@ -43,7 +43,7 @@ struct RemoteServer::Viewer {
   std::string peer;
   WireDecoder decoder;
   double connected_at = 0;
-  bool authed = false, closing = false, fresh = false;
+  bool authed = false, closing = false;
   // Waiting to be written: control messages (never dropped), then frames (oldest dropped first).
   std::string out;
   size_t out_at = 0;
@@ -52,10 +52,10 @@ struct RemoteServer::Viewer {
   std::deque<std::shared_ptr<const Frame>> frames;
   std::vector<Event> events;  // not yet sent
   std::string status;         // the newest status, replacing an unsent one
-  double status_at = 0;
   int64_t frames_missed = 0, events_missed = 0, commands_taken = 0;
 
-  Viewer(Socket s, std::string name) : socket(std::move(s)), peer(name), decoder("viewer " + name) {}
+  Viewer(Socket s, const std::string& name, double now)
+      : socket(std::move(s)), peer(name), decoder("viewer " + name), connected_at(now) {}
   bool idle_output() const { return out_at >= out.size() && control.empty() && frames.empty() && status.empty() && events.empty(); }
 };
 
@@ -180,10 +180,8 @@ void RemoteServer::accept_viewers(double now) {
   for (;;) {
     Socket s = accept_from(listener_);
     if (!s.open()) return;
-    auto v = std::make_unique<Viewer>(std::move(s), "");
-    v->peer = peer_name(v->socket);
-    v->decoder = WireDecoder("viewer " + v->peer);
-    v->connected_at = now;
+    const std::string peer = peer_name(s);
+    auto v = std::make_unique<Viewer>(std::move(s), peer, now);
     if (static_cast<int>(clients_.size()) >= options_.max_viewers) {
       v->control.push_back(encode_message(MessageType::Refuse, encode_reason("the run has " + std::to_string(options_.max_viewers) +
                                                                              " viewers already")));

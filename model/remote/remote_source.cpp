@@ -280,7 +280,7 @@ EngineStatus RemoteSource::status() const {
   s.running = connected_ && remote_.running;
   s.idle = !connected_ || idle_locked();
   s.pending_steps = connected_ ? remote_.pending_steps : 0;
-  s.steps = remote_.steps.empty() ? std::vector<int64_t>{0} : remote_.steps;
+  s.steps = remote_.steps;
   s.preset = preset_;
   s.last_error = connected_ ? remote_.last_error : connection_error_;
   s.breakpoints = remote_.breakpoints;
@@ -318,7 +318,7 @@ Preset RemoteSource::preset() const {
 
 std::vector<int64_t> RemoteSource::steps() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return remote_.steps.empty() ? std::vector<int64_t>{0} : remote_.steps;
+  return remote_.steps;
 }
 
 }  // namespace memscope::model

@@ -232,6 +232,7 @@ RemoteStatus decode_status(const std::string& payload, const std::string& peer) 
   s.pending_steps = r.integer("pending_steps", 0, INT64_MAX);
   const json& steps = r.at("steps");
   if (!steps.is_array() || steps.empty() || steps.size() > 4096) r.fail("\"steps\" is not a list of step counts");
+  s.steps.clear();
   for (const auto& v : steps) {
     if (!v.is_number_integer() || v.get<int64_t>() < 0) r.fail("\"steps\" is not a list of step counts");
     s.steps.push_back(v.get<int64_t>());

@@ -34,7 +34,7 @@ struct Welcome {
 struct RemoteStatus {
   bool running = false, idle = true;
   int64_t pending_steps = 0;
-  std::vector<int64_t> steps;
+  std::vector<int64_t> steps = {0};  // per timeline; a run not heard from yet is at step 0
   std::string preset_name, preset_toml;  // the main timeline's knobs in force (Preset::toml)
   std::string last_error;
   std::vector<Breakpoint> breakpoints;
