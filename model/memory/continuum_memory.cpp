@@ -62,9 +62,6 @@ CmsState map_tensors(const CmsState& s, F f) {
   return out;
 }
 
-// ℓ = ½‖y − v‖²/D summed over tokens: the inner loss normalised by its element count (seed 004 change 6).
-at::Tensor dloss_dy(const at::Tensor& y, const at::Tensor& v) { return (y - v) / static_cast<double>(y.size(-1)); }
-
 }  // namespace
 
 CmsState CmsState::clone() const {
@@ -147,7 +144,7 @@ at::Tensor ContinuumMemoryImpl::level_step(int64_t level, const at::Tensor& z_t,
 }
 
 // A stretch inside one period reads one W, so its n reads are one batched pass and its n
-// gradients come from one autograd call to the activations: g1_t = δo_t a_tᵀ, g2_t = δh_t k_tᵀ.
+// gradients are analytic and rank one: g1_t = δo_t a_tᵀ, g2_t = δh_t k_tᵀ.
 // Both are rank one, so ‖g_t‖² = ‖δo_t‖²‖a_t‖² + ‖δh_t‖²‖k_t‖² without materialising g_t.
 at::Tensor ContinuumMemoryImpl::level_stretch(int64_t level, const at::Tensor& z_in, CmsLevelState& s,
                                               bool update) const {
@@ -164,29 +161,12 @@ at::Tensor ContinuumMemoryImpl::level_stretch(int64_t level, const at::Tensor& z
   const at::Tensor k = at::matmul(z, w_k[l].t()), v = at::matmul(z, w_v[l].t());
   const at::Tensor eta = options_.max_lr * at::sigmoid(at::matmul(z, lr_w[l]) + lr_b[l]);  // [B,1,n]
 
-  const bool differentiable = at::GradMode::is_enabled() &&
-                              (s.weights[0].requires_grad() || s.weights[1].requires_grad() || k.requires_grad());
-  at::Tensor d_h, d_o, a, key;
-  {
-    at::AutoGradMode grad_on(true);
-    const at::Tensor w1 = differentiable ? s.weights[0] : s.weights[0].detach().requires_grad_(true);
-    const at::Tensor w2 = differentiable ? s.weights[1] : s.weights[1].detach().requires_grad_(true);
-    key = differentiable ? k : k.detach();
-    const at::Tensor value = differentiable ? v : v.detach();
-    const MlpPass pass = pass_of(key, w1, w2);
-    at::Tensor psi = dloss_dy(pass.y, value.unsqueeze(-2));
-    if (!differentiable) psi = psi.detach();
-    auto d = torch::autograd::grad({pass.y}, {pass.h, pass.o}, {psi}, /*retain_graph=*/differentiable,
-                                   /*create_graph=*/differentiable);
-    d_h = d[0].squeeze(-2);
-    d_o = d[1].squeeze(-2);
-    a = pass.a.squeeze(-2);
-    if (!differentiable) {
-      d_h = d_h.detach();
-      d_o = d_o.detach();
-      a = a.detach();
-    }
-  }
+  // The per-token inner gradients analytically (mlp_inner_gradient): with grad mode on, autograd
+  // takes the outer gradient through them with a plain backward, where the autograd::grad form
+  // needed create_graph and a double backward per stretch.
+  const MlpPass pass = pass_of(k, s.weights[0], s.weights[1]);
+  const MlpInnerGradient inner = mlp_inner_gradient(pass, v.unsqueeze(-2), s.weights[0].unsqueeze(2), ln_w);
+  const at::Tensor d_h = inner.delta_h.squeeze(-2), d_o = inner.delta_o.squeeze(-2), a = pass.a.squeeze(-2), key = k;
   const at::Tensor norm_sq = d_o.pow(2).sum(-1) * a.pow(2).sum(-1) + d_h.pow(2).sum(-1) * key.pow(2).sum(-1);
   const at::Tensor weight = (clip_factor(norm_sq, options_.inner_clip) * eta).unsqueeze(-1);  // [B,1,n,1]
   // Σ_t w_t δo_t a_tᵀ and Σ_t w_t δh_t k_tᵀ as broadcast products summed over the tokens, not as

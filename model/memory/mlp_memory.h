@@ -13,6 +13,8 @@ struct MlpPass {
   at::Tensor h;  // W_2 z           [..., 4d]
   at::Tensor a;  // GELU(h)         [..., 4d]
   at::Tensor o;  // W_1 a           [..., d]
+  at::Tensor n;  // (o − mean)/stdev [..., d]: LN before its affine
+  at::Tensor stdev;  // √(var(o) + eps) [..., 1]
   at::Tensor y;  // z + LN(o)       [..., d]
 };
 
@@ -20,6 +22,26 @@ struct MlpPass {
 // (z's last-but-one dimension is the token axis of the matmul); ln_weight, ln_bias: [H,d].
 MlpPass mlp_pass(const at::Tensor& z, const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& ln_weight,
                  const at::Tensor& ln_bias);
+
+// The pass's LN and residual from its pre-LN output p.o: fills p.n, p.stdev and p.y. For a
+// caller that gets o another way (the chunkwise self-modifying memory reads W_1 a without W_1).
+void finish_mlp_pass(MlpPass& p, const at::Tensor& z, const at::Tensor& ln_weight, const at::Tensor& ln_bias);
+
+// GELU (exact, erf) and its derivative Φ(h) + h·φ(h), written out (see mlp_memory.cpp for why).
+at::Tensor exact_gelu(const at::Tensor& h);
+at::Tensor exact_gelu_derivative(const at::Tensor& h);
+
+// The inner loss ℓ = ½‖M(z) − target‖²/d of one token and its gradient, analytically. For one
+// input z the gradient of each weight is rank 1: ∇_{W_1} ℓ = δo ⊗ a and ∇_{W_2} ℓ = δh ⊗ z, so the
+// factors are all a batched form needs. Plain tensor ops: with grad mode on, autograd carries the
+// outer gradient through them (no double backward), as create_graph would through autograd::grad.
+struct MlpInnerGradient {
+  at::Tensor delta_o;  // ∂ℓ/∂o [..., d]
+  at::Tensor delta_h;  // ∂ℓ/∂h [..., 4d]
+  at::Tensor loss;     // ℓ     [...]
+};
+MlpInnerGradient mlp_inner_gradient(const MlpPass& pass, const at::Tensor& target, const at::Tensor& w1,
+                                    const at::Tensor& ln_weight);
 
 // The weights a per-token inner gradient ∇_W ℓ is taken with respect to (autograd::grad inputs).
 // Differentiable (training, create_graph): a fresh alias of each weight, so that the gradient

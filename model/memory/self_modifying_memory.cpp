@@ -29,8 +29,9 @@ namespace {
 template <typename F>
 SelfModState map_tensors(const SelfModState& s, F f) {
   SelfModState out = s;
-  for (auto& w : out.weights)
-    for (auto& t : w) t = f(t);
+  for (auto* group : {&out.weights, &out.anchor})
+    for (auto& w : *group)
+      for (auto& t : w) t = f(t);
   if (out.aux.defined()) out.aux = f(out.aux);
   for (at::Tensor* t : {&out.last_error, &out.last_retain, &out.last_lr, &out.last_precond, &out.conv})
     if (t->defined()) *t = f(*t);
@@ -95,13 +96,19 @@ at::Tensor SelfModifyingMemoryImpl::read(SelfModMemory m, const SelfModState& st
   return read_weights(m, state.weights[static_cast<int>(m)], z);
 }
 
-at::Tensor SelfModifyingMemoryImpl::step(const at::Tensor& x_t, SelfModState& state, SelfModRecord* record) const {
+at::Tensor SelfModifyingMemoryImpl::step(const at::Tensor& x_t, SelfModState& state, SelfModRecord* record,
+                                         int64_t chunk) const {
   const int64_t d = options_.d_model;
   TORCH_CHECK(x_t.dim() == 2 && x_t.size(1) == d, "self-modifying memory: expected x_t of shape [B,", d, "], got ",
               x_t.sizes());
-  // Everything the step reads comes from the memories before its writes.
-  at::Tensor q_in = at::matmul(x_t, w_q.t()), k_in = read(SelfModMemory::Key, state, x_t),
-             v_in = read(SelfModMemory::Value, state, x_t);
+  TORCH_CHECK(chunk >= 1, "self-modifying memory: chunk size must be at least 1, got ", chunk);
+  // Everything the step's writes read comes from the memories before its writes; with chunk b > 1,
+  // from the memories at the chunk start (SPEC §9), carried across calls in the anchor.
+  const bool continuing = chunk > 1 && state.tokens % chunk != 0 && state.anchor_chunk == chunk && !state.anchor[0].empty();
+  const std::array<std::vector<at::Tensor>, kSelfModCount> reads = continuing ? state.anchor : state.weights;
+  auto read_at = [&](SelfModMemory m, const at::Tensor& z) { return read_weights(m, reads[static_cast<int>(m)], z); };
+  at::Tensor q_in = at::matmul(x_t, w_q.t()), k_in = read_at(SelfModMemory::Key, x_t),
+             v_in = read_at(SelfModMemory::Value, x_t);
   if (options_.conv) {
     const at::Tensor window = at::cat({state.conv.to(x_t.dtype()), at::cat({q_in, k_in, v_in}, -1).unsqueeze(1)}, 1);
     const at::Tensor mixed = (window.transpose(1, 2) * conv_weight).sum(-1);  // [B,3d]
@@ -113,30 +120,30 @@ at::Tensor SelfModifyingMemoryImpl::step(const at::Tensor& x_t, SelfModState& st
   }
   const at::Tensor k = unit(k_in);
   const at::Tensor v = v_in;
-  const at::Tensor eta = options_.max_lr * at::sigmoid(read(SelfModMemory::Lr, state, x_t) + b_lr);
-  const at::Tensor alpha = at::sigmoid(read(SelfModMemory::Retain, state, x_t) + b_retain);
+  const at::Tensor eta = options_.max_lr * at::sigmoid(read_at(SelfModMemory::Lr, x_t) + b_lr);
+  const at::Tensor alpha = at::sigmoid(read_at(SelfModMemory::Retain, x_t) + b_retain);
   const at::Tensor q = unit(q_in);
 
   // seed 004 change 1: the auxiliary retrieval loss gives M_k (first term) and M_v (second) an
   // outer gradient that does not depend on differentiating through the inner updates.
-  const at::Tensor retrieved = read(SelfModMemory::Main, state, k);
+  const at::Tensor retrieved = read_at(SelfModMemory::Main, k);
   state.aux = state.aux + (retrieved - v.detach()).pow(2).mean(-1) + (retrieved.detach() - v).pow(2).mean(-1);
 
   std::array<at::Tensor, kSelfModCount> target;
   for (int m = 0; m < kSelfModCount; ++m) {
     const auto mem = static_cast<SelfModMemory>(m);
     // v̂_□ = sg(M_□(v_t)): self-generated; the main memory stores v_t itself.
-    target[m] = mem == SelfModMemory::Main ? v : read(mem, state, v).detach();
+    target[m] = mem == SelfModMemory::Main ? v : read_at(mem, v).detach();
   }
 
   bool differentiable = at::GradMode::is_enabled() && k.requires_grad();
-  for (const auto& w : state.weights) differentiable = differentiable || (at::GradMode::is_enabled() && w[0].requires_grad());
+  for (const auto& w : reads) differentiable = differentiable || (at::GradMode::is_enabled() && w[0].requires_grad());
   std::vector<at::Tensor> grads;
   std::array<at::Tensor, kSelfModCount> error;
   {
     at::AutoGradMode grad_on(true);
     std::vector<at::Tensor> leaves;
-    for (const auto& w : state.weights)
+    for (const auto& w : reads)
       for (const auto& t : inner_gradient_inputs(w, differentiable)) leaves.push_back(t);
     const at::Tensor key = differentiable ? k : k.detach();
     at::Tensor total;
@@ -164,6 +171,13 @@ at::Tensor SelfModifyingMemoryImpl::step(const at::Tensor& x_t, SelfModState& st
     state.weights[m] = dgd_mlp_update(state.weights[m], g, k_sq, a, e);
   }
   state.tokens += 1;
+  if (chunk > 1 && state.tokens % chunk != 0) {
+    if (!continuing) state.anchor = reads;
+    state.anchor_chunk = chunk;
+  } else {
+    state.anchor = {};
+    state.anchor_chunk = 0;
+  }
   state.last_error = at::stack({error[0], error[1], error[2], error[3], error[4]}, -1).detach();
   state.last_retain = alpha.detach();
   state.last_lr = eta.detach();
@@ -180,13 +194,6 @@ at::Tensor SelfModifyingMemoryImpl::step(const at::Tensor& x_t, SelfModState& st
     record->target_error = error;
   }
   return y;
-}
-
-at::Tensor SelfModifyingMemoryImpl::forward(const at::Tensor& x, SelfModState& state) const {
-  TORCH_CHECK(x.dim() == 3, "self-modifying memory: expected x of shape [B,T,d], got ", x.sizes());
-  std::vector<at::Tensor> ys;
-  for (int64_t t = 0; t < x.size(1); ++t) ys.push_back(step(x.select(1, t), state));
-  return at::stack(ys, 1);
 }
 
 }  // namespace memscope::model

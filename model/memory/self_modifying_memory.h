@@ -19,7 +19,13 @@
 // The auxiliary retrieval loss MSE(M(k_t), sg(v_t)) + MSE(sg(M(k_t)), v_t) at the pre-write M
 // (seed 004 change 1) accumulates in the state; the trainer adds it with its weight.
 //
-// There is no chunkwise form: forward() runs the sequential step, so the two forms agree exactly.
+// SPEC §9 for these memories (train.chunk b): inside a chunk of b tokens every read that feeds a
+// write (k_t, v_t, η_t, α_t, the targets, the inner gradients and the aux loss) uses the memories
+// as they were at the chunk start, while y_t still reads M_t after its write. b = 1 is the rule
+// above. step() is the sequential reference (autograd inner gradients, one token at a time, the
+// chunk-start memories carried in the state's anchor); forward() is the chunkwise form
+// (self_modifying_chunkwise.cpp): analytic rank-1 inner gradients, the dgd recurrence unrolled
+// over the chunk, and only the chunk-end memories materialised.
 #pragma once
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
@@ -52,6 +58,11 @@ struct SelfModState {
   at::Tensor last_precond;
   at::Tensor conv;  // model.hope.conv: the last 3 tokens' pre-conv [q|k|v], [B,3,3d]; undefined without it
   int64_t tokens = 0;  // tokens since the start of the stream
+  // Inside a chunk (tokens % anchor_chunk ≠ 0): the weights at its start, which the chunk's writes
+  // read (SPEC §9). Chunks sit at multiples of b from the stream start, so a call that ends inside
+  // a chunk leaves the anchor for the next. Empty, and anchor_chunk 0, between chunks.
+  std::array<std::vector<at::Tensor>, kSelfModCount> anchor;
+  int64_t anchor_chunk = 0;
 
   SelfModState clone() const;
   SelfModState detached() const;
@@ -79,11 +90,12 @@ class SelfModifyingMemoryImpl : public torch::nn::Module {
   // Every memory at its initial (outer) state, aux = 0.
   SelfModState initial_state(int64_t batch) const;
 
-  // One token x_t [B,d] → y_t [B,d].
-  at::Tensor step(const at::Tensor& x_t, SelfModState& state, SelfModRecord* record = nullptr) const;
+  // One token x_t [B,d] → y_t [B,d]: the sequential reference, in chunks of b (header comment).
+  at::Tensor step(const at::Tensor& x_t, SelfModState& state, SelfModRecord* record = nullptr,
+                  int64_t chunk = 1) const;
 
-  // x [B,T,d] → [B,T,d]: step() over the tokens.
-  at::Tensor forward(const at::Tensor& x, SelfModState& state) const;
+  // x [B,T,d] → [B,T,d]: the chunkwise form, equal to step() over the tokens with the same b.
+  at::Tensor forward(const at::Tensor& x, SelfModState& state, int64_t chunk = 1) const;
 
   // M_□(z) for z [B,…,d] at the state's weights (z gets a head axis internally).
   at::Tensor read(SelfModMemory m, const SelfModState& state, const at::Tensor& z) const;
@@ -96,6 +108,8 @@ class SelfModifyingMemoryImpl : public torch::nn::Module {
 
  private:
   at::Tensor read_weights(SelfModMemory m, const std::vector<at::Tensor>& w, const at::Tensor& z) const;
+  // x [B,n,d], n ≤ b, from a chunk start: one chunk of forward().
+  at::Tensor forward_chunk(const at::Tensor& x, SelfModState& state, int64_t chunk) const;
 
   SelfModOptions options_;
 };

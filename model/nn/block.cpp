@@ -134,10 +134,9 @@ at::Tensor BlockImpl::run(const at::Tensor& x, BlockState& state, int64_t chunk,
       h = h + attention->forward(norm_attention->forward(h), state.attention);
       break;
     case BlockKind::Hope: {
-      // The self-modifying memories have only the sequential form: forward() is T steps.
       const at::Tensor n = norm_memory->forward(h);
-      const at::Tensor m = step_mode ? selfmod->step(n.squeeze(1), state.selfmod).unsqueeze(1)
-                                     : selfmod->forward(n, state.selfmod);
+      const at::Tensor m = step_mode ? selfmod->step(n.squeeze(1), state.selfmod, nullptr, chunk).unsqueeze(1)
+                                     : selfmod->forward(n, state.selfmod, chunk);
       h = h + at::matmul(m, w_memory_out.t());
       break;
     }

@@ -206,3 +206,58 @@ TEST_CASE("memory: the MLP memory's float32 double backward matches float64 for 
           1e-4 * reference.abs().max().item<double>());
   }
 }
+
+TEST_CASE("memory: the MLP memory's analytic inner gradient equals autograd in float64, and so does its outer gradient",
+          "[model]") {
+  // mlp_inner_gradient's rank-1 factors: ∇W_1 = δo ⊗ a and ∇W_2 = δh ⊗ z per token, against
+  // autograd of ½‖M(z) − target‖²/d; then the outer gradient through the analytic form against
+  // the same quantity through autograd::grad with create_graph (what the sequential step does).
+  torch::manual_seed(8);
+  auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+  const int64_t B = 2, H = 3, n = 4, d = 5;
+  const auto z = torch::randn({B, H, n, d}, opts), target = torch::randn({B, H, n, d}, opts);
+  const auto w1 = torch::randn({B, H, d, 4 * d}, opts).div(4), w2 = torch::randn({B, H, 4 * d, d}, opts).div(2);
+  const auto ln_w = 1 + 0.3 * torch::randn({H, d}, opts), ln_b = 0.1 * torch::randn({H, d}, opts);
+  const auto probe1 = torch::randn_like(w1), probe2 = torch::randn_like(w2);
+
+  double worst = 0;
+  for (int64_t t = 0; t < n; ++t) {  // autograd takes one token at a time: the per-token gradient
+    torch::Tensor a1 = w1.clone().requires_grad_(true), a2 = w2.clone().requires_grad_(true);
+    MlpPass p = mlp_pass(z.narrow(2, t, 1), a1, a2, ln_w, ln_b);
+    const torch::Tensor loss = 0.5 * (p.y - target.narrow(2, t, 1)).pow(2).sum() / d;
+    const auto g = torch::autograd::grad({loss}, {a1, a2});
+    MlpPass q = mlp_pass(z, w1, w2, ln_w, ln_b);
+    MlpInnerGradient ours = mlp_inner_gradient(q, target, w1, ln_w);
+    const torch::Tensor g1 = ours.delta_o.narrow(2, t, 1).transpose(-1, -2) * q.a.narrow(2, t, 1);
+    const torch::Tensor g2 = ours.delta_h.narrow(2, t, 1).transpose(-1, -2) * z.narrow(2, t, 1);
+    worst = std::max({worst, max_abs_diff(g1, g[0]), max_abs_diff(g2, g[1])});
+    CHECK(std::abs(ours.loss.narrow(2, t, 1).sum().item<double>() - loss.item<double>()) < 1e-12);
+  }
+  CHECK(worst < 1e-12);
+
+  // Outer: d⟨probe, ∇W⟩/d(z, target, w1, w2, LN) both ways, one token per (B,H) row.
+  auto outer = [&](bool analytic) {
+    std::vector<torch::Tensor> in{z.narrow(2, 0, 1).clone(), target.narrow(2, 0, 1).clone(), w1.clone(), w2.clone(),
+                                  ln_w.clone(), ln_b.clone()};
+    for (auto& t : in) t.requires_grad_(true);
+    torch::Tensor objective;
+    if (analytic) {
+      MlpPass p = mlp_pass(in[0], in[2], in[3], in[4], in[5]);
+      MlpInnerGradient g = mlp_inner_gradient(p, in[1], in[2], in[4]);
+      objective = (probe1 * (g.delta_o.transpose(-1, -2) * p.a)).sum() + (probe2 * (g.delta_h.transpose(-1, -2) * in[0])).sum();
+    } else {
+      const torch::Tensor a1 = in[2].view_as(in[2]), a2 = in[3].view_as(in[3]);
+      MlpPass p = mlp_pass(in[0], a1, a2, in[4], in[5]);
+      const torch::Tensor loss = 0.5 * (p.y - in[1]).pow(2).sum() / d;
+      const auto g = torch::autograd::grad({loss}, {a1, a2}, {}, true, true);
+      objective = (probe1 * g[0]).sum() + (probe2 * g[1]).sum();
+    }
+    return torch::autograd::grad({objective}, in);
+  };
+  const auto ours = outer(true), reference = outer(false);
+  for (size_t i = 0; i < ours.size(); ++i) {
+    INFO("input " << i);
+    REQUIRE(reference[i].abs().max().item<double>() > 1e-3);
+    CHECK(max_abs_diff(ours[i], reference[i]) < 1e-10 * (1 + reference[i].abs().max().item<double>()));
+  }
+}

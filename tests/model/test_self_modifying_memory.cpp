@@ -247,3 +247,110 @@ TEST_CASE("self-modifying memory: model.hope.conv gives q, k and v the three tok
   CHECK(m->conv_weight.requires_grad());
   CHECK_FALSE(make_selfmod()->conv_weight.defined());  // off by default: SPEC §7's HOPE has none
 }
+
+namespace {
+
+SelfModifyingMemory make_selfmod_with(double clip, bool conv) {
+  torch::manual_seed(9);
+  SelfModOptions o;
+  o.d_model = kD;
+  o.max_lr = 30.0;
+  o.inner_clip = clip;
+  o.conv = conv;
+  SelfModifyingMemory m(o);
+  m->to(torch::kFloat64);
+  return m;
+}
+
+// y, the final state and every parameter's outer gradient of one run.
+struct SelfModRun {
+  torch::Tensor y;
+  SelfModState state;
+  std::vector<torch::Tensor> grads;
+};
+
+SelfModRun run_selfmod(SelfModifyingMemory& sm, const torch::Tensor& x, int64_t chunk, bool chunkwise,
+                       const std::vector<int64_t>& calls = {}) {
+  sm->zero_grad();
+  SelfModState s = sm->initial_state(x.size(0));
+  std::vector<torch::Tensor> ys;
+  if (chunkwise) {
+    int64_t t = 0;
+    for (int64_t len : calls) {  // forward() in pieces, as a caller that stops inside a chunk would
+      ys.push_back(sm->forward(x.narrow(1, t, len), s, chunk));
+      t += len;
+    }
+    if (t < x.size(1)) ys.push_back(sm->forward(x.narrow(1, t, x.size(1) - t), s, chunk));
+  } else {
+    for (int64_t t = 0; t < x.size(1); ++t) ys.push_back(sm->step(x.select(1, t), s, nullptr, chunk).unsqueeze(1));
+  }
+  SelfModRun r;
+  r.y = torch::cat(ys, 1);
+  (r.y.pow(2).mean() + 0.1 * s.aux.mean() + s.weights[4][0].pow(2).mean()).backward();
+  for (const auto& p : sm->parameters()) r.grads.push_back(p.grad().clone());
+  r.state = s.detached();
+  r.y = r.y.detach();
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("self-modifying memory: the chunkwise form equals the sequential step at every chunk size", "[model]") {
+  // SPEC §9: b = 1 is the exact rule; b > 1 equals the step frozen at chunk starts. Outputs, every
+  // memory's final weights, aux, the probes' last write, and the outer gradients of every parameter.
+  const torch::Tensor x = input(2, 7);
+  for (bool conv : {false, true})
+    for (double clip : {0.0, 0.05})
+      for (int64_t chunk : {1, 3, 4, 8}) {
+        INFO("conv " << conv << " clip " << clip << " chunk " << chunk);
+        auto sm = make_selfmod_with(clip, conv);
+        const SelfModRun seq = run_selfmod(sm, x, chunk, false), par = run_selfmod(sm, x, chunk, true);
+        CHECK(max_abs_diff(seq.y, par.y) < 1e-10);
+        CHECK(max_abs_diff(seq.state.aux, par.state.aux) < 1e-10);
+        CHECK(max_abs_diff(seq.state.last_error, par.state.last_error) < 1e-10);
+        CHECK(max_abs_diff(seq.state.last_precond, par.state.last_precond) < 1e-10);
+        for (int m = 0; m < kSelfModCount; ++m)
+          for (size_t i = 0; i < 2; ++i) CHECK(max_abs_diff(seq.state.weights[m][i], par.state.weights[m][i]) < 1e-10);
+        REQUIRE(seq.grads.size() == par.grads.size());
+        for (size_t i = 0; i < seq.grads.size(); ++i)
+          CHECK(max_abs_diff(seq.grads[i], par.grads[i]) < 1e-9 * (1 + seq.grads[i].abs().max().item<double>()));
+      }
+}
+
+TEST_CASE("self-modifying memory: chunks reach back to the chunk start, across calls", "[model]") {
+  const torch::Tensor x = input(2, 7);
+  auto sm = make_selfmod_with(0.0, false);
+  // b > 1 is a different model from b = 1 (the writes inside a chunk read older memories) ...
+  const SelfModRun one = run_selfmod(sm, x, 1, true), four = run_selfmod(sm, x, 4, true);
+  CHECK(max_abs_diff(one.y.narrow(1, 0, 1), four.y.narrow(1, 0, 1)) < 1e-12);  // the first token reads the same
+  CHECK(max_abs_diff(one.y, four.y) > 1e-4);
+  // ... and a call that ends inside a chunk leaves its start for the next call, in both forms.
+  const SelfModRun pieces = run_selfmod(sm, x, 4, true, {2, 3, 1});
+  CHECK(max_abs_diff(pieces.y, four.y) < 1e-10);
+  CHECK(max_abs_diff(pieces.state.weights[4][0], four.state.weights[4][0]) < 1e-10);
+
+  // By hand: the key of token 2 (inside the first chunk of 4) is M_k at the stream start.
+  torch::NoGradGuard no_grad;
+  SelfModState s = sm->initial_state(2);
+  const SelfModState start = s.clone();
+  SelfModRecord rec;
+  for (int64_t t = 0; t < 3; ++t) sm->step(x.select(1, t), s, &rec, 4);
+  const torch::Tensor k = sm->read(SelfModMemory::Key, start, x.select(1, 2));
+  CHECK(max_abs_diff(rec.k, k / k.norm(2, -1, true)) < 1e-12);
+  CHECK(s.anchor_chunk == 4);
+}
+
+TEST_CASE("self-modifying memory: the chunkwise form's float32 outer gradients match float64", "[model]") {
+  // The chunkwise form differentiates plain tensor ops (no double backward); float32 must track
+  // the float64 reference the way any float32 backward does.
+  const torch::Tensor x = input(2, 8);
+  auto sm = make_selfmod_with(0.05, true);
+  const SelfModRun reference = run_selfmod(sm, x, 4, true);
+  sm->to(torch::kFloat32);
+  const SelfModRun single = run_selfmod(sm, x.to(torch::kFloat32), 4, true);
+  for (size_t i = 0; i < reference.grads.size(); ++i) {
+    INFO("parameter " << i);
+    const double scale = reference.grads[i].abs().max().item<double>();
+    CHECK(max_abs_diff(single.grads[i].to(torch::kFloat64), reference.grads[i]) < 1e-3 * (1 + scale));
+  }
+}

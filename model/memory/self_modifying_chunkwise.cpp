@@ -1,0 +1,155 @@
+// The chunkwise form of HOPE's self-modifying memories (self_modifying_memory.h, SPEC §7 and §9).
+//
+// Inside a chunk every write reads the chunk-start memories W_s, so all of a chunk's reads are one
+// batched pass over the five memories (stacked on the head axis), and every inner gradient is
+// analytic and rank 1 per token (mlp_inner_gradient): ∇W_1 = δo ⊗ a, ∇W_2 = δh ⊗ k. The dgd
+// writes W_j = W_{j−1}·p_j − η_j·∇_j (p_j = α_j − η_j k_j², scaling W_1's rows and W_2's columns)
+// then unroll to
+//
+//   W_j = W_s·P_j − Σ_{i≤j} η_i·D[j,i]·∇_i,   D[j,i] = Π_{i<l≤j} p_l,   P_j = Π_{l≤j} p_l,
+//
+// so the chunk-end memories are one matmul each, and the main memory's reads after each write,
+// y_j = M_j(q_j), need only W_s and b×b inner products (the dual form), never M_j itself. Against
+// the sequential step, which builds a new [B,5,d,4d] state and a double-backward graph per token,
+// this materialises one state per chunk and differentiates plain tensor ops.
+#include <ATen/ATen.h>
+
+#include "model/memory/inner_clip.h"
+#include "model/memory/mlp_memory.h"
+#include "model/memory/self_modifying_memory.h"
+#include "model/memory/small_matmul.h"
+
+namespace memscope::model {
+
+namespace {
+
+constexpr int64_t kMain = static_cast<int64_t>(SelfModMemory::Main);
+constexpr int64_t kProjections = 4;  // M_k, M_v, M_η, M_α: read at x_t and, for their targets, at v_t
+
+at::Tensor unit(const at::Tensor& z) { return z / z.norm(2, -1, true).clamp_min(1e-12); }
+
+// D[j,i] = Π_{i<l≤j} p_l for i ≤ j (1 on the diagonal) and 0 above it: p [B,n,d] → [B,n,n,d].
+at::Tensor decay_products(const at::Tensor& p) {
+  const int64_t n = p.size(1);
+  std::vector<at::Tensor> rows;
+  at::Tensor row = at::zeros({p.size(0), n, p.size(2)}, p.options());
+  for (int64_t j = 0; j < n; ++j) {
+    at::Tensor diagonal = at::zeros({1, n, 1}, p.options());
+    diagonal.select(1, j).fill_(1.0);
+    row = row * p.narrow(1, j, 1) + diagonal;  // row j−1's products times p_j, then D[j,j] = 1
+    rows.push_back(row);
+  }
+  return at::stack(rows, 1);
+}
+
+}  // namespace
+
+at::Tensor SelfModifyingMemoryImpl::forward(const at::Tensor& x, SelfModState& state, int64_t chunk) const {
+  TORCH_CHECK(x.dim() == 3, "self-modifying memory: expected x of shape [B,T,d], got ", x.sizes());
+  TORCH_CHECK(chunk >= 1, "self-modifying memory: chunk size must be at least 1, got ", chunk);
+  std::vector<at::Tensor> ys;
+  int64_t t = 0;
+  // A call that starts inside a chunk finishes it token by token, at the carried anchor.
+  for (; t < x.size(1) && state.tokens % chunk != 0; ++t) ys.push_back(step(x.select(1, t), state, nullptr, chunk).unsqueeze(1));
+  for (; t < x.size(1); t += chunk) ys.push_back(forward_chunk(x.narrow(1, t, std::min(chunk, x.size(1) - t)), state, chunk));
+  if (ys.empty()) return x.new_empty({x.size(0), 0, x.size(2)});
+  return ys.size() == 1 ? ys.front() : at::cat(ys, 1);
+}
+
+at::Tensor SelfModifyingMemoryImpl::forward_chunk(const at::Tensor& x, SelfModState& state, int64_t chunk) const {
+  const int64_t B = x.size(0), n = x.size(1), d = options_.d_model;
+  TORCH_CHECK(x.size(2) == d, "self-modifying memory: expected x of shape [B,T,", d, "], got ", x.sizes());
+  const std::array<std::vector<at::Tensor>, kSelfModCount> start = state.weights;
+
+  // The five memories on the head axis: W_1 [B,5,d,4d], W_2 [B,5,4d,d], LN [5,d].
+  std::vector<at::Tensor> parts1, parts2, ln_w, ln_b;
+  for (int m = 0; m < kSelfModCount; ++m) {
+    parts1.push_back(start[m][0]);
+    parts2.push_back(start[m][1]);
+    ln_w.push_back(ln_weight[m].to(x.dtype()));
+    ln_b.push_back(ln_bias[m].to(x.dtype()));
+  }
+  const at::Tensor w1 = at::cat(parts1, 1), w2 = at::cat(parts2, 1);
+  const at::Tensor gain = at::cat(ln_w, 0), shift = at::cat(ln_b, 0);
+  auto pass = [&](int64_t first, int64_t count, const at::Tensor& z) {
+    return mlp_pass(z, w1.narrow(1, first, count), w2.narrow(1, first, count), gain.narrow(0, first, count),
+                    shift.narrow(0, first, count));
+  };
+  auto per_memory = [&](const at::Tensor& z, int64_t count) { return z.unsqueeze(1).expand({B, count, n, d}); };
+
+  // k, v, η, α at the chunk-start projections; q static (SPEC §7).
+  const at::Tensor projected = pass(0, kProjections, per_memory(x, kProjections)).y;  // [B,4,n,d]
+  at::Tensor q_in = at::matmul(x, w_q.t()), k_in = projected.select(1, 0), v_in = projected.select(1, 1);
+  if (options_.conv) {
+    const at::Tensor window = at::cat({state.conv.to(x.dtype()), at::cat({q_in, k_in, v_in}, -1)}, 1);  // [B,3+n,3d]
+    const at::Tensor mixed = (window.unfold(1, 4, 1) * conv_weight).sum(-1);                          // [B,n,3d]
+    state.conv = window.slice(1, n, n + 3);
+    const auto qkv = mixed.chunk(3, -1);
+    q_in = qkv[0];
+    k_in = qkv[1];
+    v_in = qkv[2];
+  }
+  const at::Tensor k = unit(k_in), v = v_in, q = unit(q_in);
+  const at::Tensor eta = options_.max_lr * at::sigmoid(projected.select(1, 2) + b_lr);
+  const at::Tensor alpha = at::sigmoid(projected.select(1, 3) + b_retain);
+
+  // seed 004 change 1's auxiliary retrieval loss, at the chunk-start main memory.
+  const at::Tensor retrieved = pass(kMain, 1, k.unsqueeze(1)).y.squeeze(1);
+  state.aux = state.aux + ((retrieved - v.detach()).pow(2).mean(-1) + (retrieved.detach() - v).pow(2).mean(-1)).sum(1);
+
+  // Targets v̂_□ = sg(M_□(v_t)), and v_t for the main memory; every memory writes at key k_t.
+  const at::Tensor targets = at::cat({pass(0, kProjections, per_memory(v, kProjections)).y.detach(), v.unsqueeze(1)}, 1);
+  const at::Tensor key = per_memory(k, kSelfModCount);
+  const MlpPass at_key = mlp_pass(key, w1, w2, gain, shift);
+  const MlpInnerGradient inner = mlp_inner_gradient(at_key, targets, w1, gain);
+  at::Tensor delta_o = inner.delta_o, delta_h = inner.delta_h;  // [B,5,n,d], [B,5,n,4d]
+  if (options_.inner_clip > 0) {
+    // ‖δo ⊗ a‖² + ‖δh ⊗ k‖² = ‖δo‖²‖a‖² + ‖δh‖²‖k‖², per memory and token.
+    const at::Tensor norm_sq =
+        delta_o.pow(2).sum(-1) * at_key.a.pow(2).sum(-1) + delta_h.pow(2).sum(-1) * key.pow(2).sum(-1);
+    const at::Tensor factor = clip_factor(norm_sq, options_.inner_clip).unsqueeze(-1);
+    delta_o = delta_o * factor;
+    delta_h = delta_h * factor;
+  }
+
+  // The dgd recurrence unrolled (header comment): decays D [B,n,n,d], P_j [B,n,d].
+  const at::Tensor p = alpha - eta * k.pow(2);
+  const at::Tensor D = decay_products(p);
+  const at::Tensor P = D.select(2, 0) * p.narrow(1, 0, 1);
+  const at::Tensor to_end = D.select(1, n - 1);  // D[n−1,i]: [B,n,d]
+  const at::Tensor P_end = P.select(1, n - 1);    // [B,d]
+  const at::Tensor w1_end =
+      w1 * P_end.view({B, 1, d, 1}) - small_matmul((eta * to_end).unsqueeze(1).mul(delta_o).transpose(-1, -2), at_key.a);
+  const at::Tensor w2_end =
+      w2 * P_end.view({B, 1, 1, d}) - small_matmul(delta_h.transpose(-1, -2), (eta * to_end * k).unsqueeze(1));
+
+  // y_j = M_j(q_j) after write j, from W_s and the chunk's rank-1 writes:
+  //   W_2,j q_j = W_2,s (P_j ⊙ q_j) − Σ_{i≤j} δh_i ⟨η_i ⊙ D[j,i] ⊙ k_i, q_j⟩
+  //   W_1,j a_j = P_j ⊙ (W_1,s a_j) − Σ_{i≤j} ⟨a_i, a_j⟩ η_i ⊙ D[j,i] ⊙ δo_i
+  const at::Tensor main_dh = delta_h.select(1, kMain), main_do = delta_o.select(1, kMain), main_a = at_key.a.select(1, kMain);
+  const at::Tensor key_query = ((eta * k).unsqueeze(1) * D * q.unsqueeze(2)).sum(-1);  // [B,n(j),n(i)], 0 for i > j
+  MlpPass read;
+  read.h = at::matmul(P * q, w2.select(1, kMain).transpose(-1, -2)) - at::matmul(key_query, main_dh);
+  read.a = exact_gelu(read.h);
+  const at::Tensor gram = at::matmul(read.a, main_a.transpose(-1, -2));  // ⟨a_i, a_j⟩ [B,n(j),n(i)]
+  read.o = P * at::matmul(read.a, w1.select(1, kMain).transpose(-1, -2)) -
+           (gram.unsqueeze(-1) * D * (eta * main_do).unsqueeze(1)).sum(2);
+  finish_mlp_pass(read, q, gain.narrow(0, kMain, 1), shift.narrow(0, kMain, 1));
+
+  for (int m = 0; m < kSelfModCount; ++m) state.weights[m] = {w1_end.narrow(1, m, 1), w2_end.narrow(1, m, 1)};
+  state.tokens += n;
+  if (n < chunk) {  // a call that ends inside the chunk: the next call finishes it at these reads
+    state.anchor = start;
+    state.anchor_chunk = chunk;
+  } else {
+    state.anchor = {};
+    state.anchor_chunk = 0;
+  }
+  state.last_error = inner.loss.select(2, n - 1).detach();
+  state.last_retain = alpha.select(1, n - 1).detach();
+  state.last_lr = eta.select(1, n - 1).detach();
+  state.last_precond = p.select(1, n - 1).detach();
+  return read.y;
+}
+
+}  // namespace memscope::model
