@@ -46,11 +46,13 @@ SteppedBatch step_into(const EngineOptions& options) {
 TEST_CASE("step into: batch S stepped token by token has the trainer's loss for step S (1e-5), every memory kind",
           "[engine]") {
   const int64_t S = 4;
-  // chunk 2 (the small engine's): linear Atlas memory (Omega c = 4, Muon), its MLP memory, and
-  // Titans' rule on one MLP layer; the checked loss is the one train_step() reports, not a re-computation.
+  // chunk 2 (the small engine's): linear Atlas memory (Omega c = 4, Muon), its MLP memory, Titans'
+  // rule on one MLP layer, and HOPE (its self-modifying memories' chunkwise form against their step
+  // at the chunk-start anchor); the checked loss is the one train_step() reports, not a re-computation.
   for (const std::vector<std::string>& variant :
        {std::vector<std::string>{}, {"memory.structure=mlp"},
-        {"model.block=lmm", "memory.structure=mlp", "memory.window.c=1", "memory.optimiser=gd-momentum"}}) {
+        {"model.block=lmm", "memory.structure=mlp", "memory.window.c=1", "memory.optimiser=gd-momentum"},
+        {"model.block=hope", "model.ffn=cms", "model.cms.periods=\"1,3\"", "model.hope.conv=true"}}) {
     EngineOptions options = test::small_engine(variant);
     CAPTURE(options.sets);
     Trainer trainer(load_preset(options.preset, options.sets));

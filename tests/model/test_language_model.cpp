@@ -192,6 +192,16 @@ TEST_CASE("language model: the HOPE LM's step and forward agree, and a split str
     CHECK(max_diff(forward, at::stack(steps, 1)) < 1e-9);
     const at::Tensor first = lm->forward(x.narrow(1, 0, 7), c, 1), second = lm->forward(x.narrow(1, 7, 5), c, 1);
     CHECK(max_diff(forward, at::cat({first, second}, 1)) < 1e-9);
+    // Chunks of 4 (SPEC §9): the step frozen at chunk starts equals the chunkwise forward, also
+    // split inside a chunk.
+    LmState d = lm->initial_state(2), e = lm->initial_state(2), f = lm->initial_state(2);
+    const at::Tensor chunked = lm->forward(x, d, 4);
+    std::vector<at::Tensor> chunk_steps;
+    for (int64_t t = 0; t < 12; ++t) chunk_steps.push_back(lm->step(x.select(1, t), e, 4).logits);
+    CHECK(max_diff(chunked, at::stack(chunk_steps, 1)) < 1e-9);
+    const at::Tensor head = lm->forward(x.narrow(1, 0, 6), f, 4), tail = lm->forward(x.narrow(1, 6, 6), f, 4);
+    CHECK(max_diff(chunked, at::cat({head, tail}, 1)) < 1e-9);
+    if (block != "lmm-cms") CHECK(max_diff(chunked, forward) > 1e-6);  // b = 4 is a different model
     // The CMS's slowest level (period 5) updated at tokens 5 and 10.
     CHECK(max_diff(a.blocks[0].cms.levels[2].weights[0], b.blocks[0].cms.levels[2].weights[0]) < 1e-9);
     CHECK(max_diff(a.blocks[0].cms.levels[2].weights[0][0], lm->block(0)->cms->w1_0[2]) > 1e-8);

@@ -1,0 +1,105 @@
+// HOPE's cost (issue 20). Two parts, one JSON line each, all ratios from the same run:
+//  - "selfmod": the self-modifying memories alone, forward + outer backward, the chunkwise form
+//    (forward) against the sequential reference (step per token, same chunk size b);
+//  - "train_step": a demo-mqar-hope training step against a demo-mqar-atlas-mlp one, the two
+//    trainers interleaved round by round, so that machine noise hits both alike.
+// One thread. Flags: --reps R (5; medians), --steps N (training steps per round, 3),
+// --tokens T (32, the selfmod part), --batch B (16).
+#include <torch/torch.h>
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "bench/bench_flags.h"
+#include "bench/bench_timing.h"
+#include "model/config/preset.h"
+#include "model/memory/self_modifying_memory.h"
+#include "model/train/trainer.h"
+#include "model/util/allocator.h"
+
+using namespace memscope::model;
+using memscope::bench::median;
+using memscope::bench::seconds_of;
+
+namespace {
+
+void bench_selfmod(int64_t reps, int64_t tokens, int64_t batch) {
+  const int64_t d = 64;  // demo-mqar's width
+  SelfModOptions o;
+  o.d_model = d;
+  o.inner_clip = 1.0;
+  torch::manual_seed(0);
+  SelfModifyingMemory sm(o);
+  const at::Tensor x = torch::randn({batch, tokens, d});
+  for (const int64_t chunk : {int64_t{1}, int64_t{4}}) {
+    auto chunkwise = [&] {
+      SelfModState s = sm->initial_state(batch);
+      (sm->forward(x, s, chunk).pow(2).mean() + s.aux.mean()).backward();
+    };
+    auto sequential = [&] {
+      SelfModState s = sm->initial_state(batch);
+      std::vector<at::Tensor> ys;
+      for (int64_t t = 0; t < tokens; ++t) ys.push_back(sm->step(x.select(1, t), s, nullptr, chunk));
+      (at::stack(ys, 1).pow(2).mean() + s.aux.mean()).backward();
+    };
+    chunkwise();  // warm-up
+    std::vector<double> fast, slow;
+    for (int64_t r = 0; r < reps; ++r) {
+      fast.push_back(seconds_of(chunkwise));
+      slow.push_back(seconds_of(sequential));
+    }
+    const double tps_fast = static_cast<double>(batch * tokens) / median(fast),
+                 tps_slow = static_cast<double>(batch * tokens) / median(slow);
+    std::cout << nlohmann::json{{"bench", "hope"},
+                                {"case", "selfmod"},
+                                {"chunk", chunk},
+                                {"batch", batch},
+                                {"tokens", tokens},
+                                {"d", d},
+                                {"chunkwise_tokens_per_s", tps_fast},
+                                {"sequential_tokens_per_s", tps_slow},
+                                {"chunkwise_over_sequential", tps_fast / tps_slow}}
+                     .dump()
+              << std::endl;
+  }
+}
+
+void bench_train_step(int64_t reps, int64_t steps) {
+  Trainer hope(load_preset("demo-mqar-hope")), atlas(load_preset("demo-mqar-atlas-mlp"));
+  hope.train_step();  // warm-up
+  atlas.train_step();
+  std::vector<double> hope_s, atlas_s;
+  for (int64_t r = 0; r < reps; ++r) {
+    hope_s.push_back(seconds_of([&] {
+                       for (int64_t i = 0; i < steps; ++i) hope.train_step();
+                     }) /
+                     static_cast<double>(steps));
+    atlas_s.push_back(seconds_of([&] {
+                        for (int64_t i = 0; i < steps; ++i) atlas.train_step();
+                      }) /
+                      static_cast<double>(steps));
+  }
+  std::cout << nlohmann::json{{"bench", "hope"},
+                              {"case", "train_step"},
+                              {"hope_s_per_step", median(hope_s)},
+                              {"atlas_mlp_s_per_step", median(atlas_s)},
+                              {"hope_over_atlas_mlp", median(hope_s) / median(atlas_s)},
+                              {"rounds", reps},
+                              {"steps_per_round", steps}}
+                   .dump()
+            << std::endl;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  keep_large_blocks_in_heap();  // model/util/allocator.h
+  int64_t reps = 5, steps = 3, tokens = 32, batch = 16;
+  memscope::bench::BenchFlags flags("hope_bench");
+  flags.add("--reps", reps).add("--steps", steps).add("--tokens", tokens).add("--batch", batch);
+  if (!flags.parse(argc, argv)) return 2;
+  at::set_num_threads(1);
+  bench_selfmod(reps, tokens, batch);
+  bench_train_step(reps, steps);
+  return 0;
+}
