@@ -12,6 +12,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "model/util/compute_threads.h"
 #include "model/memory/continuum_memory.h"
 
 using namespace memscope::model;
@@ -47,6 +48,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  set_compute_threads(1);  // ATen and OpenBLAS
   for (CmsVariant variant : {CmsVariant::Sequential, CmsVariant::Independent, CmsVariant::Nested}) {
     CmsOptions o;
     o.d_model = dim;

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_flags.h"
+#include "model/util/compute_threads.h"
 #include "model/config/preset.h"
 #include "model/engine/branch.h"
 
@@ -23,7 +24,7 @@ int main(int argc, char** argv) {
   memscope::bench::BenchFlags flags("detector_bench");
   flags.add("--preset", preset).add("--mode", mode).add("--steps", steps).add("--threads", threads).add("--set", sets);
   if (!flags.parse(argc, argv)) return 2;
-  torch::set_num_threads(threads);
+  memscope::model::set_compute_threads(threads);  // ATen and OpenBLAS
   sets.push_back("engine.mode=" + mode);
   sets.push_back("engine.keyframe_every=0");
   Branch branch(0, load_preset(preset, sets));

@@ -23,6 +23,7 @@
 #include <set>
 
 #include "bench/bench_flags.h"
+#include "model/util/compute_threads.h"
 #include "model/config/knobs.h"
 #include "model/config/preset.h"
 #include "model/engine/branch.h"
@@ -59,7 +60,7 @@ int main(int argc, char** argv) {
     std::cerr << "fault_bench: --mode is inspect or train, not " << mode << "\n";
     return 2;
   }
-  torch::set_num_threads(threads);
+  memscope::model::set_compute_threads(threads);  // ATen and OpenBLAS
   const bool training = mode == "train";
   sets.push_back("engine.mode=" + mode);
   sets.push_back("engine.keyframe_every=0");

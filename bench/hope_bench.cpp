@@ -3,7 +3,7 @@
 //    (forward) against the sequential reference (step per token, same chunk size b);
 //  - "train_step": a demo-mqar-hope training step against a demo-mqar-atlas-mlp one, the two
 //    trainers interleaved round by round, so that machine noise hits both alike.
-// One thread. Flags: --reps R (5; medians), --steps N (training steps per round, 3),
+// One thread (ATen and OpenBLAS). Flags: --reps R (5; medians), --steps N (training steps per round, 3),
 // --tokens T (32, the selfmod part), --batch B (16).
 #include <torch/torch.h>
 
@@ -12,6 +12,7 @@
 
 #include "bench/bench_flags.h"
 #include "bench/bench_timing.h"
+#include "model/util/compute_threads.h"
 #include "model/config/preset.h"
 #include "model/memory/self_modifying_memory.h"
 #include "model/train/trainer.h"
@@ -98,7 +99,7 @@ int main(int argc, char** argv) {
   memscope::bench::BenchFlags flags("hope_bench");
   flags.add("--reps", reps).add("--steps", steps).add("--tokens", tokens).add("--batch", batch);
   if (!flags.parse(argc, argv)) return 2;
-  at::set_num_threads(1);
+  set_compute_threads(1);  // ATen and OpenBLAS
   bench_selfmod(reps, tokens, batch);
   bench_train_step(reps, steps);
   return 0;

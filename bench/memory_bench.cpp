@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_timing.h"
+#include "model/util/compute_threads.h"
 #include "model/memory/memory_layer.h"
 #include "model/memory/memory_rule.h"
 #include "model/util/allocator.h"
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
   }
   if (quick) tokens = std::min<int64_t>(tokens, 256);
   const std::vector<int64_t> chunks = quick ? std::vector<int64_t>{64} : std::vector<int64_t>{1, 16, 64};
+  memscope::model::set_compute_threads(1);  // ATen and OpenBLAS: one core, as every ratio here states
   torch::NoGradGuard no_grad;  // inference (stepping) cost; training adds the backward pass
 
   for (const char* structure : {"linear", "mlp"}) {

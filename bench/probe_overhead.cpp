@@ -17,6 +17,7 @@
 
 #include "bench/bench_flags.h"
 #include "bench/bench_timing.h"
+#include "model/util/compute_threads.h"
 #include "model/config/preset.h"
 #include "model/engine/branch.h"
 
@@ -42,7 +43,7 @@ int main(int argc, char** argv) {
   flags.add("--preset", preset).add("--mode", mode).add("--steps", steps).add("--reps", reps);
   flags.add("--threads", threads).add("--set", sets);
   if (!flags.parse(argc, argv)) return 2;
-  torch::set_num_threads(threads);
+  memscope::model::set_compute_threads(threads);  // ATen and OpenBLAS
   std::vector<Config> configs{
       {"off", {"probe.every=0", "train.module_norms=false"}},
       {"default", {}},  // probe.every, probe.matrices_every and train.module_norms as the preset has them

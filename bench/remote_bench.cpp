@@ -15,6 +15,7 @@
 
 #include "bench/bench_flags.h"
 #include "bench/bench_timing.h"
+#include "model/util/compute_threads.h"
 #include "model/engine/engine.h"
 #include "model/remote/remote_server.h"
 #include "model/remote/remote_source.h"
@@ -138,7 +139,7 @@ int main(int argc, char** argv) {
   bench::BenchFlags flags("remote_bench");
   flags.add("--mode", mode).add("--steps", steps).add("--reps", reps).add("--set", sets);
   if (!flags.parse(argc, argv)) return 2;
-  torch::set_num_threads(1);
+  memscope::model::set_compute_threads(1);  // ATen and OpenBLAS
   model::EngineOptions options;
   options.sets = sets;
   options.sets.push_back("engine.mode=" + mode);

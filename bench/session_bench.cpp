@@ -16,6 +16,7 @@
 #include <random>
 
 #include "bench/bench_timing.h"
+#include "model/util/compute_threads.h"
 #include "model/engine/engine.h"
 #include "model/session/session_export.h"
 #include "model/session/session_reader.h"
@@ -89,7 +90,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  torch::set_num_threads(threads);
+  memscope::model::set_compute_threads(threads);  // ATen and OpenBLAS
   fs::remove_all(dir);
   fs::create_directories(dir);
   const std::vector<std::string> sets{"engine.mode=inspect"};

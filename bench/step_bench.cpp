@@ -13,6 +13,7 @@
 
 #include "bench/bench_flags.h"
 #include "bench/bench_timing.h"
+#include "model/util/compute_threads.h"
 #include "model/config/preset.h"
 #include "model/memory/memory_layer.h"
 #include "model/memory/memory_rule.h"
@@ -66,7 +67,7 @@ int main(int argc, char** argv) {
   memscope::bench::BenchFlags flags("step_bench");
   flags.add("--tokens", tokens).add("--reps", reps).add("--only", only);
   if (!flags.parse(argc, argv)) return 2;
-  at::set_num_threads(1);
+  set_compute_threads(1);  // ATen and OpenBLAS
   torch::NoGradGuard no_grad;  // stepping, as the debugger does
   const double peak = sgemm_peak(static_cast<int>(reps));
   const int64_t heads = 4, head_dim = 64, d = heads * head_dim;

@@ -9,6 +9,7 @@
 #include "model/session/safetensors_reader.h"
 #include "model/train/checkpoint.h"
 #include "model/train/trainer.h"
+#include "model/util/compute_threads.h"
 #include "model/util/errors.h"
 
 namespace memscope::app {
@@ -40,7 +41,7 @@ std::string nonfinite_parameters(const model::Trainer& trainer) {
 
 void run_eval(const EvalOptions& o) {
   using namespace memscope::model;
-  if (o.threads > 0) torch::set_num_threads(o.threads);
+  set_compute_threads(o.threads);  // ATen and OpenBLAS (model/util/compute_threads.h)
   const Trainer trainer = Trainer::resume(o.ckpt, o.sets);  // every tensor read is checked against its CRC32C
   // "verified": every byte matched its checksum; "unverified": written before checksums existed.
   const char* checksums = SafetensorsFile(o.ckpt).header().checksummed ? "verified" : "unverified";

@@ -18,6 +18,7 @@
 #include "model/session/session_reader.h"
 #include "model/session/session_writer.h"
 #include "model/probe/frame_json.h"
+#include "model/util/compute_threads.h"
 #include "model/util/errors.h"
 
 namespace memscope::app {
@@ -184,7 +185,7 @@ void print_step_into_summary(const model::StepIntoReference& into, double record
 
 void run_step(const StepOptions& o) {
   using namespace memscope::model;
-  if (o.threads > 0) torch::set_num_threads(o.threads);
+  set_compute_threads(o.threads);  // ATen and OpenBLAS (model/util/compute_threads.h)
   EngineOptions options;
   options.preset = o.preset;
   options.checkpoint = o.ckpt;

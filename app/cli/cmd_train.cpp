@@ -21,6 +21,7 @@
 #include "model/train/checkpoint.h"
 #include "model/train/trainer.h"
 #include "model/util/device.h"
+#include "model/util/compute_threads.h"
 #include "model/util/errors.h"
 
 namespace memscope::app {
@@ -107,7 +108,7 @@ void train(const TrainOptions& o) {
     throw ExitStatus{launch_local_ranks(o.nproc, std::max(5, o.dist_timeout / 4))};
   }
   if (launch && launch->rank != 0) g_rank_prefix = "rank " + std::to_string(launch->rank) + ": ";
-  if (o.threads > 0) torch::set_num_threads(o.threads);
+  set_compute_threads(o.threads);  // ATen and OpenBLAS (model/util/compute_threads.h)
   if (o.serve.serving()) {
     if (o.nproc > 0 || launch)
       throw UserError("train --serve serves one process's run; it does not combine with --nproc or a launcher's ranks "

@@ -63,9 +63,13 @@ class ChunkRunner {
     const bool fast = !record_ && rule_.structure == Structure::Linear && rule_.optimiser != Optimiser::Muon &&
                       !rule_.dgd_per_feature &&
                       (rule_.retention == Retention::L2Decay || rule_.retention == Retention::None);
+    const bool mlp_fast = !record_ && rule_.structure == Structure::Mlp && rule_.optimiser == Optimiser::GdMomentum &&
+                          (rule_.retention == Retention::L2Decay || rule_.retention == Retention::None);
     if (fast) {
       linear_psi(gradient_point[0]);  // the dual form needs ψ only, never the per-token g_t
       out.y = dual_form(q, alpha, eta, beta);
+    } else if (mlp_fast) {
+      out.y = mlp_dual_form(gradient_point, q, alpha, eta, beta);
     } else {
       out = materialised(gradients(gradient_point), q, alpha, eta, beta);
     }
@@ -236,45 +240,117 @@ class ChunkRunner {
   //   S_t = P^β_t S_0 + Σ_r D^β[t,r] η_r g_r,   M_t = P^α_t M_0 − Σ_s D^α[t,s] S_s
   //       = P^α_t M_0 − (D^α P^β)_t S_0 − Σ_r (D^α D^β)[t,r] η_r g_r
   at::Tensor dual_form(const at::Tensor& q, const at::Tensor& alpha, const at::Tensor& eta, const at::Tensor& beta) {
-    const int64_t n = q.size(2), c = rule_.window;
-    const DecayProducts retain = decay_products(alpha);
-    const bool has_momentum = rule_.optimiser == Optimiser::GdMomentum;
-    at::Tensor k = retain.within, s_coef;
-    DecayProducts decay;
-    if (has_momentum) {
-      decay = decay_products(beta);
-      k = at::matmul(retain.within, decay.within);
-      s_coef = at::matmul(retain.within, decay.from_start.unsqueeze(-1)).squeeze(-1);
-    } else {
-      s_coef = at::zeros_like(alpha);
-    }
-    at::Tensor coef = (k * eta.unsqueeze(-2)).repeat_interleave(c, -1);  // [B,H,n,n·c]
-    at::Tensor psi = psi_.flatten(2, 3);                                   // [B,H,n·c,d_v]
-    at::Tensor phi = win_phi_.flatten(2, 3);                               // [B,H,n·c,d_φ]
+    const int64_t n = q.size(2);
+    const DualCoefficients k = dual_coefficients(alpha, eta, beta);
+    at::Tensor psi = psi_.flatten(2, 3);      // [B,H,n·c,d_v]
+    at::Tensor phi = win_phi_.flatten(2, 3);  // [B,H,n·c,d_φ]
     const at::Tensor m0 = state_.memory[0], s0 = state_.momentum[0];
 
-    at::Tensor a_coef = retain.from_start, row_coef = coef, srow = s_coef;
-    if (rule_.read == ReadOrder::BeforeWrite) {  // y_t = M_{t−1} q_t: coefficients of row t−1
-      a_coef = at::cat({at::ones_like(a_coef.slice(-1, 0, 1)), a_coef.slice(-1, 0, n - 1)}, -1);
-      srow = at::cat({at::zeros_like(srow.slice(-1, 0, 1)), srow.slice(-1, 0, n - 1)}, -1);
-      row_coef = at::cat({at::zeros_like(coef.slice(-2, 0, 1)), coef.slice(-2, 0, n - 1)}, -2);
-    }
-    at::Tensor y = a_coef.unsqueeze(-1) * at::matmul(q, m0.transpose(-1, -2)) -
-                   at::matmul(row_coef * at::matmul(q, phi.transpose(-1, -2)), psi);
-    if (has_momentum) y = y - srow.unsqueeze(-1) * at::matmul(q, s0.transpose(-1, -2));
+    at::Tensor y = k.start.unsqueeze(-1) * at::matmul(q, m0.transpose(-1, -2)) -
+                   at::matmul(k.row * at::matmul(q, phi.transpose(-1, -2)), psi);
+    if (k.has_momentum) y = y - k.momentum.unsqueeze(-1) * at::matmul(q, s0.transpose(-1, -2));
 
-    const at::Tensor last = coef.select(-2, n - 1).unsqueeze(-1);  // [B,H,n·c,1]
-    at::Tensor m_end = per_token_scale(retain.from_start.select(-1, n - 1)) * m0 -
-                       at::matmul((psi * last).transpose(-1, -2), phi);
-    if (has_momentum) {
-      const at::Tensor s_last = s_coef.select(-1, n - 1).unsqueeze(-1).unsqueeze(-1);
-      m_end = m_end - s_last * s0;
-      at::Tensor s_weights = (decay.within.select(-2, n - 1) * eta).repeat_interleave(c, -1).unsqueeze(-1);
-      state_.momentum[0] = decay.from_start.select(-1, n - 1).unsqueeze(-1).unsqueeze(-1) * s0 +
+    const at::Tensor last = k.coef.select(-2, n - 1).unsqueeze(-1);  // [B,H,n·c,1]
+    at::Tensor m_end = per_token_scale(k.last_start) * m0 - at::matmul((psi * last).transpose(-1, -2), phi);
+    if (k.has_momentum) {
+      m_end = m_end - per_token_scale(k.last_momentum) * s0;
+      const at::Tensor s_weights =
+          (k.beta.within.select(-2, n - 1) * eta).repeat_interleave(rule_.window, -1).unsqueeze(-1);
+      state_.momentum[0] = per_token_scale(k.beta.from_start.select(-1, n - 1)) * s0 +
                            at::matmul((psi * s_weights).transpose(-1, -2), phi);
     }
     state_.memory[0] = m_end;
     return y;
+  }
+
+  // The coefficients of the linear recurrences (SPEC §9) shared by both dual forms. With
+  // M_t = P^α_t M_0 − s_t S_0 − Σ_r coef[t,r] g_r (coef = D^α D^β η, or D^α η without momentum),
+  // `row`, `start` and `momentum` are coef, P^α and s for the row each token reads (its own for
+  // read-after-write, the one before for read-before-write); `last` is coef's last row.
+  struct DualCoefficients {
+    at::Tensor coef, start, row, momentum, last_start, last_momentum;
+    DecayProducts beta;
+    bool has_momentum = false;
+  };
+  DualCoefficients dual_coefficients(const at::Tensor& alpha, const at::Tensor& eta, const at::Tensor& beta) const {
+    const int64_t n = alpha.size(-1), c = rule_.window;
+    const DecayProducts retain = decay_products(alpha);
+    DualCoefficients d;
+    d.has_momentum = rule_.optimiser == Optimiser::GdMomentum;
+    at::Tensor k = retain.within, s_coef;
+    if (d.has_momentum) {
+      d.beta = decay_products(beta);
+      k = at::matmul(retain.within, d.beta.within);
+      s_coef = at::matmul(retain.within, d.beta.from_start.unsqueeze(-1)).squeeze(-1);
+    } else {
+      s_coef = at::zeros_like(alpha);
+    }
+    d.coef = (k * eta.unsqueeze(-2)).repeat_interleave(c, -1);  // [B,H,n,n·c]: one column per window slot
+    d.start = retain.from_start;
+    d.row = d.coef;
+    d.momentum = s_coef;
+    d.last_start = retain.from_start.select(-1, n - 1);
+    d.last_momentum = s_coef.select(-1, n - 1);
+    if (rule_.read == ReadOrder::BeforeWrite) {  // y_t = M_{t−1} q_t: coefficients of row t−1
+      d.start = at::cat({at::ones_like(d.start.slice(-1, 0, 1)), d.start.slice(-1, 0, n - 1)}, -1);
+      d.momentum = at::cat({at::zeros_like(s_coef.slice(-1, 0, 1)), s_coef.slice(-1, 0, n - 1)}, -1);
+      d.row = at::cat({at::zeros_like(d.coef.slice(-2, 0, 1)), d.coef.slice(-2, 0, n - 1)}, -2);
+    }
+    return d;
+  }
+
+  // MLP memory, gd-momentum, l2-decay or none: the dual form of the residual MLP (SPEC §3). Every
+  // window slot's gradient at the chunk-start W is rank 1 (∇W_1 = δo ⊗ a, ∇W_2 = δh ⊗ φ, from
+  // mlp_backward), so W_t is W_0, S_0 and those terms with the linear form's coefficients, and the
+  // read M_t(q_t) needs only inner products with them: W_2,t q_t first, then W_1,t GELU(·). No
+  // per-token [d,4d] weight is ever built.
+  at::Tensor mlp_dual_form(const std::vector<at::Tensor>& gradient_point, const at::Tensor& q, const at::Tensor& alpha,
+                           const at::Tensor& eta, const at::Tensor& beta) {
+    const int64_t n = q.size(2), c = rule_.window;
+    const at::Tensor ln_w = layer_.ln_weight.to(q.dtype()), ln_b = layer_.ln_bias.to(q.dtype());
+    const at::Tensor phi = win_phi_.flatten(2, 3);  // [B,H,n·c,d_φ]: every window slot a row
+    const MlpPass at_slots = mlp_pass(phi, gradient_point[0], gradient_point[1], ln_w, ln_b);
+    auto slots = [&](const at::Tensor& t) { return t.unflatten(2, {n, c}); };  // [B,H,n·c,…] → [B,H,n,c,…]
+    const at::Tensor psi = bias_grad(slots(at_slots.y), win_v_, rule_, win_delta_) * loss_weights_.unsqueeze(-1);
+    const MlpBackward back = mlp_backward(at_slots, psi.flatten(2, 3), gradient_point[0], ln_w);
+    at::Tensor d_o = back.delta_o, d_h = back.delta_h;
+    if (rule_.inner_clip > 0.0) {
+      // ‖g_t‖² over the window's rank-1 terms: Σ_{j,k} (δo_j·δo_k)(a_j·a_k) + (δh_j·δh_k)(φ_j·φ_k).
+      auto gram = [&](const at::Tensor& t) { return at::matmul(slots(t), slots(t).transpose(-1, -2)); };
+      const at::Tensor norm_sq = (gram(d_o) * gram(at_slots.a) + gram(d_h) * gram(phi)).sum({-2, -1});  // [B,H,n]
+      const at::Tensor factor = clip_factor(norm_sq, rule_.inner_clip).repeat_interleave(c, -1).unsqueeze(-1);
+      d_o = d_o * factor;
+      d_h = d_h * factor;
+    }
+    const DualCoefficients k = dual_coefficients(alpha, eta, beta);
+    const std::vector<at::Tensor> w0 = state_.memory, s0 = state_.momentum;  // the recurrence starts here
+    // One weight's read: start·(x W_0ᵀ) − (row ⊙ x Xᵀ) δ − momentum·(x S_0ᵀ), X the slots' inputs.
+    auto read = [&](const at::Tensor& x, size_t i, const at::Tensor& inputs, const at::Tensor& delta) {
+      at::Tensor out = k.start.unsqueeze(-1) * at::matmul(x, w0[i].transpose(-1, -2)) -
+                       at::matmul(k.row * at::matmul(x, inputs.transpose(-1, -2)), delta);
+      if (k.has_momentum) out = out - k.momentum.unsqueeze(-1) * at::matmul(x, s0[i].transpose(-1, -2));
+      return out;
+    };
+    MlpPass y;
+    y.h = read(q, 1, phi, d_h);
+    y.a = exact_gelu(y.h);
+    y.o = read(y.a, 0, at_slots.a, d_o);
+    finish_mlp_pass(y, q, ln_w, ln_b);
+
+    // The chunk-end state: W_n = P_n W_0 − s_n S_0 − Σ_r coef[n,r] g_r, and S_n likewise.
+    const at::Tensor last = k.coef.select(-2, n - 1).unsqueeze(-1);  // [B,H,n·c,1]
+    const std::vector<at::Tensor> deltas{d_o, d_h}, inputs{at_slots.a, phi};
+    for (size_t i = 0; i < 2; ++i) {
+      at::Tensor w = per_token_scale(k.last_start) * w0[i] - at::matmul((deltas[i] * last).transpose(-1, -2), inputs[i]);
+      if (k.has_momentum) {
+        w = w - per_token_scale(k.last_momentum) * s0[i];
+        const at::Tensor s_weights = (k.beta.within.select(-2, n - 1) * eta).repeat_interleave(c, -1).unsqueeze(-1);
+        state_.momentum[i] = per_token_scale(k.beta.from_start.select(-1, n - 1)) * s0[i] +
+                             at::matmul((deltas[i] * s_weights).transpose(-1, -2), inputs[i]);
+      }
+      state_.memory[i] = w;
+    }
+    return y.y;
   }
 
   const MemoryLayerImpl& layer_;

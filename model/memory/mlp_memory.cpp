@@ -51,18 +51,22 @@ void finish_mlp_pass(MlpPass& p, const at::Tensor& z, const at::Tensor& ln_weigh
   p.y = z + p.n * ln_view(ln_weight, z.dim()) + ln_view(ln_bias, z.dim());
 }
 
-MlpInnerGradient mlp_inner_gradient(const MlpPass& pass, const at::Tensor& target, const at::Tensor& w1,
-                                    const at::Tensor& ln_weight) {
-  const double d = static_cast<double>(target.size(-1));
-  const at::Tensor residual = pass.y - target;
-  MlpInnerGradient g;
-  g.loss = 0.5 * residual.pow(2).sum(-1) / d;
-  // Back through y = z + n·γ + β, then LN's normalisation: δo = (δn − mean δn − n·mean(δn·n))/std.
-  const at::Tensor delta_n = residual / d * ln_view(ln_weight, target.dim());
+MlpBackward mlp_backward(const MlpPass& pass, const at::Tensor& dy, const at::Tensor& w1, const at::Tensor& ln_weight) {
+  MlpBackward g;
+  // Back through y = z + n·γ + β, then LN's normalisation: δo = (δn − mean δn − n·mean(δn·n))/stdev.
+  const at::Tensor delta_n = dy * ln_view(ln_weight, dy.dim());
   g.delta_o = (delta_n - delta_n.mean(-1, true) - pass.n * (delta_n * pass.n).mean(-1, true)) / pass.stdev;
   // o = W_1 a, a = GELU(h).
   g.delta_h = small_matmul(g.delta_o, w1) * exact_gelu_derivative(pass.h);
   return g;
+}
+
+MlpInnerGradient mlp_inner_gradient(const MlpPass& pass, const at::Tensor& target, const at::Tensor& w1,
+                                    const at::Tensor& ln_weight) {
+  const double d = static_cast<double>(target.size(-1));
+  const at::Tensor residual = pass.y - target;
+  const MlpBackward back = mlp_backward(pass, residual / d, w1, ln_weight);
+  return {back.delta_o, back.delta_h, 0.5 * residual.pow(2).sum(-1) / d};
 }
 
 std::vector<at::Tensor> inner_gradient_inputs(const std::vector<at::Tensor>& weights, bool differentiable) {

@@ -31,6 +31,13 @@ void finish_mlp_pass(MlpPass& p, const at::Tensor& z, const at::Tensor& ln_weigh
 at::Tensor exact_gelu(const at::Tensor& h);
 at::Tensor exact_gelu_derivative(const at::Tensor& h);
 
+// Back through one pass from ∂ℓ/∂y (any inner loss): δo = ∂ℓ/∂o and δh = ∂ℓ/∂h.
+struct MlpBackward {
+  at::Tensor delta_o;  // [..., d]
+  at::Tensor delta_h;  // [..., 4d]
+};
+MlpBackward mlp_backward(const MlpPass& pass, const at::Tensor& dy, const at::Tensor& w1, const at::Tensor& ln_weight);
+
 // The inner loss ℓ = ½‖M(z) − target‖²/d of one token and its gradient, analytically. For one
 // input z the gradient of each weight is rank 1: ∇_{W_1} ℓ = δo ⊗ a and ∇_{W_2} ℓ = δh ⊗ z, so the
 // factors are all a batched form needs. Plain tensor ops: with grad mode on, autograd carries the

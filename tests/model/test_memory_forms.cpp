@@ -304,6 +304,40 @@ TEST_CASE("memory: the linear dual form equals the materialised chunk form", "[m
   }
 }
 
+TEST_CASE("memory: the MLP dual form equals the materialised chunk form, outer gradients included", "[model]") {
+  // Titans' rule (gd-momentum) on the MLP memory: forward without a record takes the dual form
+  // (analytic rank-1 gradients, no per-token weights); with a record, the materialised form
+  // (autograd's create_graph). Same math, so the same outputs, state and outer gradients.
+  for (const char* window : {"memory.window.c=1", "memory.window.c=3"})
+    for (const char* read : {"memory.read=after-write", "memory.read=before-write"})
+      for (const char* clip : {"memory.inner.clip=0", "memory.inner.clip=0.05"}) {
+        INFO(window << " " << read << " " << clip);
+        auto layer = make_layer(test_rule("titans-lmm", {"memory.structure=mlp", window, read, clip}), 16, 2,
+                                torch::kFloat64);
+        auto x = make_input(2, 21, 16, torch::kFloat64);
+        auto run = [&](bool record) {
+          layer->zero_grad();
+          MemoryState s = layer->initial_state(2);
+          const at::Tensor y = layer->forward(x, s, 8, record).y;
+          (y.pow(2).mean() + s.memory[0].pow(2).mean() + s.momentum[1].pow(2).mean()).backward();
+          std::vector<torch::Tensor> grads;
+          for (const auto& p : layer->parameters()) grads.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
+          return std::make_tuple(y.detach(), s.memory[0].detach(), s.momentum[1].detach(), grads);
+        };
+        const auto [y_fast, m_fast, s_fast, g_fast] = run(false);
+        const auto [y_full, m_full, s_full, g_full] = run(true);
+        CHECK(max_abs_diff(y_fast, y_full) < 1e-10 * scale_of(y_full));
+        CHECK(max_abs_diff(m_fast, m_full) < 1e-10);
+        CHECK(max_abs_diff(s_fast, s_full) < 1e-10);
+        double largest = 0;
+        for (size_t i = 0; i < g_full.size(); ++i) {
+          largest = std::max(largest, g_full[i].abs().max().item<double>());
+          CHECK(max_abs_diff(g_fast[i], g_full[i]) < 1e-9 * (1 + g_full[i].abs().max().item<double>()));
+        }
+        CHECK(largest > 1e-3);
+      }
+}
+
 TEST_CASE("memory: T tokens in two calls equal one call (state carry)", "[model]") {
   for (const auto& name : {"titans-lmm", "atlas-linear", "omeganet", "moneta", "memora", "deltanet"}) {
     for (int64_t b : {1, 16}) {
