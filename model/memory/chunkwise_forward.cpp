@@ -63,13 +63,14 @@ class ChunkRunner {
     const bool fast = !record_ && rule_.structure == Structure::Linear && rule_.optimiser != Optimiser::Muon &&
                       !rule_.dgd_per_feature &&
                       (rule_.retention == Retention::L2Decay || rule_.retention == Retention::None);
-    const bool mlp_fast = !record_ && rule_.structure == Structure::Mlp && rule_.optimiser == Optimiser::GdMomentum &&
+    const bool mlp_fast = !record_ && rule_.structure == Structure::Mlp && rule_.optimiser != Optimiser::Muon &&
                           (rule_.retention == Retention::L2Decay || rule_.retention == Retention::None);
     if (fast) {
       linear_psi(gradient_point[0]);  // the dual form needs ψ only, never the per-token g_t
       out.y = dual_form(q, alpha, eta, beta);
     } else if (mlp_fast) {
-      out.y = mlp_dual_form(gradient_point, q, alpha, eta, beta);
+      out.y = rule_.optimiser == Optimiser::Dgd ? mlp_dgd_dual_form(gradient_point, q, alpha, eta)
+                                                : mlp_dual_form(gradient_point, q, alpha, eta, beta);
     } else {
       out = materialised(gradients(gradient_point), q, alpha, eta, beta);
     }
@@ -304,24 +305,40 @@ class ChunkRunner {
   // mlp_backward), so W_t is W_0, S_0 and those terms with the linear form's coefficients, and the
   // read M_t(q_t) needs only inner products with them: W_2,t q_t first, then W_1,t GELU(·). No
   // per-token [d,4d] weight is ever built.
+  // Every window slot's inner gradient at the chunk-start W, as rank-1 factors (mlp_backward):
+  // ∇W_1 = δo ⊗ a and ∇W_2 = δh ⊗ φ per slot, clipped per token (SPEC §4). Rows [B,H,n·c,…].
+  struct SlotGradients {
+    at::Tensor phi, a, d_o, d_h;
+  };
+  SlotGradients slot_gradients(const std::vector<at::Tensor>& gradient_point) const {
+    const int64_t n = win_phi_.size(2), c = rule_.window;
+    const at::Tensor ln_w = layer_.ln_weight.to(win_phi_.dtype()), ln_b = layer_.ln_bias.to(win_phi_.dtype());
+    SlotGradients g;
+    g.phi = win_phi_.flatten(2, 3);  // every window slot a row
+    const MlpPass at_slots = mlp_pass(g.phi, gradient_point[0], gradient_point[1], ln_w, ln_b);
+    auto slots = [&](const at::Tensor& t) { return t.unflatten(2, {n, c}); };  // [B,H,n·c,…] → [B,H,n,c,…]
+    const at::Tensor psi = bias_grad(slots(at_slots.y), win_v_, rule_, win_delta_) * loss_weights_.unsqueeze(-1);
+    const MlpBackward back = mlp_backward(at_slots, psi.flatten(2, 3), gradient_point[0], ln_w);
+    g.a = at_slots.a;
+    g.d_o = back.delta_o;
+    g.d_h = back.delta_h;
+    if (rule_.inner_clip > 0.0) {
+      // ‖g_t‖² over the window's rank-1 terms: Σ_{j,k} (δo_j·δo_k)(a_j·a_k) + (δh_j·δh_k)(φ_j·φ_k).
+      auto gram = [&](const at::Tensor& t) { return at::matmul(slots(t), slots(t).transpose(-1, -2)); };
+      const at::Tensor norm_sq = (gram(g.d_o) * gram(g.a) + gram(g.d_h) * gram(g.phi)).sum({-2, -1});  // [B,H,n]
+      const at::Tensor factor = clip_factor(norm_sq, rule_.inner_clip).repeat_interleave(c, -1).unsqueeze(-1);
+      g.d_o = g.d_o * factor;
+      g.d_h = g.d_h * factor;
+    }
+    return g;
+  }
+
   at::Tensor mlp_dual_form(const std::vector<at::Tensor>& gradient_point, const at::Tensor& q, const at::Tensor& alpha,
                            const at::Tensor& eta, const at::Tensor& beta) {
     const int64_t n = q.size(2), c = rule_.window;
     const at::Tensor ln_w = layer_.ln_weight.to(q.dtype()), ln_b = layer_.ln_bias.to(q.dtype());
-    const at::Tensor phi = win_phi_.flatten(2, 3);  // [B,H,n·c,d_φ]: every window slot a row
-    const MlpPass at_slots = mlp_pass(phi, gradient_point[0], gradient_point[1], ln_w, ln_b);
-    auto slots = [&](const at::Tensor& t) { return t.unflatten(2, {n, c}); };  // [B,H,n·c,…] → [B,H,n,c,…]
-    const at::Tensor psi = bias_grad(slots(at_slots.y), win_v_, rule_, win_delta_) * loss_weights_.unsqueeze(-1);
-    const MlpBackward back = mlp_backward(at_slots, psi.flatten(2, 3), gradient_point[0], ln_w);
-    at::Tensor d_o = back.delta_o, d_h = back.delta_h;
-    if (rule_.inner_clip > 0.0) {
-      // ‖g_t‖² over the window's rank-1 terms: Σ_{j,k} (δo_j·δo_k)(a_j·a_k) + (δh_j·δh_k)(φ_j·φ_k).
-      auto gram = [&](const at::Tensor& t) { return at::matmul(slots(t), slots(t).transpose(-1, -2)); };
-      const at::Tensor norm_sq = (gram(d_o) * gram(at_slots.a) + gram(d_h) * gram(phi)).sum({-2, -1});  // [B,H,n]
-      const at::Tensor factor = clip_factor(norm_sq, rule_.inner_clip).repeat_interleave(c, -1).unsqueeze(-1);
-      d_o = d_o * factor;
-      d_h = d_h * factor;
-    }
+    const SlotGradients g = slot_gradients(gradient_point);
+    const at::Tensor &phi = g.phi, &d_o = g.d_o, &d_h = g.d_h;
     const DualCoefficients k = dual_coefficients(alpha, eta, beta);
     const std::vector<at::Tensor> w0 = state_.memory, s0 = state_.momentum;  // the recurrence starts here
     // One weight's read: start·(x W_0ᵀ) − (row ⊙ x Xᵀ) δ − momentum·(x S_0ᵀ), X the slots' inputs.
@@ -334,12 +351,12 @@ class ChunkRunner {
     MlpPass y;
     y.h = read(q, 1, phi, d_h);
     y.a = exact_gelu(y.h);
-    y.o = read(y.a, 0, at_slots.a, d_o);
+    y.o = read(y.a, 0, g.a, d_o);
     finish_mlp_pass(y, q, ln_w, ln_b);
 
     // The chunk-end state: W_n = P_n W_0 − s_n S_0 − Σ_r coef[n,r] g_r, and S_n likewise.
     const at::Tensor last = k.coef.select(-2, n - 1).unsqueeze(-1);  // [B,H,n·c,1]
-    const std::vector<at::Tensor> deltas{d_o, d_h}, inputs{at_slots.a, phi};
+    const std::vector<at::Tensor> deltas{d_o, d_h}, inputs{g.a, phi};
     for (size_t i = 0; i < 2; ++i) {
       at::Tensor w = per_token_scale(k.last_start) * w0[i] - at::matmul((deltas[i] * last).transpose(-1, -2), inputs[i]);
       if (k.has_momentum) {
@@ -350,6 +367,47 @@ class ChunkRunner {
       }
       state_.memory[i] = w;
     }
+    return y.y;
+  }
+
+  // MLP memory, dgd (SPEC §5's diagonal preconditioner, dgd_preconditioner.h): per feature f,
+  // W_1's row f and W_2's column f follow W_t = p_t[f]·W_{t−1} − η_t[f]·g_t with
+  // p = α − η⊙k̄², so with D[t,r,f] = Π_{r<l≤t} p_l[f] and P_t = Π_{l≤t} p_l:
+  //   W_2,t q = W_2,0 (P_t ⊙ q) − Σ_{r,j} δh_{r,j} ⟨φ_{r,j} ⊙ η_r ⊙ D[t,r], q⟩
+  //   W_1,t a = P_t ⊙ (W_1,0 a) − Σ_{r,j} ⟨a_{r,j}, a⟩ η_r ⊙ D[t,r] ⊙ δo_{r,j}
+  // (j the window slots). dgd keeps no momentum.
+  at::Tensor mlp_dgd_dual_form(const std::vector<at::Tensor>& gradient_point, const at::Tensor& q,
+                               const at::Tensor& alpha, const at::Tensor& eta) {
+    const int64_t n = q.size(2), c = rule_.window;
+    const at::Tensor ln_w = layer_.ln_weight.to(q.dtype()), ln_b = layer_.ln_bias.to(q.dtype());
+    const SlotGradients g = slot_gradients(gradient_point);
+    const at::Tensor k_sq = key_squares();  // [B,H,n,d_φ]
+    const at::Tensor lr = rule_.dgd_per_feature ? eta : eta.unsqueeze(-1).expand_as(k_sq);
+    const at::Tensor keep = (rule_.dgd_per_feature ? alpha : alpha.unsqueeze(-1).expand_as(k_sq)) - lr * k_sq;
+    const DecayProducts per_feature = decay_products(keep.transpose(-1, -2));  // over [B,H,d_φ,n]
+    at::Tensor D = per_feature.within.permute({0, 1, 3, 4, 2});                 // [B,H,n(t),n(r),d_φ]
+    at::Tensor P = per_feature.from_start.transpose(-1, -2);                    // [B,H,n,d_φ]
+    const at::Tensor D_end = D.select(2, n - 1), P_end = P.select(2, n - 1);  // the chunk-end state's
+    if (rule_.read == ReadOrder::BeforeWrite) {  // y_t = M_{t−1} q_t: the products of row t−1
+      P = at::cat({at::ones_like(P.slice(2, 0, 1)), P.slice(2, 0, n - 1)}, 2);
+      D = at::cat({at::zeros_like(D.slice(2, 0, 1)), D.slice(2, 0, n - 1)}, 2);
+    }
+    auto slots = [&](const at::Tensor& t) { return t.unflatten(2, {n, c}); };  // [B,H,n,c,…]
+    const at::Tensor w1 = state_.memory[0], w2 = state_.memory[1];
+    MlpPass y;
+    // ⟨φ_{r,j} ⊙ η_r ⊙ D[t,r], q_t⟩ → [B,H,n(t),n·c]
+    const at::Tensor scaled_phi = slots(g.phi) * lr.unsqueeze(3);
+    const at::Tensor key_query = at::einsum("bhtrf,bhrjf->bhtrj", {D * q.unsqueeze(3), scaled_phi}).flatten(3, 4);
+    y.h = at::matmul(P * q, w2.transpose(-1, -2)) - at::matmul(key_query, g.d_h);
+    y.a = exact_gelu(y.h);
+    const at::Tensor gram = at::matmul(y.a, g.a.transpose(-1, -2)).unflatten(3, {n, c});  // ⟨a_t, a_{r,j}⟩
+    const at::Tensor mixed = at::einsum("bhtrj,bhrjf->bhtrf", {gram, slots(g.d_o)});      // Σ_j ⟨·⟩ δo_{r,j}
+    y.o = P * at::matmul(y.a, w1.transpose(-1, -2)) - (D * lr.unsqueeze(2) * mixed).sum(3);
+    finish_mlp_pass(y, q, ln_w, ln_b);
+
+    const at::Tensor to_end = (lr * D_end).unsqueeze(3);  // η_r ⊙ D[n,r]: [B,H,n,1,d_φ]
+    state_.memory[0] = P_end.unsqueeze(-1) * w1 - at::matmul((slots(g.d_o) * to_end).flatten(2, 3).transpose(-1, -2), g.a);
+    state_.memory[1] = w2 * P_end.unsqueeze(-2) - at::matmul(g.d_h.transpose(-1, -2), (slots(g.phi) * to_end).flatten(2, 3));
     return y.y;
   }
 

@@ -304,25 +304,32 @@ TEST_CASE("memory: the linear dual form equals the materialised chunk form", "[m
   }
 }
 
-TEST_CASE("memory: the MLP dual form equals the materialised chunk form, outer gradients included", "[model]") {
-  // Titans' rule (gd-momentum) on the MLP memory: forward without a record takes the dual form
-  // (analytic rank-1 gradients, no per-token weights); with a record, the materialised form
-  // (autograd's create_graph). Same math, so the same outputs, state and outer gradients.
+TEST_CASE("memory: the MLP dual forms equal the materialised chunk form, outer gradients included", "[model]") {
+  // Titans' rule (gd-momentum) and dgd (the diagonal preconditioner, per head or per feature) on
+  // the MLP memory: forward without a record takes a dual form (analytic rank-1 gradients, no
+  // per-token weights); with a record, the materialised form (autograd's create_graph). Same
+  // math, so the same outputs, state and outer gradients.
+  const std::vector<std::vector<std::string>> optimisers{
+      {"memory.optimiser=gd-momentum"},
+      {"memory.optimiser=dgd", "memory.momentum.enabled=false"},
+      {"memory.optimiser=dgd", "memory.momentum.enabled=false", "memory.dgd.per_feature=true"}};
+  for (const auto& optimiser : optimisers)
   for (const char* window : {"memory.window.c=1", "memory.window.c=3"})
     for (const char* read : {"memory.read=after-write", "memory.read=before-write"})
       for (const char* clip : {"memory.inner.clip=0", "memory.inner.clip=0.05"}) {
-        INFO(window << " " << read << " " << clip);
-        auto layer = make_layer(test_rule("titans-lmm", {"memory.structure=mlp", window, read, clip}), 16, 2,
-                                torch::kFloat64);
+        INFO(optimiser.back() << " " << window << " " << read << " " << clip);
+        std::vector<std::string> sets{"memory.structure=mlp", window, read, clip};
+        sets.insert(sets.end(), optimiser.begin(), optimiser.end());
+        auto layer = make_layer(test_rule("titans-lmm", sets), 16, 2, torch::kFloat64);
         auto x = make_input(2, 21, 16, torch::kFloat64);
         auto run = [&](bool record) {
           layer->zero_grad();
           MemoryState s = layer->initial_state(2);
           const at::Tensor y = layer->forward(x, s, 8, record).y;
-          (y.pow(2).mean() + s.memory[0].pow(2).mean() + s.momentum[1].pow(2).mean()).backward();
+          (y.pow(2).mean() + s.memory[0].pow(2).mean() + s.memory[1].pow(3).mean() + s.momentum[1].pow(2).mean()).backward();
           std::vector<torch::Tensor> grads;
           for (const auto& p : layer->parameters()) grads.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
-          return std::make_tuple(y.detach(), s.memory[0].detach(), s.momentum[1].detach(), grads);
+          return std::make_tuple(y.detach(), s.memory[0].detach(), s.memory[1].detach() + s.momentum[1].detach(), grads);
         };
         const auto [y_fast, m_fast, s_fast, g_fast] = run(false);
         const auto [y_full, m_full, s_full, g_full] = run(true);
