@@ -15,6 +15,7 @@
 #include <ATen/ATen.h>
 
 #include "model/memory/inner_clip.h"
+#include "model/memory/linear_scan.h"
 #include "model/memory/mlp_memory.h"
 #include "model/memory/self_modifying_memory.h"
 #include "model/memory/small_matmul.h"
@@ -27,20 +28,6 @@ constexpr int64_t kMain = static_cast<int64_t>(SelfModMemory::Main);
 constexpr int64_t kProjections = 4;  // M_k, M_v, M_η, M_α: read at x_t and, for their targets, at v_t
 
 at::Tensor unit(const at::Tensor& z) { return z / z.norm(2, -1, true).clamp_min(1e-12); }
-
-// D[j,i] = Π_{i<l≤j} p_l for i ≤ j (1 on the diagonal) and 0 above it: p [B,n,d] → [B,n,n,d].
-at::Tensor decay_products(const at::Tensor& p) {
-  const int64_t n = p.size(1);
-  std::vector<at::Tensor> rows;
-  at::Tensor row = at::zeros({p.size(0), n, p.size(2)}, p.options());
-  for (int64_t j = 0; j < n; ++j) {
-    at::Tensor diagonal = at::zeros({1, n, 1}, p.options());
-    diagonal.select(1, j).fill_(1.0);
-    row = row * p.narrow(1, j, 1) + diagonal;  // row j−1's products times p_j, then D[j,j] = 1
-    rows.push_back(row);
-  }
-  return at::stack(rows, 1);
-}
 
 }  // namespace
 
@@ -114,8 +101,9 @@ at::Tensor SelfModifyingMemoryImpl::forward_chunk(const at::Tensor& x, SelfModSt
 
   // The dgd recurrence unrolled (header comment): decays D [B,n,n,d], P_j [B,n,d].
   const at::Tensor p = alpha - eta * k.pow(2);
-  const at::Tensor D = decay_products(p);
-  const at::Tensor P = D.select(2, 0) * p.narrow(1, 0, 1);
+  const DecayProducts per_feature = decay_products(p.transpose(1, 2));  // over [B,d,n] (linear_scan.h)
+  const at::Tensor D = per_feature.within.permute({0, 2, 3, 1});         // [B,n(j),n(i),d]
+  const at::Tensor P = per_feature.from_start.transpose(1, 2);            // [B,n,d]
   const at::Tensor to_end = D.select(1, n - 1);  // D[n−1,i]: [B,n,d]
   const at::Tensor P_end = P.select(1, n - 1);    // [B,d]
   const at::Tensor w1_end =
