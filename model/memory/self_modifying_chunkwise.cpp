@@ -48,15 +48,19 @@ at::Tensor SelfModifyingMemoryImpl::forward_chunk(const at::Tensor& x, SelfModSt
   TORCH_CHECK(x.size(2) == d, "self-modifying memory: expected x of shape [B,T,", d, "], got ", x.sizes());
   const std::array<std::vector<at::Tensor>, kSelfModCount> start = state.weights;
 
-  // The five memories on the head axis: W_1 [B,5,d,4d], W_2 [B,5,4d,d], LN [5,d].
+  // The five memories on the head axis: W_1 [B,5,d,4d], W_2 [B,5,4d,d], LN [5,d]. The previous
+  // chunk left them stacked; stacking again copies 2·B·5·d·4d floats (and their gradient).
   std::vector<at::Tensor> parts1, parts2, ln_w, ln_b;
+  bool stacked = state.stacked[0].defined() && state.stacked[1].defined();
   for (int m = 0; m < kSelfModCount; ++m) {
     parts1.push_back(start[m][0]);
     parts2.push_back(start[m][1]);
+    stacked = stacked && start[m][0].is_alias_of(state.stacked[0]) && start[m][1].is_alias_of(state.stacked[1]);
     ln_w.push_back(ln_weight[m].to(x.dtype()));
     ln_b.push_back(ln_bias[m].to(x.dtype()));
   }
-  const at::Tensor w1 = at::cat(parts1, 1), w2 = at::cat(parts2, 1);
+  const at::Tensor w1 = stacked ? state.stacked[0] : at::cat(parts1, 1);
+  const at::Tensor w2 = stacked ? state.stacked[1] : at::cat(parts2, 1);
   const at::Tensor gain = at::cat(ln_w, 0), shift = at::cat(ln_b, 0);
   auto pass = [&](int64_t first, int64_t count, const at::Tensor& z) {
     return mlp_pass(z, w1.narrow(1, first, count), w2.narrow(1, first, count), gain.narrow(0, first, count),
@@ -80,14 +84,15 @@ at::Tensor SelfModifyingMemoryImpl::forward_chunk(const at::Tensor& x, SelfModSt
   const at::Tensor eta = options_.max_lr * at::sigmoid(projected.select(1, 2) + b_lr);
   const at::Tensor alpha = at::sigmoid(projected.select(1, 3) + b_retain);
 
-  // seed 004 change 1's auxiliary retrieval loss, at the chunk-start main memory.
-  const at::Tensor retrieved = pass(kMain, 1, k.unsqueeze(1)).y.squeeze(1);
-  state.aux = state.aux + ((retrieved - v.detach()).pow(2).mean(-1) + (retrieved.detach() - v).pow(2).mean(-1)).sum(1);
-
   // Targets v̂_□ = sg(M_□(v_t)), and v_t for the main memory; every memory writes at key k_t.
   const at::Tensor targets = at::cat({pass(0, kProjections, per_memory(v, kProjections)).y.detach(), v.unsqueeze(1)}, 1);
   const at::Tensor key = per_memory(k, kSelfModCount);
   const MlpPass at_key = mlp_pass(key, w1, w2, gain, shift);
+
+  // seed 004 change 1's auxiliary retrieval loss, at the chunk-start main memory: M(k_t) is the
+  // main memory's read at its key, already in the pass above.
+  const at::Tensor retrieved = at_key.y.select(1, kMain);
+  state.aux = state.aux + ((retrieved - v.detach()).pow(2).mean(-1) + (retrieved.detach() - v).pow(2).mean(-1)).sum(1);
   const MlpInnerGradient inner = mlp_inner_gradient(at_key, targets, w1, gain);
   at::Tensor delta_o = inner.delta_o, delta_h = inner.delta_h;  // [B,5,n,d], [B,5,n,4d]
   if (options_.inner_clip > 0) {
@@ -125,6 +130,7 @@ at::Tensor SelfModifyingMemoryImpl::forward_chunk(const at::Tensor& x, SelfModSt
   finish_mlp_pass(read, q, gain.narrow(0, kMain, 1), shift.narrow(0, kMain, 1));
 
   for (int m = 0; m < kSelfModCount; ++m) state.weights[m] = {w1_end.narrow(1, m, 1), w2_end.narrow(1, m, 1)};
+  state.stacked = {w1_end, w2_end};
   state.tokens += n;
   if (n < chunk) {  // a call that ends inside the chunk: the next call finishes it at these reads
     state.anchor = start;

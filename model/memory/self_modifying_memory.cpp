@@ -32,6 +32,8 @@ SelfModState map_tensors(const SelfModState& s, F f) {
   for (auto* group : {&out.weights, &out.anchor})
     for (auto& w : *group)
       for (auto& t : w) t = f(t);
+  for (auto& t : out.stacked)
+    if (t.defined()) t = f(t);
   if (out.aux.defined()) out.aux = f(out.aux);
   for (at::Tensor* t : {&out.last_error, &out.last_retain, &out.last_lr, &out.last_precond, &out.conv})
     if (t->defined()) *t = f(*t);

@@ -63,6 +63,10 @@ struct SelfModState {
   // a chunk leaves the anchor for the next. Empty, and anchor_chunk 0, between chunks.
   std::array<std::vector<at::Tensor>, kSelfModCount> anchor;
   int64_t anchor_chunk = 0;
+  // The chunkwise form's five memories on one axis, {W1 [B,5,d,4d], W2 [B,5,4d,d]}, of which
+  // `weights` are views after a chunk. Used only while every weight still aliases it (anything that
+  // replaces a weight, e.g. step() or a probe, makes the next chunk stack them afresh).
+  std::array<at::Tensor, 2> stacked;
 
   SelfModState clone() const;
   SelfModState detached() const;
