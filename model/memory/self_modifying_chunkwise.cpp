@@ -104,29 +104,32 @@ at::Tensor SelfModifyingMemoryImpl::forward_chunk(const at::Tensor& x, SelfModSt
     delta_h = delta_h * factor;
   }
 
-  // The dgd recurrence unrolled (header comment): decays D [B,n,n,d], P_j [B,n,d].
-  const at::Tensor p = alpha - eta * k.pow(2);
-  const DecayProducts per_feature = decay_products(p.transpose(1, 2));  // over [B,d,n] (linear_scan.h)
-  const at::Tensor D = per_feature.within.permute({0, 2, 3, 1});         // [B,n(j),n(i),d]
-  const at::Tensor P = per_feature.from_start.transpose(1, 2);            // [B,n,d]
-  const at::Tensor to_end = D.select(1, n - 1);  // D[n−1,i]: [B,n,d]
-  const at::Tensor P_end = P.select(1, n - 1);    // [B,d]
-  const at::Tensor w1_end =
-      w1 * P_end.view({B, 1, d, 1}) - small_matmul((eta * to_end).unsqueeze(1).mul(delta_o).transpose(-1, -2), at_key.a);
-  const at::Tensor w2_end =
-      w2 * P_end.view({B, 1, 1, d}) - small_matmul(delta_h.transpose(-1, -2), (eta * to_end * k).unsqueeze(1));
+  // The dgd recurrence unrolled (header comment), per memory: the projection memories write with
+  // self_lr_scale·η_t. Decays D [B,5,n,n,d], P_j [B,5,n,d].
+  std::vector<double> scale(kSelfModCount, options_.self_lr_scale);
+  scale[kMain] = 1.0;
+  const at::Tensor rate = eta.unsqueeze(1) * at::tensor(scale, eta.options()).view({1, kSelfModCount, 1, 1});
+  const at::Tensor p = alpha.unsqueeze(1) - rate * k.pow(2).unsqueeze(1);
+  const DecayProducts per_feature = decay_products(p.transpose(-1, -2));  // over [B,5,d,n] (linear_scan.h)
+  const at::Tensor D = per_feature.within.permute({0, 1, 3, 4, 2});      // [B,5,n(j),n(i),d]
+  const at::Tensor P = per_feature.from_start.transpose(-1, -2);         // [B,5,n,d]
+  const at::Tensor to_end = rate * D.select(2, n - 1);  // η_i ⊙ D[n−1,i]: [B,5,n,d]
+  const at::Tensor P_end = P.select(2, n - 1);          // [B,5,d]
+  const at::Tensor w1_end = w1 * P_end.unsqueeze(-1) - small_matmul((to_end * delta_o).transpose(-1, -2), at_key.a);
+  const at::Tensor w2_end = w2 * P_end.unsqueeze(-2) - small_matmul(delta_h.transpose(-1, -2), to_end * k.unsqueeze(1));
 
   // y_j = M_j(q_j) after write j, from W_s and the chunk's rank-1 writes:
   //   W_2,j q_j = W_2,s (P_j ⊙ q_j) − Σ_{i≤j} δh_i ⟨η_i ⊙ D[j,i] ⊙ k_i, q_j⟩
   //   W_1,j a_j = P_j ⊙ (W_1,s a_j) − Σ_{i≤j} ⟨a_i, a_j⟩ η_i ⊙ D[j,i] ⊙ δo_i
   const at::Tensor main_dh = delta_h.select(1, kMain), main_do = delta_o.select(1, kMain), main_a = at_key.a.select(1, kMain);
-  const at::Tensor key_query = ((eta * k).unsqueeze(1) * D * q.unsqueeze(2)).sum(-1);  // [B,n(j),n(i)], 0 for i > j
+  const at::Tensor main_D = D.select(1, kMain), main_P = P.select(1, kMain);
+  const at::Tensor key_query = ((eta * k).unsqueeze(1) * main_D * q.unsqueeze(2)).sum(-1);  // [B,n(j),n(i)], 0 for i > j
   MlpPass read;
-  read.h = at::matmul(P * q, w2.select(1, kMain).transpose(-1, -2)) - at::matmul(key_query, main_dh);
+  read.h = at::matmul(main_P * q, w2.select(1, kMain).transpose(-1, -2)) - at::matmul(key_query, main_dh);
   read.a = exact_gelu(read.h);
   const at::Tensor gram = at::matmul(read.a, main_a.transpose(-1, -2));  // ⟨a_i, a_j⟩ [B,n(j),n(i)]
-  read.o = P * at::matmul(read.a, w1.select(1, kMain).transpose(-1, -2)) -
-           (gram.unsqueeze(-1) * D * (eta * main_do).unsqueeze(1)).sum(2);
+  read.o = main_P * at::matmul(read.a, w1.select(1, kMain).transpose(-1, -2)) -
+           (gram.unsqueeze(-1) * main_D * (eta * main_do).unsqueeze(1)).sum(2);
   finish_mlp_pass(read, q, gain.narrow(0, kMain, 1), shift.narrow(0, kMain, 1));
 
   for (int m = 0; m < kSelfModCount; ++m) state.weights[m] = {w1_end.narrow(1, m, 1), w2_end.narrow(1, m, 1)};
@@ -142,7 +145,7 @@ at::Tensor SelfModifyingMemoryImpl::forward_chunk(const at::Tensor& x, SelfModSt
   state.last_error = inner.loss.select(2, n - 1).detach();
   state.last_retain = alpha.select(1, n - 1).detach();
   state.last_lr = eta.select(1, n - 1).detach();
-  state.last_precond = p.select(1, n - 1).detach();
+  state.last_precond = p.select(1, kMain).select(1, n - 1).detach();  // the memory's own
   return read.y;
 }
 

@@ -164,13 +164,14 @@ at::Tensor SelfModifyingMemoryImpl::step(const at::Tensor& x_t, SelfModState& st
     }
   }
 
-  // dgd with the diagonal preconditioner, shared α_t, η_t and k_t (broadcast over W's head axis).
+  // dgd with the diagonal preconditioner, shared α_t and k_t, η_t (scaled for the projection memories)...
   const at::Tensor k_sq = k.pow(2).unsqueeze(1), a = alpha.unsqueeze(1), e = eta.unsqueeze(1);
   for (int m = 0; m < kSelfModCount; ++m) {
     std::vector<at::Tensor> g{grads[2 * m], grads[2 * m + 1]};
     const at::Tensor factor = clip_factor(g, options_.inner_clip);
     for (auto& t : g) t = t * factor;
-    state.weights[m] = dgd_mlp_update(state.weights[m], g, k_sq, a, e);
+    const bool projection = static_cast<SelfModMemory>(m) != SelfModMemory::Main;
+    state.weights[m] = dgd_mlp_update(state.weights[m], g, k_sq, a, projection ? e * options_.self_lr_scale : e);
   }
   state.tokens += 1;
   if (chunk > 1 && state.tokens % chunk != 0) {

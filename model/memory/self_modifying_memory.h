@@ -45,6 +45,9 @@ struct SelfModOptions {
   double max_lr = 1.0;      // η_t's ceiling (SPEC §1)
   double inner_clip = 0.0;  // per memory: g ← g·min(1, clip/‖g‖) (0 = off)
   bool conv = false;        // model.hope.conv: depthwise causal conv of width 4 after q, k and v
+  // model.hope.self_lr_scale: M_k, M_v, M_η and M_α write with s·η_t (and precondition with it),
+  // the memory M with η_t. 1 is SPEC §7's shared η_t.
+  double self_lr_scale = 1.0;
 };
 
 struct SelfModState {

@@ -13,12 +13,13 @@ namespace {
 
 constexpr int64_t kD = 6;
 
-SelfModifyingMemory make_selfmod(double clip = 0.0) {
+SelfModifyingMemory make_selfmod(double clip = 0.0, double self_lr_scale = 1.0) {
   torch::manual_seed(9);
   SelfModOptions o;
   o.d_model = kD;
   o.max_lr = 30.0;  // η ≈ 0.3: writes big enough to see
   o.inner_clip = clip;
+  o.self_lr_scale = self_lr_scale;
   SelfModifyingMemory m(o);
   m->to(torch::kFloat64);
   return m;
@@ -74,8 +75,9 @@ TEST_CASE("dgd preconditioner: the diagonal update matches seed 004's formula", 
 }
 
 TEST_CASE("self-modifying memory: every write is dgd toward its self-generated target, by hand", "[model]") {
-  for (double clip : {0.0, 0.02}) {
-    auto sm = make_selfmod(clip);
+  // (clip, model.hope.self_lr_scale): the projection memories write with s·η, the memory with η.
+  for (const auto& [clip, scale] : std::vector<std::pair<double, double>>{{0.0, 1.0}, {0.02, 1.0}, {0.02, 0.25}}) {
+    auto sm = make_selfmod(clip, scale);
     auto x = input(2, 4);
     torch::NoGradGuard no_grad;
     SelfModState state = sm->initial_state(2);
@@ -101,7 +103,7 @@ TEST_CASE("self-modifying memory: every write is dgd toward its self-generated t
         // The preconditioner the probes report as effective retention (SPEC §8).
         CHECK(max_abs_diff(state.last_precond[b], alpha - eta * k * k) < 1e-12);
         for (int m = 0; m < kSelfModCount; ++m) {
-          INFO("clip " << clip << " t " << t << " memory " << to_string(static_cast<SelfModMemory>(m)));
+          INFO("clip " << clip << " scale " << scale << " t " << t << " memory " << to_string(static_cast<SelfModMemory>(m)));
           const torch::Tensor target = m == 4 ? v : M(m, v);  // v̂_□ = M_□(v_t); the main memory stores v_t
           CHECK(max_abs_diff(rec.target[m][b], target) < 1e-12);
           torch::Tensor g1, g2;
@@ -118,10 +120,11 @@ TEST_CASE("self-modifying memory: every write is dgd toward its self-generated t
           const double norm = std::sqrt(g1.pow(2).sum().item<double>() + g2.pow(2).sum().item<double>());
           const double kappa = clip > 0 ? std::min(1.0, clip / norm) : 1.0;
           clipped += kappa < 1.0;
-          // W1 [d,4d] rows and W2 [4d,d] columns scaled by p = α − η k², then − η κ g.
-          const torch::Tensor p = alpha - eta * k * k;
-          const torch::Tensor w1 = w(before, m, 0) * p.unsqueeze(1) - eta.unsqueeze(1) * kappa * g1;
-          const torch::Tensor w2 = w(before, m, 1) * p.unsqueeze(0) - eta.unsqueeze(0) * kappa * g2;
+          // W1 [d,4d] rows and W2 [4d,d] columns scaled by p = α − η_m k², then − η_m κ g.
+          const torch::Tensor eta_m = m == 4 ? eta : scale * eta;
+          const torch::Tensor p = alpha - eta_m * k * k;
+          const torch::Tensor w1 = w(before, m, 0) * p.unsqueeze(1) - eta_m.unsqueeze(1) * kappa * g1;
+          const torch::Tensor w2 = w(before, m, 1) * p.unsqueeze(0) - eta_m.unsqueeze(0) * kappa * g2;
           CHECK(max_abs_diff(w(state, m, 0), w1) < 1e-10);
           CHECK(max_abs_diff(w(state, m, 1), w2) < 1e-10);
         }
@@ -250,13 +253,14 @@ TEST_CASE("self-modifying memory: model.hope.conv gives q, k and v the three tok
 
 namespace {
 
-SelfModifyingMemory make_selfmod_with(double clip, bool conv) {
+SelfModifyingMemory make_selfmod_with(double clip, bool conv, double self_lr_scale = 1.0) {
   torch::manual_seed(9);
   SelfModOptions o;
   o.d_model = kD;
   o.max_lr = 30.0;
   o.inner_clip = clip;
   o.conv = conv;
+  o.self_lr_scale = self_lr_scale;
   SelfModifyingMemory m(o);
   m->to(torch::kFloat64);
   return m;
@@ -302,8 +306,9 @@ TEST_CASE("self-modifying memory: the chunkwise form equals the sequential step 
   for (bool conv : {false, true})
     for (double clip : {0.0, 0.05})
       for (int64_t chunk : {1, 3, 4, 8}) {
-        INFO("conv " << conv << " clip " << clip << " chunk " << chunk);
-        auto sm = make_selfmod_with(clip, conv);
+        const double scale = conv ? 0.25 : 1.0;  // model.hope.self_lr_scale
+        INFO("conv " << conv << " clip " << clip << " chunk " << chunk << " self_lr_scale " << scale);
+        auto sm = make_selfmod_with(clip, conv, scale);
         const SelfModRun seq = run_selfmod(sm, x, chunk, false), par = run_selfmod(sm, x, chunk, true);
         CHECK(max_abs_diff(seq.y, par.y) < 1e-10);
         CHECK(max_abs_diff(seq.state.aux, par.state.aux) < 1e-10);
