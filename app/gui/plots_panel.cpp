@@ -81,7 +81,19 @@ void draw_plots_panel(GuiApp& app) {
   const bool has_backward = has_values(c.weight(l, h, 0, WeightMetric::GradM));
   // Training gets its own curves on top: the loss and the outer gradient norm per training step.
   const bool has_train = has_values(c.train_loss()), has_token = has_values(c.token_loss());
-  const int plots = 4 + (has_ns ? 1 : 0) + (has_backward ? 1 : 0) + (has_train ? 2 : 0) + (has_token || !has_train ? 1 : 0);
+  // A model of hope blocks has no memory layer: its surprise, rank, gates and norms would be empty
+  // plots, so they give way to a pointer to the HOPE tab, which has that run's own probes.
+  const bool memory_layers = c.layers() > 0 || c.hope_layers() == 0;
+  if (!memory_layers) {
+    ImGui::PushStyleColor(ImGuiCol_Text, viz::colors::muted());
+    ImGui::TextWrapped(
+        "HOPE blocks have no memory layer: the self-modifying memories' target errors, effective retention and the CMS are "
+        "on the HOPE tab.");
+    ImGui::PopStyleColor();
+    app.note_rect("plots/hope pointer");
+  }
+  const int plots = (memory_layers ? 4 + (has_ns ? 1 : 0) + (has_backward ? 1 : 0) : 0) + (has_train ? 2 : 0) +
+                    (has_token || !has_train ? 1 : 0);
   const float height = std::max(60.0f, (ImGui::GetContentRegionAvail().y - plots * (ImGui::GetTextLineHeightWithSpacing() +
                                                                                       ImGui::GetStyle().ItemSpacing.y)) / plots);
   const auto& xs = c.steps();
@@ -94,6 +106,7 @@ void draw_plots_panel(GuiApp& app) {
   }
   if (has_token || !has_train)
     plot(app, "loss", "token loss: -log p(target) at each scored token", {series("token", c.token_loss(), kBlue)}, markers, height);
+  if (!memory_layers) return;
   plot(app, "surprise", "surprise: inner loss before and after the write",
        {series("before", c.head(l, h, HeadMetric::SurpriseBefore), kOrange),
         series("after", c.head(l, h, HeadMetric::SurpriseAfter), kGreen)},

@@ -65,6 +65,12 @@ TEST_CASE("app: every panel renders on a live HOPE run with a fork", "[gui]") {
   h.settle();
   REQUIRE(h.app().main().caches.size() == 2);
   visit_everything(h);
+  // The Plots tab leaves out the memory-layer plots a hope block cannot fill, and says where to look.
+  h.app().view().select_right_tab = 0;
+  h.frames(2);
+  CHECK(h.app().rects().count("plots/hope pointer") == 1);
+  CHECK(h.app().rects().count("plot/surprise") == 0);
+  CHECK(h.app().rects().count("plot/loss") == 1);
   // The HOPE panel found its data.
   h.app().view().select_right_tab = 1;
   h.frames(2);
