@@ -164,7 +164,8 @@ at::Tensor SelfModifyingMemoryImpl::step(const at::Tensor& x_t, SelfModState& st
     }
   }
 
-  // dgd with the diagonal preconditioner, shared α_t and k_t, η_t (scaled for the projection memories)...
+  // dgd with the diagonal preconditioner at α_t, k_t and η_t, broadcast over W's head axis; the
+  // projection memories write with model.hope.self_lr_scale·η_t.
   const at::Tensor k_sq = k.pow(2).unsqueeze(1), a = alpha.unsqueeze(1), e = eta.unsqueeze(1);
   for (int m = 0; m < kSelfModCount; ++m) {
     std::vector<at::Tensor> g{grads[2 * m], grads[2 * m + 1]};
@@ -174,6 +175,7 @@ at::Tensor SelfModifyingMemoryImpl::step(const at::Tensor& x_t, SelfModState& st
     state.weights[m] = dgd_mlp_update(state.weights[m], g, k_sq, a, projection ? e * options_.self_lr_scale : e);
   }
   state.tokens += 1;
+  state.stacked = {};  // the weights are new tensors now: the chunkwise form's stack is stale
   if (chunk > 1 && state.tokens % chunk != 0) {
     if (!continuing) state.anchor = reads;
     state.anchor_chunk = chunk;

@@ -10,7 +10,8 @@
 //   every memory □ ∈ {k, v, η, α, M} writes k_t → v̂_□ with the inner loss ½‖M_□(k_t) − v̂_□‖²/d
 //   (normalised by its element count, seed 004 change 6), where v̂_M = v_t and the others use the
 //   self-generated target v̂_□ = sg(M_□(v_t)); the write is dgd with the diagonal preconditioner
-//   (dgd_preconditioner.h) at α_t, η_t and k_t, with optional inner clipping;
+//   (dgd_preconditioner.h) at α_t, η_t and k_t (s·η_t for M_k, M_v, M_η and M_α with
+//   model.hope.self_lr_scale s, default 1: SPEC §7 shares η_t), with optional inner clipping;
 //   y_t = M_t(q_t), read after the write.
 //
 // All reads of a step use the memories before the step's writes. Updates run in training and
