@@ -267,7 +267,8 @@ class ChunkRunner {
   // The coefficients of the linear recurrences (SPEC §9) shared by both dual forms. With
   // M_t = P^α_t M_0 − s_t S_0 − Σ_r coef[t,r] g_r (coef = D^α D^β η, or D^α η without momentum),
   // `row`, `start` and `momentum` are coef, P^α and s for the row each token reads (its own for
-  // read-after-write, the one before for read-before-write); `last` is coef's last row.
+  // read-after-write, the one before for read-before-write); last_start and last_momentum are P^α
+  // and s of the chunk's last token (its end state).
   struct DualCoefficients {
     at::Tensor coef, start, row, momentum, last_start, last_momentum;
     DecayProducts beta;
