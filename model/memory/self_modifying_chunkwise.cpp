@@ -106,9 +106,9 @@ at::Tensor SelfModifyingMemoryImpl::forward_chunk(const at::Tensor& x, SelfModSt
 
   // The dgd recurrence unrolled (header comment), per memory: the projection memories write with
   // self_lr_scale·η_t. Decays D [B,5,n,n,d], P_j [B,5,n,d].
-  std::vector<double> scale(kSelfModCount, options_.self_lr_scale);
-  scale[kMain] = 1.0;
-  const at::Tensor rate = eta.unsqueeze(1) * at::tensor(scale, eta.options()).view({1, kSelfModCount, 1, 1});
+  const at::Tensor rate = at::cat({(options_.self_lr_scale * eta).unsqueeze(1).expand({B, kProjections, n, d}),
+                                   eta.unsqueeze(1)},
+                                  1);  // [B,5,n,d], no host tensor per chunk
   const at::Tensor p = alpha.unsqueeze(1) - rate * k.pow(2).unsqueeze(1);
   const DecayProducts per_feature = decay_products(p.transpose(-1, -2));  // over [B,5,d,n] (linear_scan.h)
   const at::Tensor D = per_feature.within.permute({0, 1, 3, 4, 2});      // [B,5,n(j),n(i),d]
