@@ -220,6 +220,10 @@ std::vector<Knob> model_knobs() {
                          "inner lr of the self-modifying projection memories (M_k, M_v, M_eta, M_alpha) as a fraction of the "
                          "memory's eta_t (1 = SPEC §7's shared eta_t; smaller keeps keys and values steadier within a sequence)",
                          KNOB_FIELD(p.model.hope_self_lr_scale)));
+  k.push_back(bool_knob("model.hope.shared_gates", Restart,
+                        "one inner lr eta_t and one retain alpha_t per memory and token (the mean of the per-feature "
+                        "logits) instead of one per feature",
+                        KNOB_FIELD(p.model.hope_shared_gates)));
   k.push_back(int_knob("model.d_model", 4, 8192, Restart, "width of the residual stream", KNOB_FIELD(p.model.d_model)));
   k.push_back(int_knob("model.layers", 1, 256, Restart, "blocks stacked", KNOB_FIELD(p.model.layers)));
   k.push_back(int_knob("model.memory_heads", 1, 256, Restart, "memory heads per layer (must divide d_model unless memory_head_dim is set)",

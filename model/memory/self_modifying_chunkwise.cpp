@@ -81,8 +81,8 @@ at::Tensor SelfModifyingMemoryImpl::forward_chunk(const at::Tensor& x, SelfModSt
     v_in = qkv[2];
   }
   const at::Tensor k = unit(k_in), v = v_in, q = unit(q_in);
-  const at::Tensor eta = options_.max_lr * at::sigmoid(projected.select(1, 2) + b_lr);
-  const at::Tensor alpha = at::sigmoid(projected.select(1, 3) + b_retain);
+  const at::Tensor eta = options_.max_lr * gate(projected.select(1, 2) + b_lr);
+  const at::Tensor alpha = gate(projected.select(1, 3) + b_retain);
 
   // Targets v̂_□ = sg(M_□(v_t)), and v_t for the main memory; every memory writes at key k_t.
   const at::Tensor targets = at::cat({pass(0, kProjections, per_memory(v, kProjections)).y.detach(), v.unsqueeze(1)}, 1);

@@ -94,6 +94,11 @@ at::Tensor SelfModifyingMemoryImpl::read_weights(SelfModMemory m, const std::vec
   return mlp_pass(zz, w[0], w[1], ln_weight[i].to(z.dtype()), ln_bias[i].to(z.dtype())).y.squeeze(2).squeeze(1);
 }
 
+at::Tensor SelfModifyingMemoryImpl::gate(const at::Tensor& logits) const {
+  if (!options_.shared_gates) return at::sigmoid(logits);
+  return at::sigmoid(logits.mean(-1, /*keepdim=*/true)).expand_as(logits);
+}
+
 at::Tensor SelfModifyingMemoryImpl::read(SelfModMemory m, const SelfModState& state, const at::Tensor& z) const {
   return read_weights(m, state.weights[static_cast<int>(m)], z);
 }
@@ -122,8 +127,8 @@ at::Tensor SelfModifyingMemoryImpl::step(const at::Tensor& x_t, SelfModState& st
   }
   const at::Tensor k = unit(k_in);
   const at::Tensor v = v_in;
-  const at::Tensor eta = options_.max_lr * at::sigmoid(read_at(SelfModMemory::Lr, x_t) + b_lr);
-  const at::Tensor alpha = at::sigmoid(read_at(SelfModMemory::Retain, x_t) + b_retain);
+  const at::Tensor eta = options_.max_lr * gate(read_at(SelfModMemory::Lr, x_t) + b_lr);
+  const at::Tensor alpha = gate(read_at(SelfModMemory::Retain, x_t) + b_retain);
   const at::Tensor q = unit(q_in);
 
   // seed 004 change 1: the auxiliary retrieval loss gives M_k (first term) and M_v (second) an

@@ -6,7 +6,8 @@
 //   (model.hope.conv: a depthwise causal conv of width 4 after W_q, M_k and M_v, before the
 //   normalisation, as SPEC §2 puts one after each projection: the key at a value's token can then
 //   carry the token before it, which a binding task needs)
-//   η_t = max_lr·sigmoid(M_η(x_t) + b_η),  α_t = sigmoid(M_α(x_t) + b_α)        (per feature, ∈ R^d)
+//   η_t = max_lr·sigmoid(M_η(x_t) + b_η),  α_t = sigmoid(M_α(x_t) + b_α)        (per feature, ∈ R^d;
+//   model.hope.shared_gates: the sigmoid of the logits' mean over features, the same for every feature)
 //   every memory □ ∈ {k, v, η, α, M} writes k_t → v̂_□ with the inner loss ½‖M_□(k_t) − v̂_□‖²/d
 //   (normalised by its element count, seed 004 change 6), where v̂_M = v_t and the others use the
 //   self-generated target v̂_□ = sg(M_□(v_t)); the write is dgd with the diagonal preconditioner
@@ -49,6 +50,9 @@ struct SelfModOptions {
   // model.hope.self_lr_scale: M_k, M_v, M_η and M_α write with s·η_t (and precondition with it),
   // the memory M with η_t. 1 is SPEC §7's shared η_t.
   double self_lr_scale = 1.0;
+  // model.hope.shared_gates: η_t and α_t are one value per memory and token (the mean of the
+  // per-feature logits), not one per feature. SPEC §7 leaves their granularity open.
+  bool shared_gates = false;
 };
 
 struct SelfModState {
@@ -116,6 +120,8 @@ class SelfModifyingMemoryImpl : public torch::nn::Module {
 
  private:
   at::Tensor read_weights(SelfModMemory m, const std::vector<at::Tensor>& w, const at::Tensor& z) const;
+  // η_t or α_t from its logits [...,d]: per feature, or shared (options_.shared_gates).
+  at::Tensor gate(const at::Tensor& logits) const;
   // x [B,n,d], n ≤ b, from a chunk start: one chunk of forward().
   at::Tensor forward_chunk(const at::Tensor& x, SelfModState& state, int64_t chunk) const;
 

@@ -54,6 +54,7 @@ BlockImpl::BlockImpl(const LmConfig& config, const MemoryRule& rule) : config_(c
     o.inner_clip = rule.inner_clip;
     o.conv = config.hope_conv;
     o.self_lr_scale = config.hope_self_lr_scale;
+    o.shared_gates = config.hope_shared_gates;
     selfmod = register_module("selfmod", SelfModifyingMemory(o));
     norm_memory = register_module("norm_memory", RmsNorm(D));
     w_memory_out = register_parameter("w_memory_out", scaled_randn(D, D));

@@ -40,6 +40,7 @@ struct LmConfig {
   double hope_aux_weight = 0.1;            // model.hope.aux_weight: weight of the auxiliary retrieval loss
   bool hope_conv = false;                  // model.hope.conv: depthwise causal conv (width 4) after q, k and v
   double hope_self_lr_scale = 1.0;         // model.hope.self_lr_scale: η of M_k, M_v, M_η, M_α relative to M's
+  bool hope_shared_gates = false;          // model.hope.shared_gates: one η_t and α_t per memory, not per feature
 
   // A MemoryLayer (SPEC §3-§6) with its probes; HOPE's memories are its own modules.
   bool has_memory() const { return block != BlockKind::Swa && block != BlockKind::Hope; }

@@ -253,7 +253,7 @@ TEST_CASE("self-modifying memory: model.hope.conv gives q, k and v the three tok
 
 namespace {
 
-SelfModifyingMemory make_selfmod_with(double clip, bool conv, double self_lr_scale = 1.0) {
+SelfModifyingMemory make_selfmod_with(double clip, bool conv, double self_lr_scale = 1.0, bool shared_gates = false) {
   torch::manual_seed(9);
   SelfModOptions o;
   o.d_model = kD;
@@ -261,6 +261,7 @@ SelfModifyingMemory make_selfmod_with(double clip, bool conv, double self_lr_sca
   o.inner_clip = clip;
   o.conv = conv;
   o.self_lr_scale = self_lr_scale;
+  o.shared_gates = shared_gates;
   SelfModifyingMemory m(o);
   m->to(torch::kFloat64);
   return m;
@@ -307,8 +308,10 @@ TEST_CASE("self-modifying memory: the chunkwise form equals the sequential step 
     for (double clip : {0.0, 0.05})
       for (int64_t chunk : {1, 3, 4, 8}) {
         const double scale = conv ? 0.25 : 1.0;  // model.hope.self_lr_scale
-        INFO("conv " << conv << " clip " << clip << " chunk " << chunk << " self_lr_scale " << scale);
-        auto sm = make_selfmod_with(clip, conv, scale);
+        const bool shared = clip > 0;            // model.hope.shared_gates
+        INFO("conv " << conv << " clip " << clip << " chunk " << chunk << " self_lr_scale " << scale << " shared gates "
+                     << shared);
+        auto sm = make_selfmod_with(clip, conv, scale, shared);
         const SelfModRun seq = run_selfmod(sm, x, chunk, false), par = run_selfmod(sm, x, chunk, true);
         CHECK(max_abs_diff(seq.y, par.y) < 1e-10);
         CHECK(max_abs_diff(seq.state.aux, par.state.aux) < 1e-10);
@@ -357,5 +360,29 @@ TEST_CASE("self-modifying memory: the chunkwise form's float32 outer gradients m
     INFO("parameter " << i);
     const double scale = reference.grads[i].abs().max().item<double>();
     CHECK(max_abs_diff(single.grads[i].to(torch::kFloat64), reference.grads[i]) < 1e-3 * (1 + scale));
+  }
+}
+
+TEST_CASE("self-modifying memory: shared gates give every feature the sigmoid of the logits' mean", "[model]") {
+  // model.hope.shared_gates: η_t = max_lr·σ(mean_i(M_η(x_t) + b_η)_i), the same for every feature; α_t alike.
+  const torch::Tensor x = input(2, 3);
+  torch::NoGradGuard no_grad;
+  for (bool shared : {false, true}) {
+    auto sm = make_selfmod_with(0.0, false, 1.0, shared);
+    SelfModState s = sm->initial_state(2);
+    SelfModRecord rec;
+    sm->step(x.select(1, 0), s, &rec);
+    const SelfModState start = sm->initial_state(2);
+    const torch::Tensor lr_logits = sm->read(SelfModMemory::Lr, start, x.select(1, 0)) + sm->b_lr;
+    const torch::Tensor retain_logits = sm->read(SelfModMemory::Retain, start, x.select(1, 0)) + sm->b_retain;
+    const torch::Tensor want_lr =
+        30.0 * (shared ? torch::sigmoid(lr_logits.mean(-1, true)).expand_as(lr_logits) : torch::sigmoid(lr_logits));
+    const torch::Tensor want_retain =
+        shared ? torch::sigmoid(retain_logits.mean(-1, true)).expand_as(retain_logits) : torch::sigmoid(retain_logits);
+    INFO("shared " << shared);
+    CHECK(max_abs_diff(rec.lr, want_lr) < 1e-12);
+    CHECK(max_abs_diff(rec.retain, want_retain) < 1e-12);
+    // Per feature, the gates differ across features (the logits do); shared, they do not.
+    CHECK((rec.lr.std(-1).max().item<double>() < 1e-12) == shared);
   }
 }
