@@ -2,7 +2,8 @@
 // with the default detector thresholds, and the events counted by kind and by series, per 10,000
 // steps. A healthy demo should be quiet: events here are noise that buries the real faults.
 // One JSON line per run. Flags: --preset P (demo-mqar), --mode inspect|train, --steps N, --threads T,
-// --set K=V (repeatable).
+// --set K=V (repeatable), --list 1 (also one JSON line per event, with its token and message: run with a
+// low detect.spike_threshold to see the z-scores a healthy run reaches).
 #include <torch/torch.h>
 
 #include <iostream>
@@ -21,8 +22,10 @@ int main(int argc, char** argv) {
   int64_t steps = 2000;
   int threads = 1;
   std::vector<std::string> sets;
+  int list = 0;
   memscope::bench::BenchFlags flags("detector_bench");
   flags.add("--preset", preset).add("--mode", mode).add("--steps", steps).add("--threads", threads).add("--set", sets);
+  flags.add("--list", list);
   if (!flags.parse(argc, argv)) return 2;
   memscope::model::set_compute_threads(threads);  // ATen and OpenBLAS
   sets.push_back("engine.mode=" + mode);
@@ -42,6 +45,11 @@ int main(int argc, char** argv) {
     if (token_at[e.step] >= 0) ++by_token[std::string(to_string(e.kind)) + " @token " + std::to_string(token_at[e.step])];
     // The series without its layer and head: "spike M", "norm_growth M", "spike loss", …
     ++by_series[std::string(to_string(e.kind)) + " " + (e.tensor.empty() ? "-" : e.tensor)];
+    if (list)
+      std::cout << nlohmann::json{{"event", to_string(e.kind)}, {"step", e.step}, {"token", token_at[e.step]},
+                                  {"layer", e.layer}, {"head", e.head}, {"tensor", e.tensor}, {"message", e.message}}
+                       .dump()
+                << "\n";
   }
   nlohmann::json per_10k = nlohmann::json::object(), series = nlohmann::json::object();
   for (const auto& [k, n] : by_kind) per_10k[k] = 1e4 * static_cast<double>(n) / static_cast<double>(steps);

@@ -3,7 +3,8 @@
 // every --every steps, at varying places in the sequence, and the detectors' events matched to it.
 // A fault is found when a detector of the expected kind fires within --window steps after it, and
 // found at the right step when the first such event is on the very next step. Events outside every
-// window are false positives (per 10,000 steps). Faults, applied between steps as commands:
+// window are false positives (per 10,000 steps). A state fault (NaN, momentum) whose first step
+// starts a new sequence is wiped by the reset to M_0 unread: counted as wiped, not planted. Faults, applied between steps as commands:
 //   nan_memory   NaN into layer 0's memory (all heads)            → nonfinite
 //   lr_spike     memory.lr.max × 100 for 3 steps, then restored    → spike, norm_growth or nonfinite
 //   ns_degraded  memory.ns.steps = 1 for 3 steps, then restored   → ns_error (Muon presets only)
@@ -14,12 +15,20 @@
 //   train_lr_spike train.lr × 30 for one step, then restored         → spike or nonfinite
 // One JSON line per fault kind and one for the run. Flags: --preset P (demo-mqar), --trials N per
 // kind, --every N, --window W, --warmup N, --threads T, --mode inspect|train, --ckpt FILE (start from
-// a trained run), --set K=V (repeatable).
+// a trained run), --set K=V (repeatable), --list 1 (also one JSON line per planted fault with the
+// messages of the events at its next step: run with a low detect.spike_threshold to see the
+// z-scores a fault reaches), --dump FILE (CSV of the series the detectors watch: per inspect frame,
+// layer and head, ‖M‖ and ‖S‖ of the first weight; per training frame, the loss, the gradient norm
+// and the largest and median module update-to-weight ratio;
+// and the planted faults: to try a detector statistic offline; --trials 0 --warmup N gives a
+// healthy run).
 #include <torch/torch.h>
 
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <algorithm>
+#include <fstream>
 #include <set>
 
 #include "bench/bench_flags.h"
@@ -37,6 +46,9 @@ struct Fault {
   std::string name;
   std::set<EventKind> expected;
   std::vector<Command> plant, restore;  // restore applies 3 steps after plant
+  // Planted into the memory state: when its first step starts a new sequence, the reset to M_0
+  // wipes it before any step reads it, and it is counted apart ("wiped"), not as missed.
+  bool in_state = false;
 };
 
 struct Planted {
@@ -52,7 +64,10 @@ int main(int argc, char** argv) {
   int threads = 1;
   std::string mode = "inspect", ckpt;
   std::vector<std::string> sets;
+  int list = 0;
+  std::string dump;
   memscope::bench::BenchFlags flags("fault_bench");
+  flags.add("--list", list).add("--dump", dump);
   flags.add("--preset", preset).add("--trials", trials).add("--every", every).add("--window", window);
   flags.add("--warmup", warmup).add("--threads", threads).add("--mode", mode).add("--ckpt", ckpt).add("--set", sets);
   if (!flags.parse(argc, argv)) return 2;
@@ -78,7 +93,7 @@ int main(int argc, char** argv) {
   }
   Command nan{Command::Kind::InjectNan};
   nan.layer = 0;
-  if (!training) faults.push_back({"nan_memory", {EventKind::NonFinite}, {nan}, {}});
+  if (!training) faults.push_back({"nan_memory", {EventKind::NonFinite}, {nan}, {}, true});
   if (!training) faults.push_back({"lr_spike",
                     {EventKind::Spike, EventKind::NormGrowth, EventKind::NonFinite},
                     {Command::set_knob("memory.lr.max", std::to_string(std::min(100.0, 100.0 * p.memory.max_lr)))},
@@ -87,7 +102,7 @@ int main(int argc, char** argv) {
     Command blowup{Command::Kind::ScaleMomentum};
     blowup.layer = 0;
     blowup.value = "100";
-    faults.push_back({"momentum_blowup", {EventKind::Spike, EventKind::NormGrowth, EventKind::NonFinite}, {blowup}, {}});
+    faults.push_back({"momentum_blowup", {EventKind::Spike, EventKind::NormGrowth, EventKind::NonFinite}, {blowup}, {}, true});
   }
   if (!training && p.memory.optimiser == Optimiser::Muon)
     faults.push_back({"ns_degraded", {EventKind::NsError}, {Command::set_knob("memory.ns.steps", "1")},
@@ -97,7 +112,13 @@ int main(int argc, char** argv) {
   std::vector<Event> events;
   std::vector<Planted> planted;
   const int64_t total = warmup + every * trials * static_cast<int64_t>(faults.size());
+  std::ofstream csv;
+  if (!dump.empty()) {
+    csv.open(dump);
+    csv << "step,token,layer,head,norm_m,norm_s,loss,grad_norm,update_max,update_median,planted\n";
+  }
   std::map<int64_t, std::vector<Command>> restores;
+  std::map<int64_t, int64_t> token_at;  // step → its token's place in the sequence (inspect frames)
   size_t next = 0;
   for (int64_t s = 0; s < total; ++s) {
     const int64_t done = branch->step();
@@ -112,12 +133,33 @@ int main(int argc, char** argv) {
       for (const auto& c : it->second) branch->apply(c);
       restores.erase(it);
     }
-    branch->advance(events);
+    const auto frame = branch->advance(events);
+    token_at[frame->step] = frame->kind == FrameKind::Inspect ? frame->token_index : -1;
+    if (csv.is_open()) {
+      const std::string fault = !planted.empty() && planted.back().step == frame->step ? faults[planted.back().fault].name : "";
+      if (frame->kind == FrameKind::Train) {
+        std::vector<float> ratios = frame->module_update_ratio;
+        std::sort(ratios.begin(), ratios.end());
+        csv << frame->step << ",-1,-1,-1,,," << frame->loss << ',' << frame->grad_norm << ','
+            << (ratios.empty() ? 0.0f : ratios.back()) << ',' << (ratios.empty() ? 0.0f : ratios[ratios.size() / 2]) << ','
+            << fault << '\n';
+      }
+      else if (!frame->weights.empty())
+        for (int l = 0; l < frame->layers; ++l)
+          for (int h = 0; h < frame->heads; ++h)
+            csv << frame->step << ',' << frame->token_index << ',' << l << ',' << h << ','
+                << frame->weight(l, h, 0, WeightMetric::NormM) << ',' << frame->weight(l, h, 0, WeightMetric::NormS)
+                << ",,,,," << fault << '\n';
+    }
   }
 
-  std::vector<int64_t> found(faults.size()), on_time(faults.size()), count(faults.size());
+  std::vector<int64_t> found(faults.size()), on_time(faults.size()), count(faults.size()), wiped(faults.size());
   std::set<size_t> explained;  // events inside some fault's window
   for (const Planted& pl : planted) {
+    if (faults[pl.fault].in_state && token_at[pl.step] == 0) {
+      ++wiped[pl.fault];
+      continue;
+    }
     ++count[pl.fault];
     int64_t first = -1;
     for (size_t i = 0; i < events.size(); ++i) {
@@ -125,6 +167,13 @@ int main(int argc, char** argv) {
       if (e.step < pl.step || e.step >= pl.step + window) continue;
       if (e.kind != EventKind::Command) explained.insert(i);
       if (faults[pl.fault].expected.count(e.kind) && (first < 0 || e.step < first)) first = e.step;
+    }
+    if (list) {
+      std::vector<std::string> at_next;
+      for (const Event& e : events)
+        if (e.step == pl.step && e.kind != EventKind::Command) at_next.push_back(e.message);
+      std::cout << nlohmann::json{{"planted", faults[pl.fault].name}, {"step", pl.step}, {"events_at_next_step", at_next}}.dump()
+                << "\n";
     }
     if (first >= 0) ++found[pl.fault];
     if (first == pl.step) ++on_time[pl.fault];
@@ -144,6 +193,7 @@ int main(int argc, char** argv) {
                                 {"checkpoint", ckpt},
                                 {"fault", faults[f].name},
                                 {"planted", count[f]},
+                                {"wiped_by_sequence_reset", wiped[f]},
                                 {"found", found[f]},
                                 {"recall", count[f] ? static_cast<double>(found[f]) / count[f] : 0.0},
                                 {"at_the_next_step", count[f] ? static_cast<double>(on_time[f]) / count[f] : 0.0},

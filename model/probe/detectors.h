@@ -40,6 +40,7 @@ class Detectors {
   std::map<std::string, std::deque<double>> recent_norms_;  // the last kNormWindow ‖M‖ per head and stream
   std::map<std::string, bool> nonfinite_;        // places already reported non-finite (one event each)
   std::map<std::string, bool> ns_high_;          // heads whose NS error is above the threshold (fires on crossing)
+  std::map<std::string, double> previous_norm_s_;  // the last ‖S‖ per head and stream, for S's growth
 };
 
 }  // namespace memscope::model

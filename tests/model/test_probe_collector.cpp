@@ -364,3 +364,33 @@ TEST_CASE("detectors: a trending memory norm in training frames is not a spike, 
   CHECK(fired[0].tensor == "loss");
   CHECK(fired[0].step == 250);
 }
+
+TEST_CASE("detectors: under Muon a momentum blow-up early in a sequence fires by S's growth, the refill does not", "[probe]") {
+  // S restarts at every sequence start and builds up within it. S × 100 at a sequence's third token
+  // is still small against ‖S‖ later in sequences, but it is a 100-fold growth in one step
+  // (issue 19: on the trained demo the level missed 3 of 20 planted blow-ups, all this early).
+  Detectors detectors;  // default thresholds
+  auto frame = [](int64_t step, int token, float norm_s) {
+    Frame f = synthetic(step, 1.0, 1.0, 0.5f + 0.02f * static_cast<float>(token), 0.5f);  // an NS error: Muon
+    f.kind = FrameKind::Inspect;
+    f.token_index = token;
+    f.weight_metrics[static_cast<int>(WeightMetric::NormS)] = norm_s;
+    return f;
+  };
+  int64_t step = 0;
+  std::vector<Event> fired;
+  const int64_t planted_at = 36 * 30 + 2;
+  for (int sequence = 0; sequence < 40; ++sequence)
+    for (int token = 0; token < 36; ++token) {
+      // ‖S‖ grows like √t within a sequence, with a little noise; the planted sequence carries
+      // its blow-up from token 2 on.
+      float norm_s = 0.05f * std::sqrt(1.0f + token) * (1.0f + 0.05f * std::sin(0.37f * static_cast<float>(++step)));
+      if (sequence == 30 && token >= 2) norm_s *= 100.0f;
+      for (auto& e : detectors.observe(frame(step, token, norm_s))) fired.push_back(e);
+    }
+  REQUIRE(fired.size() == 1);
+  CHECK(fired[0].kind == EventKind::Spike);
+  CHECK(fired[0].step == planted_at + 1);  // steps count from 1
+  CHECK(fired[0].tensor == "S(M)");
+  CHECK(fired[0].value == Approx(std::log(100.0 * std::sqrt(3.0 / 2.0))).epsilon(0.1));
+}
