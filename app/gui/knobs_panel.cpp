@@ -12,6 +12,7 @@
 #include "app/gui/gui_app.h"
 #include "app/gui/display_text.h"
 #include "app/gui/panels.h"
+#include "model/config/knob_relevance.h"
 #include "model/config/knobs.h"
 #include "model/config/preset.h"
 #include "viz/theme.h"
@@ -97,7 +98,8 @@ void knob_widget(GuiApp& app, const model::Knob& knob, const model::Preset& pres
   }
 }
 
-void knob_row(GuiApp& app, const model::Knob& knob, const model::Preset& preset) {
+// `unused`: why this model does not read the knob (model/config/knob_relevance.h), or empty.
+void knob_row(GuiApp& app, const model::Knob& knob, const model::Preset& preset, const std::string& unused) {
   ImGui::TableNextRow();
   ImGui::TableNextColumn();
   const std::string short_name = knob.name.substr(knob.name.find('.') + 1);
@@ -105,10 +107,12 @@ void knob_row(GuiApp& app, const model::Knob& knob, const model::Preset& preset)
   // An attached training run takes live knobs only: a restart would throw its trained steps away.
   const std::string refused = restart ? app.main().refused(model::kRestartKnob) : "";
   ImGui::AlignTextToFramePadding();
-  ImGui::TextUnformatted(short_name.c_str());
+  if (unused.empty()) ImGui::TextUnformatted(short_name.c_str());
+  else ImGui::TextColored(viz::colors::muted(), "%s", short_name.c_str());
   if (ImGui::IsItemHovered()) {
     ImGui::BeginTooltip();
     ImGui::TextColored(viz::colors::accent(), "%s", knob.name.c_str());
+    if (!unused.empty()) ImGui::TextColored(viz::colors::warning(), "this model does not use it: %s", unused.c_str());
     ImGui::TextUnformatted(knob.doc.c_str());
     ImGui::TextColored(viz::colors::muted(), "range %s, default %s", model::knob_range(knob).c_str(),
                        model::knob_default(knob).c_str());
@@ -148,6 +152,14 @@ void draw_knobs_panel(GuiApp& app) {
   }
   ImGui::SetNextItemWidth(-1);
   ImGui::InputTextWithHint("##filter", "filter knobs (e.g. lr, window, ns)", &view.knob_filter);
+  // Knobs this model does not read are hidden unless asked for (or searched for by name).
+  int unused_count = 0;
+  for (const model::Knob& knob : model::knobs()) unused_count += !model::knob_unused_reason(knob, preset).empty();
+  if (unused_count > 0) {
+    ImGui::Checkbox(("show the " + std::to_string(unused_count) + " knobs this model does not use").c_str(),
+                    &view.show_unused_knobs);
+    app.note_rect("knobs/show unused");
+  }
 
   ImGui::BeginChild("knob list", {0, 0}, false);
   ImGui::BeginDisabled(!run.live);
@@ -155,6 +167,8 @@ void draw_knobs_panel(GuiApp& app) {
   bool table_open = false;
   for (const model::Knob& knob : model::knobs()) {
     if (!view.knob_filter.empty() && knob.name.find(view.knob_filter) == std::string::npos) continue;
+    const std::string unused = model::knob_unused_reason(knob, preset);
+    if (!unused.empty() && !view.show_unused_knobs && view.knob_filter.empty()) continue;
     const std::string table = table_of(knob.name);
     if (table != open_table) {
       if (table_open) ImGui::EndTable();
@@ -167,7 +181,7 @@ void draw_knobs_panel(GuiApp& app) {
         ImGui::TableSetupColumn("value", ImGuiTableColumnFlags_WidthStretch, 0.5f);
       }
     }
-    if (table_open) knob_row(app, knob, preset);
+    if (table_open) knob_row(app, knob, preset, unused);
   }
   if (table_open) ImGui::EndTable();
   ImGui::EndDisabled();

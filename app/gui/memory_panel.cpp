@@ -223,8 +223,14 @@ void draw_enlarged_matrix(GuiApp& app) {
   static std::vector<float> spectrum;
   static std::string spectrum_of;  // the texture id and the step: pointers could be reused
   const std::string spectrum_key = id + "@" + std::to_string(frame->step) + "@" + std::to_string(reinterpret_cast<std::uintptr_t>(m));
+  const bool shrunk = m->rows != m->full_rows || m->cols != m->full_cols;
+  // A shrunk snapshot of a live run carries its full matrix's spectrum; a recorded one only the copy.
+  const bool real = !shrunk || !m->singular_values.empty();
   if (spectrum_of != spectrum_key) {
-    spectrum = singular_values(m->values.data(), m->rows, m->cols);
+    const bool finite = std::all_of(m->values.begin(), m->values.end(), [](float v) { return std::isfinite(v); });
+    spectrum = !shrunk ? singular_values(m->values.data(), m->rows, m->cols)
+               : real  ? (finite ? m->singular_values : std::vector<float>{})
+                       : singular_values(m->values.data(), m->rows, m->cols);
     spectrum_of = spectrum_key;
   }
   ImGui::TextColored(viz::colors::accent(), "singular values");
@@ -235,12 +241,16 @@ void draw_enlarged_matrix(GuiApp& app) {
     for (float s : spectrum) total += s;
     for (float s : spectrum)
       if (s > 0 && total > 0) entropy -= (s / total) * std::log(s / total);
-    const bool shrunk = m->rows != m->full_rows || m->cols != m->full_cols;
-    ImGui::Text("sigma_max %.4g   sigma_min %.4g%s", spectrum.front(), spectrum.back(), shrunk ? " (shown copy)" : "");
-    ImGui::Text("effective rank %.3g of %zu (of the %s matrix)", std::exp(entropy), spectrum.size(), shrunk ? "shown" : "real");
+    ImGui::Text("sigma_max %.4g   sigma_min %.4g%s", spectrum.front(), spectrum.back(), real ? "" : " (shown copy)");
+    if (real)
+      ImGui::Text("effective rank %.3g of %zu (of the real %dx%d matrix)", std::exp(entropy), spectrum.size(), m->full_rows,
+                  m->full_cols);
+    else
+      ImGui::Text("effective rank %.3g of %zu (of the shown copy: a recording keeps no full spectrum)", std::exp(entropy),
+                  spectrum.size());
     // A shrunk display copy has its own spectrum: the probe measured the real matrix, so say both.
     const auto w = std::find(frame->weights.begin(), frame->weights.end(), m->weight);
-    if (shrunk && m->tensor == "M" && w != frame->weights.end() && m->layer < frame->layers && m->head < frame->heads) {
+    if (!real && m->tensor == "M" && w != frame->weights.end() && m->layer < frame->layers && m->head < frame->heads) {
       const float real = frame->weight(m->layer, m->head, static_cast<int>(w - frame->weights.begin()), model::WeightMetric::Erank);
       ImGui::TextColored(viz::colors::accent(), "effective rank %.3g of the real %dx%d matrix (the probe)", real, m->full_rows,
                          m->full_cols);

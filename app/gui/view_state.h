@@ -53,6 +53,7 @@ struct ViewState {
   bool show_compare = false;   // compare view instead of the single-run plots
   bool show_presets = false;   // the presets browser
   std::string knob_filter;     // the knobs panel's search box
+  bool show_unused_knobs = false;  // the knobs panel also lists knobs the model does not read
   std::string breakpoint_text = "spike";
   std::map<std::string, std::string> knob_text;  // edit buffers for string and list knobs
 

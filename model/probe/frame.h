@@ -65,6 +65,10 @@ struct MatrixSnapshot {
   int rows = 0, cols = 0;            // of `values`, row-major
   int full_rows = 0, full_cols = 0;  // of the matrix it shows
   std::vector<float> values;
+  // When `values` is a shrunk copy: the singular values of the full matrix, largest first, so the
+  // enlarged view's spectrum is the real one (issue 19). Live frames only: recordings and the wire
+  // keep the shown copy, whose spectrum the view then labels as such.
+  std::vector<float> singular_values;
 };
 
 inline constexpr double kNotMeasured = std::numeric_limits<double>::quiet_NaN();

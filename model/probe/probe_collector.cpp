@@ -65,6 +65,14 @@ std::vector<double> collect_probes(Frame& frame, const ProbeInputs& in, const Pr
     int64_t numel;
   };
   std::vector<Pending> pending;
+  // full [N, r, c] shown as `small`: when shrunk, the full matrices' singular values go to the host
+  // too (MatrixSnapshot::singular_values), at matrices_every cadence only. NaN/Inf read as 0 here:
+  // the shown copy carries them, and the view then shows no spectrum.
+  std::vector<at::Tensor> spectra;
+  auto add_spectra = [&spectra](const at::Tensor& full, const at::Tensor& small) {
+    if (full.size(-2) == small.size(-2) && full.size(-1) == small.size(-1)) return;
+    spectra.push_back(at::linalg_svdvals(at::nan_to_num(full.to(at::kFloat), 0.0, 0.0, 0.0)).flatten());
+  };
   int64_t heads = 0;
 
   if (layers > 0) {
@@ -207,6 +215,7 @@ std::vector<double> collect_probes(Frame& frame, const ProbeInputs& in, const Pr
               snap.full_cols = static_cast<int>(t.size(-1));
               pending.push_back({std::move(snap), small.size(-2) * small.size(-1)});
             }
+          add_spectra(t.flatten(0, 1), small);
         }
       }
     }
@@ -245,12 +254,14 @@ std::vector<double> collect_probes(Frame& frame, const ProbeInputs& in, const Pr
             snap.full_cols = static_cast<int>(full.size(-1));
             pending.push_back({std::move(snap), small.size(-2) * small.size(-1)});
           }
+        add_spectra(full, small);
       }
     }
   }
   const at::Tensor hope = hope_probe_tensor(model, *in.state, in.records);
   if (hope.defined()) parts.push_back(hope);
   for (const auto& e : in.extra) parts.push_back(e.detach().to(at::kFloat).reshape({1}));
+  for (auto& s : spectra) parts.push_back(std::move(s));
 
   // One transfer for the whole frame.
   const std::vector<float> host = parts.empty() ? std::vector<float>{} : to_host(at::cat(parts));
@@ -274,6 +285,14 @@ std::vector<double> collect_probes(Frame& frame, const ProbeInputs& in, const Pr
   at += unpack_hope_probes(frame, model, *in.state, in.records, host.data() + at);
   std::vector<double> extras;
   for (size_t i = 0; i < in.extra.size(); ++i) extras.push_back(host[at + i]);
+  at += in.extra.size();
+  // The full matrices' spectra, in `pending`'s order (after the extras, so their places stay put).
+  for (MatrixSnapshot& m : frame.matrices) {
+    const auto n = static_cast<size_t>(std::min(m.full_rows, m.full_cols));
+    if (m.rows == m.full_rows && m.cols == m.full_cols) continue;
+    m.singular_values.assign(host.begin() + static_cast<std::ptrdiff_t>(at), host.begin() + static_cast<std::ptrdiff_t>(at + n));
+    at += n;
+  }
   return extras;
 }
 

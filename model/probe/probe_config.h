@@ -14,7 +14,8 @@ struct ProbeConfig {
 
 struct DetectConfig {
   // detect.spike_threshold: z-score of a spike. SPEC §8 says 6; 7.5 comes from issue 19's benches
-  // (README "Detector noise"): healthy demo runs' ‖M‖ reaches z 7.2, the planted faults 8–300.
+  // (README "How the detector defaults were chosen"): healthy demo runs reach z 7.2 after the
+  // warmup, the planted faults 8–300.
   double spike_threshold = 7.5;
   double spike_half_life = 100.0; // detect.spike_half_life: EMA half-life in probed steps
   // detect.spike_warmup: samples before a spike can fire, and before norm growth can (at most the

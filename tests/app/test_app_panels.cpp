@@ -71,6 +71,16 @@ TEST_CASE("app: every panel renders on a live HOPE run with a fork", "[gui]") {
   CHECK(h.app().rects().count("plots/hope pointer") == 1);
   CHECK(h.app().rects().count("plot/surprise") == 0);
   CHECK(h.app().rects().count("plot/loss") == 1);
+  // The knobs panel hides the memory-rule knobs a hope block does not read, and shows them when asked.
+  h.app().view().knob_filter.clear();
+  h.frames(2);
+  CHECK(h.app().rects().count("knob/memory.lr.max") == 1);
+  CHECK(h.app().rects().count("knob/memory.bias") == 0);
+  REQUIRE(h.app().rects().count("knobs/show unused") == 1);
+  h.click("knobs/show unused");
+  h.frames(2);
+  CHECK(h.app().view().show_unused_knobs);
+  CHECK(h.app().rects().count("knob/memory.bias") == 1);
   // The HOPE panel found its data.
   h.app().view().select_right_tab = 1;
   h.frames(2);

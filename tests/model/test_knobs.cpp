@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "model/config/knob_relevance.h"
 #include "model/config/knobs.h"
 #include "model/config/preset.h"
 #include "model/util/errors.h"
@@ -293,4 +294,25 @@ TEST_CASE("knobs: [[compare]] runs are read with their labels and sets, and bad 
              Catch::Contains("compare[0].label: unknown key or wrong type"));
   CHECK_THAT(error_of([] { parse_preset("compare = 1\n", "c.toml"); }),
              Catch::Contains("compare: expected [[compare]] tables"));
+}
+
+TEST_CASE("knobs: a model's unused knobs say why, and every knob a model reads is kept", "[model]") {
+  const auto reason = [](const Preset& p, const char* name) { return knob_unused_reason(*find_knob(name), p); };
+  const Preset hope = load_preset("demo-mqar-hope");
+  CHECK(reason(hope, "memory.lr.max").empty());  // the self-modifying memories' inner lr ceiling
+  CHECK(reason(hope, "memory.inner.clip").empty());
+  CHECK(reason(hope, "model.hope.conv").empty());
+  CHECK(reason(hope, "model.cms.periods").empty());
+  CHECK_FALSE(reason(hope, "memory.bias").empty());
+  CHECK_FALSE(reason(hope, "model.window").empty());  // no attention in a hope block
+  CHECK_FALSE(reason(hope, "model.ffn").empty());
+  const Preset atlas = load_preset("demo-mqar");  // MAG with Atlas' Muon memory
+  CHECK(reason(atlas, "memory.ns.steps").empty());
+  CHECK(reason(atlas, "model.window").empty());
+  CHECK_FALSE(reason(atlas, "memory.dgd.per_feature").empty());
+  CHECK_FALSE(reason(atlas, "model.hope.conv").empty());
+  CHECK_FALSE(reason(atlas, "model.segment").empty());
+  // The train, task, probe, detect, engine and record knobs apply to every model.
+  for (const Knob& k : knobs())
+    if (k.name.rfind("memory.", 0) != 0 && k.name.rfind("model.", 0) != 0) CHECK(reason(hope, k.name.c_str()).empty());
 }

@@ -221,6 +221,45 @@ TEST_CASE("probe collector: HOPE's CMS norms and ticks and the target errors (is
   CHECK(j["hope"][0]["target_error"].contains("alpha"));
 }
 
+TEST_CASE("probe collector: a shrunk snapshot carries its full matrix's singular values (issue 19)", "[probe]") {
+  // The enlarged view's spectrum and effective rank are of the real matrix, not the shown copy.
+  for (const char* preset : {"hope", "atlas-linear"}) {
+    INFO(preset);
+    Stepped s = step_five(preset, {});
+    Frame frame;
+    ProbeInputs in;
+    in.model = &s.lm;
+    in.state = &s.state;
+    in.records = &s.out.records;
+    in.memory_before = &s.before;
+    in.matrices = true;
+    in.extra = {torch::tensor(2.5)};
+    ProbeConfig config;
+    config.downsample = 4;  // every matrix here is larger
+    CHECK(collect_probes(frame, in, config) == std::vector<double>{2.5});  // extras still line up
+    REQUIRE_FALSE(frame.matrices.empty());
+    for (const MatrixSnapshot& snap : frame.matrices) {
+      INFO("layer " << snap.layer << " head " << snap.head << " " << snap.weight << " " << snap.tensor);
+      REQUIRE(snap.rows <= 4);
+      REQUIRE(snap.full_rows > 4);
+      at::Tensor full;
+      if (std::string(preset) == "hope") {
+        const size_t w = snap.weight == "W1" ? 0 : 1, m = static_cast<size_t>(snap.head), l = static_cast<size_t>(snap.layer);
+        const at::Tensor now = s.state.blocks[l].selfmod.weights[m][w][0][0];
+        full = snap.tensor == "M" ? now : now - s.before[l][m * 2 + w][0][0];
+      } else if (snap.tensor == "M") {
+        full = s.state.blocks[static_cast<size_t>(snap.layer)].memory.memory.front()[0][snap.head];
+      } else {
+        continue;  // S and ΔM: the same code path as M
+      }
+      const at::Tensor want = torch::linalg_svdvals(full.to(torch::kFloat64));
+      REQUIRE(snap.singular_values.size() == static_cast<size_t>(want.size(0)));
+      for (int64_t i = 0; i < want.size(0); ++i)
+        CHECK(snap.singular_values[static_cast<size_t>(i)] == Approx(want[i].item<double>()).margin(1e-5).epsilon(1e-4));
+    }
+  }
+}
+
 TEST_CASE("downsampled snapshots are area means with the aspect kept", "[probe]") {
   const at::Tensor m = torch::arange(64 * 32, torch::kFloat).reshape({1, 64, 32});
   const at::Tensor small = downsample_matrix(m, 16);
