@@ -187,6 +187,13 @@ void draw_enlarged_matrix(GuiApp& app) {
   if (frame)
     for (const auto& s : frame->matrices)
       if (MatrixKey{s.layer, s.head, s.weight, s.tensor} == view.enlarged) m = &s;
+  // "M" of a model whose memories are MLPs (--show enlarge=L asks for M): their first weight.
+  if (frame && !m && view.enlarged.weight == "M")
+    for (const auto& s : frame->matrices)
+      if (!m && s.layer == view.enlarged.layer && s.head == view.enlarged.head && s.tensor == view.enlarged.tensor) {
+        m = &s;
+        view.enlarged.weight = s.weight;
+      }
   const ImGuiViewport* viewport = ImGui::GetMainViewport();
   ImGui::SetNextWindowPos({viewport->WorkPos.x + viewport->WorkSize.x * 0.5f, viewport->WorkPos.y + viewport->WorkSize.y * 0.5f},
                           ImGuiCond_Appearing, {0.5f, 0.5f});
@@ -217,7 +224,7 @@ void draw_enlarged_matrix(GuiApp& app) {
                          : "");
   ImGui::EndGroup();
   // The colour bar's value labels reach past the heatmap's item: leave them room.
-  ImGui::SameLine(0.0f, ImGui::CalcTextSize("-0.00000").x + 12.0f);
+  ImGui::SameLine(0.0f, ImGui::CalcTextSize("-0.00000").x + 24.0f);
   ImGui::BeginGroup();
   // The spectrum, recomputed only when the shown matrix changes.
   static std::vector<float> spectrum;
@@ -243,7 +250,7 @@ void draw_enlarged_matrix(GuiApp& app) {
       if (s > 0 && total > 0) entropy -= (s / total) * std::log(s / total);
     ImGui::Text("sigma_max %.4g   sigma_min %.4g%s", spectrum.front(), spectrum.back(), real ? "" : " (shown copy)");
     if (real)
-      ImGui::Text("effective rank %.3g of %zu (of the real %dx%d matrix)", std::exp(entropy), spectrum.size(), m->full_rows,
+      ImGui::Text("effective rank %.3g of %zu (real %dx%d)", std::exp(entropy), spectrum.size(), m->full_rows,
                   m->full_cols);
     else
       ImGui::Text("effective rank %.3g of %zu (of the shown copy: a recording keeps no full spectrum)", std::exp(entropy),
