@@ -51,6 +51,18 @@ Stepped step_five(const std::string& memory, std::vector<std::string> sets = {})
   return s;
 }
 
+// Everything a frame probes, from a stepped model, with matrix snapshots and one extra (2.5).
+ProbeInputs probe_inputs(Stepped& s) {
+  ProbeInputs in;
+  in.model = &s.lm;
+  in.state = &s.state;
+  in.memory_before = &s.before;
+  in.records = &s.out.records;
+  in.matrices = true;
+  in.extra = {torch::tensor(2.5)};
+  return in;
+}
+
 }  // namespace
 
 TEST_CASE("probe collector: norms, ΔM, erank, NS error, gates and surprise equal direct computations", "[probe]") {
@@ -63,13 +75,7 @@ TEST_CASE("probe collector: norms, ΔM, erank, NS error, gates and surprise equa
                 : memory == "dgd-mlp"     ? step_five("titans-lmm", {"memory.optimiser=dgd"})
                                           : step_five(memory);
     Frame frame;
-    ProbeInputs in;
-    in.model = &s.lm;
-    in.state = &s.state;
-    in.memory_before = &s.before;
-    in.records = &s.out.records;
-    in.matrices = true;
-    in.extra = {torch::tensor(2.5)};
+    const ProbeInputs in = probe_inputs(s);
     const auto extra = collect_probes(frame, in, ProbeConfig{});
     REQUIRE(extra == std::vector<double>{2.5});
     REQUIRE(frame.layers == 2);
@@ -154,12 +160,7 @@ TEST_CASE("probe collector: HOPE's CMS norms and ticks and the target errors (is
   // Periods 1, 2, 5 after 5 tokens: levels 1 and 3 updated after the last token, level 2 did not.
   Stepped s = step_five("hope", {"model.cms.periods=1,2,5"});
   Frame frame;
-  ProbeInputs in;
-  in.model = &s.lm;
-  in.state = &s.state;
-  in.records = &s.out.records;
-  in.memory_before = &s.before;
-  in.matrices = true;
+  ProbeInputs in = probe_inputs(s);
   in.extra = {torch::tensor(1.5)};
   CHECK(collect_probes(frame, in, ProbeConfig{}) == std::vector<double>{1.5});  // extras still line up
   CHECK(frame.layers == 0);  // no MemoryLayer: the per-head probes do not apply
@@ -227,13 +228,7 @@ TEST_CASE("probe collector: a shrunk snapshot carries its full matrix's singular
     INFO(preset);
     Stepped s = step_five(preset, {});
     Frame frame;
-    ProbeInputs in;
-    in.model = &s.lm;
-    in.state = &s.state;
-    in.records = &s.out.records;
-    in.memory_before = &s.before;
-    in.matrices = true;
-    in.extra = {torch::tensor(2.5)};
+    const ProbeInputs in = probe_inputs(s);
     ProbeConfig config;
     config.downsample = 4;  // every matrix here is larger
     CHECK(collect_probes(frame, in, config) == std::vector<double>{2.5});  // extras still line up
