@@ -37,9 +37,9 @@ std::vector<float> recent_matrix(const std::vector<std::shared_ptr<const model::
   return out;
 }
 
-void small_heatmap(GuiApp& app, const char* id, const std::string& where, const char* title, const std::vector<float>& values,
+void small_heatmap(GuiApp& app, const char* id, const std::string& where, const std::string& title, const std::vector<float>& values,
                    int rows, int64_t version, viz::ScaleMode mode, float height) {
-  ImGui::TextColored(viz::colors::muted(), "%s", title);
+  ImGui::TextColored(viz::colors::muted(), "%s", title.c_str());
   viz::Heatmap& h = app.textures().heatmap(std::string("hope/") + id + where, values.data(), rows, kRecentTokens, version,
                                            viz::ColormapKind::Viridis, mode);
   h.draw(id, {ImGui::GetContentRegionAvail().x, height});
@@ -124,8 +124,12 @@ void draw_hope_panel(GuiApp& app) {
       });
     };
     const float h = std::max(40.0f, height * 0.8f);
-    small_heatmap(app, "eta", where, "per-feature eta (features x last 96 tokens)", feature(true), dim, version, viz::ScaleMode::Auto, h);
-    small_heatmap(app, "alpha", where, "per-feature alpha (features x last 96 tokens)", feature(false), dim, version, viz::ScaleMode::Auto, h);
+    // model.hope.shared_gates: every feature carries the same value, so each token is one stripe.
+    const bool shared = app.main().status.preset.model.hope_shared_gates;
+    const std::string how = shared ? " (model.hope.shared_gates: one value per token)" : " (features x last 96 tokens)";
+    small_heatmap(app, "eta", where, (shared ? "eta" : "per-feature eta") + how, feature(true), dim, version, viz::ScaleMode::Auto, h);
+    small_heatmap(app, "alpha", where, (shared ? "alpha" : "per-feature alpha") + how, feature(false), dim, version, viz::ScaleMode::Auto,
+                  h);
   }
 }
 
