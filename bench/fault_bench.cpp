@@ -18,7 +18,7 @@
 // a trained run), --set K=V (repeatable), --list 1 (also one JSON line per planted fault with the
 // messages of the events at its next step: run with a low detect.spike_threshold to see the
 // z-scores a fault reaches), --dump FILE (CSV of the series the detectors watch: per inspect frame,
-// layer and head, ‖M‖ and ‖S‖ of the first weight; per training frame, the loss, the gradient norm
+// layer and head, ‖M‖, ‖S‖ and the NS error and σ range of the first weight; per training frame, the loss, the gradient norm
 // and the largest and median module update-to-weight ratio;
 // and the planted faults: to try a detector statistic offline; --trials 0 --warmup N gives a
 // healthy run).
@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
   std::ofstream csv;
   if (!dump.empty()) {
     csv.open(dump);
-    csv << "step,token,layer,head,norm_m,norm_s,loss,grad_norm,update_max,update_median,planted\n";
+    csv << "step,token,layer,head,norm_m,norm_s,loss,grad_norm,update_max,update_median,ns_error,ns_smin,ns_smax,planted\n";
   }
   std::map<int64_t, std::vector<Command>> restores;
   std::map<int64_t, int64_t> token_at;  // step → its token's place in the sequence (inspect frames)
@@ -142,14 +142,16 @@ int main(int argc, char** argv) {
         std::sort(ratios.begin(), ratios.end());
         csv << frame->step << ",-1,-1,-1,,," << frame->loss << ',' << frame->grad_norm << ','
             << (ratios.empty() ? 0.0f : ratios.back()) << ',' << (ratios.empty() ? 0.0f : ratios[ratios.size() / 2]) << ','
-            << fault << '\n';
+            << ",,," << fault << '\n';
       }
       else if (!frame->weights.empty())
         for (int l = 0; l < frame->layers; ++l)
           for (int h = 0; h < frame->heads; ++h)
             csv << frame->step << ',' << frame->token_index << ',' << l << ',' << h << ','
                 << frame->weight(l, h, 0, WeightMetric::NormM) << ',' << frame->weight(l, h, 0, WeightMetric::NormS)
-                << ",,,,," << fault << '\n';
+                << ",,,,," << frame->weight(l, h, 0, WeightMetric::NsError) << ','
+                << frame->weight(l, h, 0, WeightMetric::NsSmin) << ',' << frame->weight(l, h, 0, WeightMetric::NsSmax) << ','
+                << fault << '\n';
     }
   }
 
