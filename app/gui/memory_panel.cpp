@@ -253,7 +253,7 @@ void draw_enlarged_matrix(GuiApp& app) {
       ImGui::Text("effective rank %.3g of %zu (real %dx%d)", std::exp(entropy), spectrum.size(), m->full_rows,
                   m->full_cols);
     else
-      ImGui::Text("effective rank %.3g of %zu (of the shown copy: a recording keeps no full spectrum)", std::exp(entropy),
+      ImGui::Text("effective rank %.3g of %zu (of the shown copy: recordings and attached runs keep no full spectrum)", std::exp(entropy),
                   spectrum.size());
     // A shrunk display copy has its own spectrum: the probe measured the real matrix, so say both.
     const auto w = std::find(frame->weights.begin(), frame->weights.end(), m->weight);
