@@ -153,8 +153,14 @@ void draw_knobs_panel(GuiApp& app) {
   ImGui::SetNextItemWidth(-1);
   ImGui::InputTextWithHint("##filter", "filter knobs (e.g. lr, window, ns)", &view.knob_filter);
   // Knobs this model does not read are hidden unless asked for (or searched for by name).
+  const std::vector<model::Knob>& all = model::knobs();
+  std::vector<std::string> unused_reasons;
+  unused_reasons.reserve(all.size());
   int unused_count = 0;
-  for (const model::Knob& knob : model::knobs()) unused_count += !model::knob_unused_reason(knob, preset).empty();
+  for (const model::Knob& knob : all) {
+    unused_reasons.push_back(model::knob_unused_reason(knob, preset));
+    unused_count += !unused_reasons.back().empty();
+  }
   if (unused_count > 0) {
     ImGui::Checkbox(("show the " + std::to_string(unused_count) + " knobs this model does not use").c_str(),
                     &view.show_unused_knobs);
@@ -165,9 +171,10 @@ void draw_knobs_panel(GuiApp& app) {
   ImGui::BeginDisabled(!run.live);
   std::string open_table;
   bool table_open = false;
-  for (const model::Knob& knob : model::knobs()) {
+  for (size_t i = 0; i < all.size(); ++i) {
+    const model::Knob& knob = all[i];
     if (!view.knob_filter.empty() && knob.name.find(view.knob_filter) == std::string::npos) continue;
-    const std::string unused = model::knob_unused_reason(knob, preset);
+    const std::string& unused = unused_reasons[i];
     if (!unused.empty() && !view.show_unused_knobs && view.knob_filter.empty()) continue;
     const std::string table = table_of(knob.name);
     if (table != open_table) {

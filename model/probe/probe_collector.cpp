@@ -66,12 +66,14 @@ std::vector<double> collect_probes(Frame& frame, const ProbeInputs& in, const Pr
   };
   std::vector<Pending> pending;
   // full [N, r, c] shown as `small`: when shrunk, the full matrices' singular values go to the host
-  // too (MatrixSnapshot::singular_values), at matrices_every cadence only. NaN/Inf read as 0 here:
-  // the shown copy carries them, and the view then shows no spectrum.
+  // too (MatrixSnapshot::singular_values), at matrices_every cadence only; `known` [N, k] where the
+  // probes already have them. NaN/Inf read as 0 here: the shown copy carries them, and the view then
+  // shows no spectrum.
   std::vector<at::Tensor> spectra;
-  auto add_spectra = [&spectra](const at::Tensor& full, const at::Tensor& small) {
+  auto add_spectra = [&spectra](const at::Tensor& full, const at::Tensor& small, const at::Tensor& known = {}) {
     if (full.size(-2) == small.size(-2) && full.size(-1) == small.size(-1)) return;
-    spectra.push_back(at::linalg_svdvals(at::nan_to_num(full.to(at::kFloat), 0.0, 0.0, 0.0)).flatten());
+    const at::Tensor sigma = known.defined() ? known : at::linalg_svdvals(at::nan_to_num(full, 0.0, 0.0, 0.0));
+    spectra.push_back(sigma.to(at::kFloat).flatten());
   };
   int64_t heads = 0;
 
@@ -215,7 +217,8 @@ std::vector<double> collect_probes(Frame& frame, const ProbeInputs& in, const Pr
               snap.full_cols = static_cast<int>(t.size(-1));
               pending.push_back({std::move(snap), small.size(-2) * small.size(-1)});
             }
-          add_spectra(t.flatten(0, 1), small);
+          // M's singular values are the erank SVD's above.
+          add_spectra(t.flatten(0, 1), small, std::string(name) == "M" ? sigma.narrow(0, 0, layers).flatten(0, 1) : at::Tensor());
         }
       }
     }
@@ -288,8 +291,8 @@ std::vector<double> collect_probes(Frame& frame, const ProbeInputs& in, const Pr
   at += in.extra.size();
   // The full matrices' spectra, in `pending`'s order (after the extras, so their places stay put).
   for (MatrixSnapshot& m : frame.matrices) {
-    const auto n = static_cast<size_t>(std::min(m.full_rows, m.full_cols));
     if (m.rows == m.full_rows && m.cols == m.full_cols) continue;
+    const auto n = static_cast<size_t>(std::min(m.full_rows, m.full_cols));
     m.singular_values.assign(host.begin() + static_cast<std::ptrdiff_t>(at), host.begin() + static_cast<std::ptrdiff_t>(at + n));
     at += n;
   }
