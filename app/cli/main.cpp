@@ -6,6 +6,7 @@
 #include "app/cli/rank_launcher.h"
 #include "memscope/version.h"
 #include "model/util/allocator.h"
+#include "model/util/device.h"
 #include "model/util/errors.h"
 
 int main(int argc, char** argv) {
@@ -14,6 +15,12 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("memscope ") + MEMSCOPE_VERSION +
                                         " (LibTorch " + MEMSCOPE_TORCH_VERSION + ")");
   app.require_subcommand(1);
+  // Where models run, for every command; after the command's name too (`train --device cuda`).
+  app.fallthrough();
+  app.add_option_function<std::string>(
+         "--device", [](const std::string& d) { memscope::model::set_default_device(memscope::model::pick_device(d)); },
+         "auto, cpu, cuda or cuda:N: where the model runs (default cpu)")
+      ->envname("MEMSCOPE_DEVICE");
   memscope::app::set_command_line(argc, argv);  // train --nproc re-runs it as each rank
   memscope::app::register_info(app);
   memscope::app::register_memory_trace(app);

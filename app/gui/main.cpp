@@ -70,7 +70,8 @@ int run(Options options) {
   window_options.font_path = MEMSCOPE_FONT_PATH;
   viz::AppWindow window(window_options);
 
-  options.gui.device_line = model::describe_device(model::pick_device(options.device));
+  model::set_default_device(model::pick_device(options.device));  // every model this window builds runs there
+  options.gui.device_line = model::describe_device(model::default_device());
   app::GuiApp app(options.gui);
   app.view().speed = options.speed;
   for (const auto& what : options.show) {

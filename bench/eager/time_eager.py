@@ -115,15 +115,26 @@ def random_parameters(rule, H, d, generator, conv=None):
     return params
 
 
+DEVICE = torch.device("cpu")
+
+
+def sync():
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+
+
 def timed(run, reps):
-    """Warm-up run (checked finite), then reps timed runs under no_grad: the seconds of each."""
+    """Warm-up run (checked finite), then reps timed runs under no_grad: the seconds of each, with
+    the device synchronised before and after (the wall time a user waits)."""
     with torch.no_grad():
         y = run()  # warm-up (allocator, BLAS)
         assert torch.isfinite(y).all(), "non-finite output"
         seconds = []
         for _ in range(reps):
+            sync()
             start = time.perf_counter()
             run()
+            sync()
             seconds.append(time.perf_counter() - start)
     return seconds
 
@@ -136,6 +147,7 @@ def report(bench, rule, T, H, d, flops_per_token, seconds, **extra):
         "heads": H, "head_dim": d, "seconds": round(s, 5), "min_s": round(min(seconds), 5),
         "max_s": round(max(seconds), 5), "flops_per_token": flops_per_token, **extra,
         "threads": torch.get_num_threads(), "dtype": "float32", "torch": torch.__version__,
+        "device": torch.cuda.get_device_name() if DEVICE.type == "cuda" else "cpu",
     }), flush=True)
 
 
@@ -163,27 +175,31 @@ def main():
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", help="cpu or cuda: where the tensors live (inputs are drawn on the CPU)")
     args = p.parse_args()
+    global DEVICE
+    DEVICE = torch.device(args.device)
+    on = lambda tensors: {name: t.to(DEVICE) for name, t in tensors.items()}
     torch.set_num_threads(1)
     T, H, d = args.tokens, args.heads, args.head_dim
     benches = args.bench or ["eager_memory", "eager_layer", "eager_chunkwise"]
     for rule in args.rule or ["titans", "atlas"]:
         if "eager_memory" in benches:
-            inputs = random_inputs(T, H, d, torch.Generator().manual_seed(args.seed))
+            inputs = on(random_inputs(T, H, d, torch.Generator().manual_seed(args.seed)))
             seconds = timed(lambda: eager_memory.run_memory(RULES[rule], ns_steps=NS_STEPS, **inputs), args.reps)
             report("eager_memory", rule, T, H, d, flops_per_token_head(rule, d) * H, seconds)
         if "eager_layer" in benches:
             generator = torch.Generator().manual_seed(args.seed)
-            layer = eager_memory.MemoryLayer(random_parameters(rule, H, d, generator), H, RULES[rule], ns_steps=NS_STEPS)
-            x = torch.randn(T, H * d, generator=generator)
+            layer = eager_memory.MemoryLayer(on(random_parameters(rule, H, d, generator)), H, RULES[rule], ns_steps=NS_STEPS)
+            x = torch.randn(T, H * d, generator=generator).to(DEVICE)
             seconds = timed(lambda: layer.run(x), args.reps)
             report("eager_layer", rule, T, H, d, layer_flops_per_token(rule, H, d), seconds, d_model=H * d,
                    conv=CONV[rule], recurrence_flops_per_token=flops_per_token_head(rule, d) * H)
         if "eager_chunkwise" in benches and RULES[rule] == "gd-momentum":
             generator = torch.Generator().manual_seed(args.seed)
             conv, b = args.chunkwise_conv, args.chunk
-            layer = eager_memory.MemoryLayer(random_parameters(rule, H, d, generator, conv), H, RULES[rule])
-            x = torch.randn(T, H * d, generator=generator)
+            layer = eager_memory.MemoryLayer(on(random_parameters(rule, H, d, generator, conv)), H, RULES[rule])
+            x = torch.randn(T, H * d, generator=generator).to(DEVICE)
             seconds = timed(lambda: layer.run(x, chunk=b), args.reps)
             report("eager_chunkwise", rule, T, H, d, chunkwise_layer_flops_per_token(H, d, b, conv), seconds,
                    chunk=b, d_model=H * d, conv=conv, recurrence_flops_per_token=chunkwise_flops_per_token_head(d, b) * H)

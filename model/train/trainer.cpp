@@ -9,6 +9,7 @@
 #include "model/train/checkpoint.h"
 #include "model/train/lr_schedule.h"
 #include "model/train/task_loss.h"
+#include "model/util/device.h"
 
 namespace memscope::model {
 
@@ -30,7 +31,9 @@ AdamWOptions adamw_options(const TrainConfig& c) { return {c.beta1, c.beta2, c.e
 LanguageModel build_model(const Preset& preset, int64_t vocab) {
   LmConfig config = preset.model;
   config.vocab = vocab;
-  return LanguageModel(config, preset.memory);
+  LanguageModel model(config, preset.memory);
+  model->to(default_device());  // initialised on the CPU, so a seed gives the same weights on any device
+  return model;
 }
 
 Trainer::Trainer(Preset preset) : preset_(std::move(preset)), task_(make_task(preset_.task)) {
@@ -81,6 +84,7 @@ TrainStepResult Trainer::train_step() {
     corrupt_next_ = false;
     batch = corrupted(batch, task_->vocab_size(), Rng::mix(preset_.train.seed, ~static_cast<uint64_t>(step_)));
   }
+  batch = batch.to(device());
   const int64_t T = batch.tokens.size(1);
   const int64_t segment = c.bptt > 0 ? c.bptt : T;
   // The whole batch's target count, on every rank: each rank's loss is a share of the batch's mean.
@@ -165,7 +169,7 @@ Batch Trainer::training_batch(int64_t step) const {
 
 EvalResult Trainer::training_batch_loss(int64_t step) const {
   at::NoGradGuard no_grad;
-  const Batch batch = training_batch(step);
+  const Batch batch = training_batch(step).to(device());
   LmState state = model_->initial_state(preset_.train.batch);
   // One call equals train_step's segments: truncated BPTT cuts the history, not the values.
   const at::Tensor logits = model_->forward(batch.tokens, state, preset_.train.chunk_at(step - 1));
@@ -188,7 +192,7 @@ EvalResult Trainer::evaluate(const Task& task, int64_t batches) const {
   double loss_sum = 0.0, targets = 0.0;
   QueryScore score;
   for (int64_t i = 0; i < batches; ++i) {
-    const Batch batch = task.sample(c.batch, Rng::mix(c.seed ^ kEvalStream, static_cast<uint64_t>(i)));
+    const Batch batch = task.sample(c.batch, Rng::mix(c.seed ^ kEvalStream, static_cast<uint64_t>(i))).to(device());
     LmState state = model_->initial_state(c.batch);
     const at::Tensor logits = model_->forward(batch.tokens, state, chunk);
     loss_sum += summed_cross_entropy(logits, batch.targets).item<double>();

@@ -106,6 +106,8 @@ class Trainer {
   // The model state at the end of the last training step (its batch's memories), detached.
   const LmState& last_state() const { return last_state_; }
   const LanguageModel& model() const { return model_; }
+  // Where the model runs (default_device() when it was built).
+  c10::Device device() const { return model_->embedding.device(); }
   LanguageModel& model() { return model_; }
 
  private:

@@ -1,8 +1,31 @@
 #include "model/util/device.h"
 
+#include <cstdlib>
+#include <optional>
+
 #include "model/util/errors.h"
 
 namespace memscope::model {
+
+namespace {
+
+std::optional<c10::Device>& chosen_default() {
+  static std::optional<c10::Device> device;
+  return device;
+}
+
+}  // namespace
+
+c10::Device default_device() {
+  auto& device = chosen_default();
+  if (!device) {
+    const char* request = std::getenv("MEMSCOPE_DEVICE");
+    device = request && *request ? pick_device(request) : c10::Device("cpu");
+  }
+  return *device;
+}
+
+void set_default_device(const c10::Device& device) { chosen_default() = device; }
 
 c10::Device pick_device(const std::string& request) {
   if (request == "auto") return torch::cuda::is_available() ? c10::Device("cuda:0") : c10::Device("cpu");

@@ -7,6 +7,7 @@
 
 #include "model/memory/memory_layer.h"
 #include "model/memory/memory_rule.h"
+#include "support/test_device.h"
 
 namespace memscope::test {
 
@@ -24,14 +25,14 @@ inline MemoryLayer make_layer(const MemoryRule& rule, int64_t d_model, int64_t h
                               uint64_t seed = 7) {
   torch::manual_seed(seed);
   MemoryLayer layer(rule, model::MemoryLayerOptions{d_model, heads, 0});
-  layer->to(dtype);
+  layer->to(test_device(), dtype);  // initialised on the CPU: the same weights on every device
   return layer;
 }
 
 inline torch::Tensor make_input(int64_t batch, int64_t tokens, int64_t d_model, torch::Dtype dtype,
                                 uint64_t seed = 11) {
   torch::manual_seed(seed);
-  return torch::randn({batch, tokens, d_model}, torch::TensorOptions().dtype(dtype));
+  return torch::randn({batch, tokens, d_model}, torch::TensorOptions().dtype(dtype)).to(test_device());
 }
 
 inline double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {

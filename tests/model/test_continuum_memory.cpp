@@ -6,6 +6,8 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include "support/test_device.h"
+
 #include "model/memory/continuum_memory.h"
 #include "model/util/errors.h"
 #include "support/user_error_text.h"
@@ -27,13 +29,13 @@ ContinuumMemory make_cms(std::vector<int64_t> periods, CmsVariant variant = CmsV
   o.max_lr = 50.0;  // lr ≈ 0.5 so that updates are visible
   o.inner_clip = clip;
   ContinuumMemory cms(o);
-  cms->to(torch::kFloat64);
+  cms->to(memscope::test::test_device(), torch::kFloat64);
   return cms;
 }
 
 torch::Tensor input(int64_t batch, int64_t tokens, int64_t d, uint64_t seed = 3) {
   torch::manual_seed(seed);
-  return torch::randn({batch, tokens, d}, torch::kFloat64);
+  return torch::randn({batch, tokens, d}, torch::kFloat64).to(memscope::test::test_device());
 }
 
 double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }

@@ -10,6 +10,8 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include "support/test_device.h"
+
 #include "model/config/preset.h"
 #include "model/memory/newton_schulz.h"
 #include "model/nn/language_model.h"
@@ -27,7 +29,7 @@ LanguageModel tiny(const std::string& block, const std::string& memory, std::vec
   config.vocab = 11;
   torch::manual_seed(7);
   LanguageModel lm(config, p.memory);
-  lm->to(torch::kFloat64);
+  lm->to(memscope::test::test_device(), torch::kFloat64);
   return lm;
 }
 

@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include "support/test_device.h"
+
 #include "model/config/preset.h"
 #include "model/nn/language_model.h"
 #include "model/nn/rope.h"
@@ -22,13 +24,13 @@ LanguageModel tiny_model(const std::string& block, const std::string& memory = "
   config.vocab = 11;
   torch::manual_seed(3);
   LanguageModel lm(config, p.memory);
-  lm->to(torch::kFloat64);
+  lm->to(memscope::test::test_device(), torch::kFloat64);
   return lm;
 }
 
 at::Tensor tokens(int64_t batch, int64_t length, uint64_t seed = 5) {
   torch::manual_seed(seed);
-  return torch::randint(0, 11, {batch, length}, torch::kLong);
+  return torch::randint(0, 11, {batch, length}, torch::kLong).to(memscope::test::test_device());
 }
 
 double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }

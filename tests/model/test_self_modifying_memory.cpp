@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include "support/test_device.h"
+
 #include "model/memory/dgd_preconditioner.h"
 #include "model/memory/self_modifying_memory.h"
 
@@ -21,13 +23,13 @@ SelfModifyingMemory make_selfmod(double clip = 0.0, double self_lr_scale = 1.0) 
   o.inner_clip = clip;
   o.self_lr_scale = self_lr_scale;
   SelfModifyingMemory m(o);
-  m->to(torch::kFloat64);
+  m->to(memscope::test::test_device(), torch::kFloat64);
   return m;
 }
 
 torch::Tensor input(int64_t batch, int64_t tokens) {
   torch::manual_seed(4);
-  return torch::randn({batch, tokens, kD}, torch::kFloat64);
+  return torch::randn({batch, tokens, kD}, torch::kFloat64).to(memscope::test::test_device());
 }
 
 double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
@@ -225,7 +227,7 @@ TEST_CASE("self-modifying memory: model.hope.conv gives q, k and v the three tok
   o.max_lr = 30.0;
   o.conv = true;
   SelfModifyingMemory m(o);
-  m->to(torch::kFloat64);
+  m->to(memscope::test::test_device(), torch::kFloat64);
   const torch::Tensor x = input(2, 5);
   SelfModState state = m->initial_state(2);
   std::vector<torch::Tensor> pre;  // [B,3d] per token: q|k|v before the conv, at the memories' states
@@ -263,7 +265,7 @@ SelfModifyingMemory make_selfmod_with(double clip, bool conv, double self_lr_sca
   o.self_lr_scale = self_lr_scale;
   o.shared_gates = shared_gates;
   SelfModifyingMemory m(o);
-  m->to(torch::kFloat64);
+  m->to(memscope::test::test_device(), torch::kFloat64);
   return m;
 }
 

@@ -1,0 +1,197 @@
+// memscope on a device (issue 23): the debugger's step and the training step with the model where
+// --device puts it (default: CUDA when there is one), timed with the device synchronised, so the
+// figures are wall time a user sees. bench/gpu.sh runs it beside the eager-PyTorch baseline
+// (bench/eager/time_eager.py --device cuda) and the GPU's measured peak (bench/eager/gpu_peak.py).
+//
+// One JSON line per case (--only picks one):
+//   layer      the memory layer's sequential step, batch 1, token by token: Titans (linear,
+//              gd-momentum, conv) and Atlas (Muon), the two rules of bench/eager/; unprobed and probed
+//   chunkwise  the memory layer's chunkwise form (Titans' rule, chunk 64) over --tokens tokens
+//   model      demo-mqar and a larger model (d_model 512, 8 layers) stepped token by token, batch 1
+//   train      training steps of that larger model on T = 2048 (task copy), tokens/s and MFU
+// Flags: --device D, --tokens T (default 2048), --reps N (default 5; medians), --only CASE,
+//        --train-batch B (default 8), --train-steps N (default 5, after 2 warm-up steps).
+#include <torch/torch.h>
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "bench/bench_flags.h"
+#include "bench/bench_timing.h"
+#include "model/config/preset.h"
+#include "model/memory/memory_layer.h"
+#include "model/memory/memory_rule.h"
+#include "model/train/trainer.h"
+#include "model/util/allocator.h"
+#include "model/util/device.h"
+
+using namespace memscope::model;
+using memscope::bench::median;
+using memscope::bench::seconds_of;
+
+namespace {
+
+c10::Device device = c10::Device("cpu");
+
+void sync() {
+  if (device.is_cuda()) torch::cuda::synchronize();
+}
+
+// Wall seconds of f with the device idle before and finished after: what the user waits.
+double synced_seconds(const std::function<void()>& f) {
+  sync();
+  return seconds_of([&] {
+    f();
+    sync();
+  });
+}
+
+nlohmann::json line(const std::string& case_name) {
+  return {{"bench", "device"}, {"case", case_name}, {"device", describe_device(device)}};
+}
+
+// The larger model of issue 23: d_model 512, 8 MAG layers, Titans' linear memory (8 heads of 64).
+std::vector<std::string> large_model_sets() {
+  return {"model.d_model=512", "model.layers=8", "model.memory_heads=8", "model.attention_heads=8",
+          "model.window=64", "model.persistent=0"};
+}
+
+void bench_layer(int64_t tokens, int64_t reps) {
+  struct LayerCase {
+    const char* name;
+    const char* preset;
+    std::vector<std::string> sets;
+  };
+  const int64_t heads = 4, d = 256;
+  const std::vector<LayerCase> cases{
+      {"titans", "titans-lmm", {"memory.structure=linear", "memory.feature_map.kind=identity"}},
+      {"atlas", "atlas-linear", {"memory.window.c=1", "memory.feature_map.kind=identity"}}};
+  for (const LayerCase& c : cases) {
+    torch::manual_seed(0);
+    MemoryLayer layer(load_preset(c.preset, c.sets).memory, MemoryLayerOptions{d, heads, 0});
+    layer->to(device);
+    const at::Tensor x = torch::randn({1, tokens, d}).to(device);
+    for (const StepDetail detail : {StepDetail::OutputOnly, StepDetail::Record}) {
+      std::vector<double> times;
+      for (int64_t r = 0; r < reps + 1; ++r) {  // the first is a warm-up
+        MemoryState s = layer->initial_state(1);
+        const double t = synced_seconds([&] {
+          for (int64_t i = 0; i < tokens; ++i) layer->step(x.select(1, i), s, 1, detail);
+        });
+        if (r > 0) times.push_back(t);
+      }
+      const double tps = static_cast<double>(tokens) / median(times);
+      auto j = line(std::string("layer/") + c.name);
+      j.update({{"record", detail == StepDetail::Record}, {"tokens", tokens}, {"tokens_per_s", tps},
+                {"us_per_token", 1e6 / tps}});
+      std::cout << j.dump() << std::endl;
+    }
+  }
+}
+
+void bench_chunkwise(int64_t tokens, int64_t reps) {
+  const int64_t heads = 4, d = 256, chunk = 64;
+  torch::manual_seed(0);
+  MemoryLayer layer(load_preset("omeganet", {"memory.structure=linear", "memory.feature_map.kind=identity"}).memory,
+                    MemoryLayerOptions{d, heads, 0});
+  layer->to(device);
+  const at::Tensor x = torch::randn({1, tokens, d}).to(device);
+  std::vector<double> times;
+  for (int64_t r = 0; r < reps + 1; ++r) {
+    MemoryState s = layer->initial_state(1);
+    const double t = synced_seconds([&] { layer->forward(x, s, chunk); });
+    if (r > 0) times.push_back(t);
+  }
+  const double tps = static_cast<double>(tokens) / median(times);
+  auto j = line("chunkwise/titans");
+  j.update({{"chunk", chunk}, {"tokens", tokens}, {"tokens_per_s", tps}, {"ms", 1e3 * median(times)}});
+  std::cout << j.dump() << std::endl;
+}
+
+void bench_model(const std::string& name, const Preset& preset, int64_t tokens, int64_t reps) {
+  Trainer trainer(preset);
+  const LanguageModel& model = trainer.model();
+  const at::Tensor sequence = trainer.training_batch(1).tokens.select(0, 0).to(device);
+  const int64_t T = sequence.size(0);
+  const int64_t rounds = std::max<int64_t>(1, tokens / T);
+  for (const StepDetail detail : {StepDetail::OutputOnly, StepDetail::Record}) {
+    std::vector<double> times;
+    for (int64_t r = 0; r < reps + 1; ++r) {
+      const double t = synced_seconds([&] {
+        for (int64_t round = 0; round < rounds; ++round) {
+          LmState state = model->initial_state(1);
+          for (int64_t i = 0; i < T; ++i) model->step(sequence.narrow(0, i, 1), state, 1, detail);
+        }
+      });
+      if (r > 0) times.push_back(t);
+    }
+    const double tps = static_cast<double>(rounds * T) / median(times);
+    auto j = line("model/" + name);
+    j.update({{"record", detail == StepDetail::Record}, {"tokens", rounds * T}, {"tokens_per_s", tps},
+              {"us_per_token", 1e6 / tps}});
+    std::cout << j.dump() << std::endl;
+  }
+}
+
+// Matmul FLOPs of one training token (forward + backward = 3 × forward), the count the MFU uses:
+// 6·N for the N weights every token multiplies (all parameters but the embedding table, plus the
+// tied head's D·V), the attention's scores and mix 12·L·D·w over a window of w keys, and the
+// chunkwise memory's per-token products (bench/eager/time_eager.py's count, 10d² + 4bd + 2b² + 2b
+// per head) three times. Elementwise work is not counted.
+double training_flops_per_token(const Trainer& trainer, int64_t chunk) {
+  const LmConfig& m = trainer.preset().model;
+  double weights = 0;
+  for (const auto& p : trainer.model()->named_parameters())
+    if (p.key() != "embedding") weights += static_cast<double>(p.value().numel());
+  weights += static_cast<double>(m.d_model) * static_cast<double>(trainer.task().vocab_size());
+  const double d = static_cast<double>(m.d_model / m.memory_heads), b = static_cast<double>(chunk);
+  const double memory = static_cast<double>(m.memory_heads) * (10 * d * d + 4 * b * d + 2 * b * b + 2 * b);
+  return 6 * weights + 12.0 * m.layers * m.d_model * m.window + 3.0 * m.layers * memory;
+}
+
+void bench_train(int64_t batch, int64_t steps) {
+  std::vector<std::string> sets = large_model_sets();
+  for (const char* s : {"task.kind=copy", "task.seq_len=2048", "task.values=64", "task.copy_tokens=64",
+                        "train.chunk=64", "train.module_norms=false"})
+    sets.push_back(s);
+  sets.push_back("train.batch=" + std::to_string(batch));
+  Trainer trainer(load_preset("demo-mqar-titans", sets));
+  std::vector<double> times;
+  double loss = 0;
+  for (int64_t i = 0; i < steps + 2; ++i) {
+    const double t = synced_seconds([&] { loss = trainer.train_step().loss; });
+    if (i >= 2) times.push_back(t);
+  }
+  const double tokens = static_cast<double>(batch) * 2048;
+  const double tps = tokens / median(times);
+  const double flops = training_flops_per_token(trainer, 64);
+  auto j = line("train/large");
+  j.update({{"batch", batch}, {"seq_len", 2048}, {"tokens_per_s", tps}, {"step_ms", 1e3 * median(times)},
+            {"flops_per_token", flops}, {"tflops", tps * flops / 1e12}, {"loss", loss}, {"dtype", "float32"}});
+  std::cout << j.dump() << std::endl;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  keep_large_blocks_in_heap();  // model/util/allocator.h
+  int64_t tokens = 2048, reps = 5, train_batch = 8, train_steps = 5;
+  std::string only, device_name = "auto";
+  memscope::bench::BenchFlags flags("device_bench");
+  flags.add("--tokens", tokens).add("--reps", reps).add("--only", only).add("--device", device_name);
+  flags.add("--train-batch", train_batch).add("--train-steps", train_steps);
+  if (!flags.parse(argc, argv)) return 2;
+  device = pick_device(device_name);
+  set_default_device(device);
+  {
+    torch::NoGradGuard no_grad;  // stepping, as the debugger does
+    if (only.empty() || only == "layer") bench_layer(tokens, reps);
+    if (only.empty() || only == "chunkwise") bench_chunkwise(tokens, reps);
+    if (only.empty() || only == "model") {
+      bench_model("demo-mqar", load_preset("demo-mqar"), tokens, reps);
+      bench_model("large", load_preset("demo-mqar-titans", large_model_sets()), tokens / 4, reps);
+    }
+  }
+  if (only.empty() || only == "train") bench_train(train_batch, train_steps);
+  return 0;
+}

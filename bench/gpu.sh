@@ -1,0 +1,75 @@
+#!/bin/bash
+# Builds memscope against the machine's PyTorch (LibTorch 2.x with CUDA), runs the tests with the
+# model on the GPU, and measures memscope against eager PyTorch on the same GPU (issue 23).
+#
+#   bench/gpu.sh [STAGE...]      stages: build test peak bench (default: all four, in that order)
+#
+# Needs: python3 with torch (CUDA), nvcc, cmake, ninja; the header-only dependencies as Debian
+# packages in .devdeps/ (README "On a GPU machine" says how to fetch them). Logs and JSON lines go
+# to $OUT when set (the device tool's result folder), else to build-gpu/out/.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-build-gpu/out}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+JOBS=${JOBS:-$(nproc)}
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(build test peak bench)
+
+devroot() {
+  # Header-only packages unpacked beside the system, never into / (GPU.md step 2).
+  if [ ! -d /tmp/devroot/usr ]; then
+    mkdir -p /tmp/devroot
+    for f in .devdeps/*.deb; do dpkg -x "$f" /tmp/devroot; done
+  fi
+}
+
+stage_build() {
+  devroot
+  local tp
+  tp="$($PY -c 'import torch;print(torch.utils.cmake_prefix_path)')"
+  export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMEMSCOPE_GUI=OFF \
+    -DCMAKE_PREFIX_PATH="$tp;/tmp/devroot/usr" >"$OUT/configure.log" 2>&1 || {
+    tail -40 "$OUT/configure.log"; return 1; }
+  grep "memscope:" "$OUT/configure.log"
+  # -k 0: one build shows every error, not only the first file's.
+  cmake --build build-gpu -j"$JOBS" -- -k 0 >"$OUT/build.log" 2>&1
+  local rc=$?
+  grep -E "error|FAILED" "$OUT/build.log" | head -60
+  echo "build exit $rc"
+  return $rc
+}
+
+stage_test() {
+  ./build-gpu/app/cli/memscope-cli info --device cuda
+  # The model, engine, session and CLI tests with every model on the GPU (tests/support/test_device.h).
+  MEMSCOPE_TEST_DEVICE=cuda ctest --test-dir build-gpu -L 'model|engine|session|cli' -j4 \
+    --timeout 300 --output-on-failure >"$OUT/ctest-cuda.log" 2>&1
+  local rc=$?
+  grep -E "tests passed|Failed|\*\*\*" "$OUT/ctest-cuda.log" | head -60
+  echo "ctest (cuda) exit $rc"
+  return $rc
+}
+
+stage_peak() {
+  # The GPU's measured matrix-multiply rates: the ceilings every share below is taken of.
+  $PY bench/eager/gpu_peak.py | tee "$OUT/peak.jsonl"
+}
+
+stage_bench() {
+  [ -f "$OUT/peak.jsonl" ] || stage_peak
+  PYTHONUNBUFFERED=1 $PY bench/eager/gpu_compare.py --memscope build-gpu --peak "$OUT/peak.jsonl" \
+    >"$OUT/bench.jsonl" 2>"$OUT/bench.err"
+  local rc=$?
+  grep -E '"gpu_compare"|"gpu_mfu"|"model/|"train/' "$OUT/bench.jsonl"
+  tail -5 "$OUT/bench.err"
+  return $rc
+}
+
+rc=0
+for s in "${stages[@]}"; do
+  echo "== $s"
+  "stage_$s" || rc=1
+done
+exit $rc
