@@ -5,7 +5,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 // Gloo needs its own headers (Debian: libgloo-dev) and LibTorch built with it (USE_C10D_GLOO in
-// its flags). A LibTorch without them still builds memscope; only CPU training across processes
+// its flags; model/CMakeLists.txt defines it for pip's LibTorch, which ships Gloo's headers). A LibTorch without them still builds memscope; only CPU training across processes
 // then says it is unavailable.
 #if defined(USE_C10D_GLOO) && __has_include(<gloo/algorithm.h>)
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -84,7 +84,7 @@ std::string rendezvous_error(const LaunchEnv& env, const DataParallelOptions& o,
   const std::string at = env.master_addr + ":" + std::to_string(env.master_port);
   const std::string who = "rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size);
   const std::string seconds = std::to_string(o.timeout.count() / 1000) + " s";
-  if (first.find("Address already in use") != std::string::npos)
+  if (first.find("Address already in use") != std::string::npos || first.find("EADDRINUSE") != std::string::npos)
     return who + ": MASTER_PORT " + std::to_string(env.master_port) +
            " is already in use on this machine (another run holds it: choose another port)";
   if (joining_store)
@@ -240,6 +240,9 @@ DataParallel::DataParallel(const LaunchEnv& env, DataParallelOptions options) : 
   m.options = options;
 #ifdef MEMSCOPE_QUIET_GLOG
   if (!std::getenv("MEMSCOPE_DIST_DEBUG")) FLAGS_minloglevel = google::GLOG_FATAL;
+#elif !defined(C10_USE_GLOG)
+  // LibTorch without glog (pip's 2.x) logs c10d's retries through c10's own logger.
+  if (!std::getenv("MEMSCOPE_DIST_DEBUG")) c10::FLAGS_caffe2_log_level = 3;  // FATAL only
 #endif
   bool joining_store = true;
   try {

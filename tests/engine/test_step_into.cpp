@@ -1,6 +1,8 @@
 // Step into a training step (issue 18): the engine steps batch S token by token, row by row, with
 // the weights from before S and the trainer's chunk form, and the losses it computes average to the
 // loss the trainer reports for that step. The reference is the trainer itself, run independently.
+#include <unistd.h>
+
 #include "model/train/trainer.h"
 
 #include "engine/engine_test_support.h"

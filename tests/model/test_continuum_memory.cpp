@@ -192,8 +192,10 @@ TEST_CASE("cms: splitting the stream into calls of any lengths gives identical r
       }
       REQUIRE(t == 150);
       INFO(to_string(variant) << " split of " << split.size());
-      CHECK(max_abs_diff(y, torch::cat(ys, 1)) < 1e-12);
-      CHECK(state_diff(whole, parts) < 1e-12);
+      // Exact on the CPU; on CUDA a call's length picks other kernels, which round differently.
+      const double tol = memscope::test::test_device().is_cuda() ? 1e-10 : 1e-12;
+      CHECK(max_abs_diff(y, torch::cat(ys, 1)) < tol);
+      CHECK(state_diff(whole, parts) < tol);
     }
     // The 128-period level ticked once in 150 tokens: its W moved away from W_0.
     CHECK_FALSE(torch::equal(whole.levels[3].weights[0][0][0], cms->w1_0[3][0]));

@@ -47,7 +47,7 @@ Reference by_injection(const LanguageModel& lm, const torch::Tensor& tokens, con
   LmState state = lm->initial_state(1);
   std::vector<torch::Tensor> e_m, e_s, e_w;  // zeros the loss is differentiated by
   Reference r;
-  torch::Tensor ce = torch::zeros({}, torch::kFloat64);
+  torch::Tensor ce = torch::zeros({}, torch::kFloat64).to(memscope::test::test_device());
   const int64_t T = tokens.size(0);
   for (int64_t t = 0; t < T; ++t) {
     const LmStepOutput out = lm->step(tokens.narrow(0, t, 1), state, chunk);
@@ -127,8 +127,8 @@ TEST_CASE("inner backward: ‖∂L/∂M_t‖, ‖∂L/∂S_t‖ and the part thr
     sets.push_back("memory.read=before-write");
     LanguageModel lm = tiny("mag", c.memory, sets);
     torch::manual_seed(11);
-    const torch::Tensor tokens = torch::randint(0, 11, {9}, torch::kLong);
-    const torch::Tensor targets = torch::tensor({3, -1, 5, 7, -1, 2, 9, 1, 4}, torch::kLong);
+    const torch::Tensor tokens = torch::randint(0, 11, {9}, torch::kLong).to(memscope::test::test_device());
+    const torch::Tensor targets = torch::tensor({3, -1, 5, 7, -1, 2, 9, 1, 4}, torch::kLong).to(memscope::test::test_device());
     InnerBackwardOptions o;
     o.chunk = c.chunk;
     o.targets = 12;  // as if the batch held more rows
@@ -176,8 +176,8 @@ TEST_CASE("inner backward: HOPE's self-modifying memories' ‖∂L/∂W_t‖ equ
   // same code path.
   LanguageModel lm = tiny("hope", "hope", {"model.cms.periods=1,2,5"});
   torch::manual_seed(13);
-  const torch::Tensor tokens = torch::randint(0, 11, {7}, torch::kLong);
-  const torch::Tensor targets = torch::tensor({-1, 4, 2, -1, 8, 8, 0}, torch::kLong);
+  const torch::Tensor tokens = torch::randint(0, 11, {7}, torch::kLong).to(memscope::test::test_device());
+  const torch::Tensor targets = torch::tensor({-1, 4, 2, -1, 8, 8, 0}, torch::kLong).to(memscope::test::test_device());
   InnerBackwardOptions o;
   o.targets = 5;
   const InnerBackward got = inner_backward(*lm, tokens, targets, o);

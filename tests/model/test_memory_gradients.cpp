@@ -184,7 +184,7 @@ TEST_CASE("memory: the MLP memory's float32 double backward matches float64 for 
   // 1.13's vectorised gelu_backward went wrong; float64 is the reference.
   auto layer = make_layer(test_rule("atlas", {"memory.window.c=4"}), 16, 1, torch::kFloat64);
   torch::manual_seed(5);
-  auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+  auto opts = torch::TensorOptions().dtype(torch::kFloat64).device(memscope::test::test_device());
   const auto z = torch::randn({2, 1, 4, 3, 16}, opts), psi = torch::randn({2, 1, 4, 3, 16}, opts);
   const auto w1 = torch::randn({2, 1, 1, 16, 64}, opts).div(8), w2 = torch::randn({2, 1, 1, 64, 16}, opts).div(4);
   const auto g = torch::randn({2, 1, 4, 3, 64}, opts);
@@ -213,7 +213,7 @@ TEST_CASE("memory: the MLP memory's analytic inner gradient equals autograd in f
   // autograd of ½‖M(z) − target‖²/d; then the outer gradient through the analytic form against
   // the same quantity through autograd::grad with create_graph (what the sequential step does).
   torch::manual_seed(8);
-  auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+  auto opts = torch::TensorOptions().dtype(torch::kFloat64).device(memscope::test::test_device());
   const int64_t B = 2, H = 3, n = 4, d = 5;
   const auto z = torch::randn({B, H, n, d}, opts), target = torch::randn({B, H, n, d}, opts);
   const auto w1 = torch::randn({B, H, d, 4 * d}, opts).div(4), w2 = torch::randn({B, H, 4 * d, d}, opts).div(2);

@@ -65,7 +65,7 @@ TEST_CASE("memory: with momentum 0 it is the gated delta rule, and dgd is the sa
     torch::NoGradGuard no_grad;
     MemoryState state = layer->initial_state(2);
     torch::Tensor m = state.memory[0];
-    const auto eye = torch::eye(layer->feature_dim(), torch::kFloat64);
+    const auto eye = torch::eye(layer->feature_dim(), torch::kFloat64).to(memscope::test::test_device());
     for (int64_t t = 0; t < x.size(1); ++t) {
       auto out = layer->step(x.select(1, t), state);
       const auto& r = out.record;

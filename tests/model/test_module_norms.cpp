@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include "support/test_device.h"
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -72,7 +74,7 @@ TEST_CASE("module norms: gradient norms equal float64 autograd per parameter, up
     torch::manual_seed(0);
     LanguageModel model = build_model(p, 32);
     model->to(torch::kFloat64);
-    const at::Tensor tokens = torch::randint(32, {2, 9}), targets = torch::randint(32, {2, 9});
+    const at::Tensor tokens = torch::randint(32, {2, 9}).to(memscope::test::test_device()), targets = torch::randint(32, {2, 9}).to(memscope::test::test_device());
     auto loss_of = [&] {
       LmState state = model->initial_state(2);
       return summed_cross_entropy(model->forward(tokens, state, 4), targets);

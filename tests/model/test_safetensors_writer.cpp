@@ -1,5 +1,6 @@
 // The safetensors writer, read back here by hand (8-byte LE length, JSON header, raw data).
 #include <catch2/catch.hpp>
+#include <unistd.h>
 #include <torch/torch.h>
 
 #include <filesystem>

@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include "support/test_device.h"
+
 #include <filesystem>
 #include <fstream>
 
@@ -132,7 +134,7 @@ TEST_CASE("checkpoint round trip: identical logits after a reload", "[train]") {
   CHECK(loaded.preset().toml == trainer.preset().toml);
 
   torch::NoGradGuard no_grad;
-  const at::Tensor tokens = trainer.task().sample(2, 99).tokens;
+  const at::Tensor tokens = trainer.task().sample(2, 99).tokens.to(trainer.device());
   LmState s1 = trainer.model()->initial_state(2), s2 = loaded.model()->initial_state(2);
   CHECK(torch::equal(trainer.model()->forward(tokens, s1, 4), loaded.model()->forward(tokens, s2, 4)));
 }
@@ -152,7 +154,13 @@ TEST_CASE("resuming from a checkpoint reproduces the uninterrupted run exactly",
   Trainer t = Trainer::resume(path);
   while (!t.done()) resumed.push_back(t.train_step().loss);
   REQUIRE(straight.size() == 8);
-  CHECK(resumed == straight);  // bit for bit
+  // Bit for bit on the CPU. On CUDA the backward's atomic adds (the embedding's, index_add) sum in
+  // no fixed order, so two runs agree to float rounding, not bit for bit (README "On a GPU").
+  if (memscope::test::test_device().is_cuda()) {
+    for (size_t i = 0; i < straight.size(); ++i) CHECK(std::abs(resumed[i] - straight[i]) < 1e-5 * std::abs(straight[i]));
+  } else {
+    CHECK(resumed == straight);
+  }
 }
 
 TEST_CASE("a corrupt or mismatched checkpoint is a clear error", "[train]") {
