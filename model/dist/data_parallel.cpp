@@ -242,7 +242,7 @@ DataParallel::DataParallel(const LaunchEnv& env, DataParallelOptions options) : 
   if (!std::getenv("MEMSCOPE_DIST_DEBUG")) FLAGS_minloglevel = google::GLOG_FATAL;
 #elif !defined(C10_USE_GLOG)
   // LibTorch without glog (pip's 2.x) logs c10d's retries through c10's own logger.
-  if (!std::getenv("MEMSCOPE_DIST_DEBUG")) c10::FLAGS_caffe2_log_level = 3;  // FATAL only
+  if (!std::getenv("MEMSCOPE_DIST_DEBUG")) ::FLAGS_caffe2_log_level = 3;  // FATAL only
 #endif
   bool joining_store = true;
   try {

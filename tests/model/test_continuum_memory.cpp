@@ -192,8 +192,9 @@ TEST_CASE("cms: splitting the stream into calls of any lengths gives identical r
       }
       REQUIRE(t == 150);
       INFO(to_string(variant) << " split of " << split.size());
-      // Exact on the CPU; on CUDA a call's length picks other kernels, which round differently.
-      const double tol = memscope::test::test_device().is_cuda() ? 1e-10 : 1e-12;
+      // float64 rounding: LibTorch 2.x (CPU and CUDA) picks kernels by a call's length, and
+      // those round differently (1.13 on the CPU agrees bit for bit).
+      const double tol = 1e-10;
       CHECK(max_abs_diff(y, torch::cat(ys, 1)) < tol);
       CHECK(state_diff(whole, parts) < tol);
     }
