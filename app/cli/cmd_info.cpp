@@ -5,6 +5,7 @@
 
 #include "app/cli/commands.h"
 #include "memscope/version.h"
+#include "model/dist/data_parallel.h"
 #include "model/util/device.h"
 
 namespace memscope::app {
@@ -26,6 +27,7 @@ void register_info(CLI::App& app) {
       std::cout << nlohmann::json{{"memscope", MEMSCOPE_VERSION},
                                   {"torch", TORCH_VERSION},
                                   {"cuda_build", cuda_build},
+                                  {"gloo", model::gloo_available()},
                                   {"device", chosen.str()},
                                   {"threads", at::get_num_threads()}}
                        .dump()
@@ -33,7 +35,10 @@ void register_info(CLI::App& app) {
     } else {
       std::cout << "memscope " << MEMSCOPE_VERSION << "\n"
                 << "device   " << model::describe_device(chosen) << "\n"
-                << "cuda     " << (cuda_build ? "built with CUDA" : "CPU-only build") << "\n";
+                << "cuda     " << (cuda_build ? "built with CUDA" : "CPU-only build") << "\n"
+                << "gloo     " << (model::gloo_available() ? "training across processes on the CPU"
+                                                           : "none in this LibTorch: no training across processes")
+                << "\n";
     }
   });
 }

@@ -234,6 +234,14 @@ struct DataParallel::Impl {
   }
 };
 
+bool gloo_available() {
+#ifdef MEMSCOPE_GLOO
+  return true;
+#else
+  return false;
+#endif
+}
+
 DataParallel::DataParallel(const LaunchEnv& env, DataParallelOptions options) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.env = env;

@@ -26,6 +26,10 @@
 
 namespace memscope::model {
 
+// Whether this build can train across processes on the CPU: LibTorch with c10d's Gloo and Gloo's
+// headers (Debian's 1.13 has both; pip's 2.x wheel ships no Gloo headers).
+bool gloo_available();
+
 struct DataParallelOptions {
   // How long the rendezvous and each collective may wait for the other ranks.
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "model/dist/data_parallel.h"
 #include "model/train/checkpoint.h"  // before catch.hpp: torch's headers and Catch's macros clash
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -75,6 +76,10 @@ std::vector<std::string> train_args(std::vector<std::string> extra) {
 
 TEST_CASE("two Gloo ranks train as one process does with the same global batch, to 1e-6 after 10 steps",
           "[cli][dist]") {
+  if (!memscope::model::gloo_available()) {
+    WARN("skipped: this LibTorch has no c10d Gloo, so training across processes is unavailable");
+    return;
+  }
   const fs::path dir = memscope::test::fresh_dir("dist-equal");
   // One thread each, so that both sides run the same kernels. train.eps=1e-6: AdamW divides by
   // √v + eps, so with the default 1e-8 a gradient component near 0 turns the shards' different
@@ -126,6 +131,10 @@ TEST_CASE("two Gloo ranks train as one process does with the same global batch, 
 
 TEST_CASE("a rank killed mid-run stops the other with one line naming it, and the last checkpoint resumes",
           "[cli][dist]") {
+  if (!memscope::model::gloo_available()) {
+    WARN("skipped: this LibTorch has no c10d Gloo, so training across processes is unavailable");
+    return;
+  }
   const fs::path dir = memscope::test::fresh_dir("dist-kill");
   const fs::path ckpt = dir / "run.safetensors";
   const Spawned launcher = spawn(train_args({"--steps", "100000", "--nproc", "2", "--save-every", "3", "--out",
@@ -165,6 +174,10 @@ TEST_CASE("a rank killed mid-run stops the other with one line naming it, and th
 }
 
 TEST_CASE("Ctrl+C to the launcher stops every rank at the same step and saves", "[cli][dist]") {
+  if (!memscope::model::gloo_available()) {
+    WARN("skipped: this LibTorch has no c10d Gloo, so training across processes is unavailable");
+    return;
+  }
   const fs::path dir = memscope::test::fresh_dir("dist-interrupt");
   const fs::path ckpt = dir / "run.safetensors";
   const Spawned launcher = spawn(train_args({"--steps", "100000", "--nproc", "2", "--out", ckpt.string()}), dir / "log");

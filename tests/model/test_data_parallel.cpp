@@ -88,6 +88,10 @@ TEST_CASE("launcher variables: a plain run, a valid launch and each bad setting"
 }
 
 TEST_CASE("data-parallel collectives: shards, sums, the stop flag, averaged gradients, broadcast", "[model][dist]") {
+  if (!memscope::model::gloo_available()) {
+    WARN("skipped: this LibTorch has no c10d Gloo, so training across processes is unavailable");
+    return;
+  }
   const auto errors = on_two_ranks([](DataParallel& group) {
     const int r = group.rank();
     CHECK(group.world_size() == 2);
@@ -128,6 +132,10 @@ TEST_CASE("data-parallel collectives: shards, sums, the stop flag, averaged grad
 }
 
 TEST_CASE("parameters that differ across ranks are a named error on every rank", "[model][dist]") {
+  if (!memscope::model::gloo_available()) {
+    WARN("skipped: this LibTorch has no c10d Gloo, so training across processes is unavailable");
+    return;
+  }
   const auto errors = on_two_ranks([](DataParallel& group) {
     group.set_step(42);
     at::Tensor same = torch::ones({3});
@@ -145,6 +153,10 @@ TEST_CASE("parameters that differ across ranks are a named error on every rank",
 }
 
 TEST_CASE("gradients all-reduced during the backward equal the mean of the ranks' gradients", "[model][dist]") {
+  if (!memscope::model::gloo_available()) {
+    WARN("skipped: this LibTorch has no c10d Gloo, so training across processes is unavailable");
+    return;
+  }
   // Each rank differentiates a small MLP on its own input; with 64-byte buckets the hooks start
   // several all-reduces while the backward still runs. Every rank also computes both ranks'
   // gradients itself, so the mean has an independent reference.
