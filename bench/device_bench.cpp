@@ -7,7 +7,8 @@
 //   layer      the memory layer's sequential step, batch 1, token by token: Titans (linear,
 //              gd-momentum, conv) and Atlas (Muon), the two rules of bench/eager/; unprobed and probed
 //   chunkwise  the memory layer's chunkwise form (Titans' rule, chunk 64) over --tokens tokens
-//   model      demo-mqar and a larger model (d_model 512, 8 layers) stepped token by token, batch 1
+//   model      demo-mqar, demo-mqar-titans (bench/eager/eager_lm.py's model) and a larger model
+//              (d_model 512, 8 layers) stepped token by token, batch 1
 //   train      training steps of that larger model on T = 2048 (task copy), tokens/s and MFU
 // Flags: --device D, --tokens T (default 2048), --reps N (default 5; medians), --only CASE,
 //        --train-batch B (default 8), --train-steps N (default 5, after 2 warm-up steps).
@@ -189,6 +190,7 @@ int main(int argc, char** argv) {
     if (only.empty() || only == "chunkwise") bench_chunkwise(tokens, reps);
     if (only.empty() || only == "model") {
       bench_model("demo-mqar", load_preset("demo-mqar"), tokens, reps);
+      bench_model("demo-mqar-titans", load_preset("demo-mqar-titans"), tokens, reps);  // eager_lm.py's model
       bench_model("large", load_preset("demo-mqar-titans", large_model_sets()), tokens / 4, reps);
     }
   }

@@ -2,7 +2,9 @@
 // of the whole demo-mqar model's step, each with the record the probes read (a probed step) and
 // without it (an unprobed step), and this core's sgemm peak measured in the same run. One JSON
 // line per case. bench/eager_compare.sh runs it interleaved with the eager-PyTorch baseline.
-// Flags: --tokens T (default 2048), --reps N (default 5; medians), --only layer|model.
+// Flags: --tokens T (default 2048), --reps N (default 5; medians), --only layer|model,
+//        --model-preset P (default demo-mqar; bench/eager_compare.sh's model rounds use
+//        demo-mqar-titans, the model bench/eager/eager_lm.py implements).
 #include <sys/resource.h>
 #include <torch/torch.h>
 
@@ -63,9 +65,9 @@ struct LayerCase {
 int main(int argc, char** argv) {
   memscope::model::keep_large_blocks_in_heap();  // model/util/allocator.h
   int64_t tokens = 2048, reps = 5;
-  std::string only;
+  std::string only, model_preset = "demo-mqar";
   memscope::bench::BenchFlags flags("step_bench");
-  flags.add("--tokens", tokens).add("--reps", reps).add("--only", only);
+  flags.add("--tokens", tokens).add("--reps", reps).add("--only", only).add("--model-preset", model_preset);
   if (!flags.parse(argc, argv)) return 2;
   set_compute_threads(1);  // ATen and OpenBLAS
   torch::NoGradGuard no_grad;  // stepping, as the debugger does
@@ -119,8 +121,8 @@ int main(int argc, char** argv) {
   }
 
   if (only.empty() || only == "model") {
-    // demo-mqar stepped as the engine steps it (batch 1, one token at a time).
-    Trainer trainer(load_preset("demo-mqar"));
+    // The model stepped as the engine steps it (batch 1, one token at a time).
+    Trainer trainer(load_preset(model_preset));
     const LanguageModel& model = trainer.model();
     const Batch batch = trainer.training_batch(1);
     const at::Tensor sequence = batch.tokens.select(0, 0);
@@ -140,7 +142,7 @@ int main(int argc, char** argv) {
       const double faults_per_1000 =
           1000.0 * static_cast<double>(minor_faults() - faults_before) / static_cast<double>(reps * rounds * T);
       std::cout << nlohmann::json{{"bench", "step"},
-                                  {"case", "model/demo-mqar"},
+                                  {"case", "model/" + model_preset},
                                   {"minor_faults_per_1000_tokens", faults_per_1000},
                                   {"record", detail == StepDetail::Record},
                                   {"tokens", rounds * T},

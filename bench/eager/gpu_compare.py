@@ -72,8 +72,23 @@ def main():
             row["share_of_fp32_peak"] = round(tps * flops / 1e12 / peak["fp32"], 5)
         print(json.dumps(row), flush=True)
 
-    for row in lines([bench, "--device", "cuda", "--only", "model", "--tokens", "512", "--reps", "3"]):
-        pass
+    # The whole model token by token: memscope's step against eager_lm.py's, demo-mqar-titans.
+    cli = os.path.join(args.memscope, "app", "cli", "memscope-cli")
+    ckpt = os.path.join(args.memscope, "eager_lm.safetensors")
+    subprocess.run([cli, "train", "--preset", "demo-mqar-titans", "--steps", "2", "--out", ckpt, "--force"],
+                   check=True, capture_output=True)
+    ours_model, eager_model = [], []
+    for _ in range(args.rounds):
+        ours_model += lines([bench, "--device", "cuda", "--only", "model", "--tokens", "512", "--reps", "3"])
+        eager_model += lines([sys.executable, os.path.join(HERE, "eager_lm.py"), "--ckpt", ckpt, "--time", "512",
+                              "--reps", "3", "--device", "cuda"])
+    m = [r for r in ours_model if r["case"] == "model/demo-mqar-titans" and not r["record"]]
+    if m and eager_model:
+        tps, etps = median_tps(m), median_tps(eager_model)
+        print(json.dumps({"bench": "gpu_compare", "case": "model/demo-mqar-titans unprobed", "memscope_tokens_per_s": round(tps, 1),
+                          "eager_tokens_per_s": round(etps, 1), "ratio": round(tps / etps, 3),
+                          "memscope_us_per_token": round(1e6 / tps, 2), "eager_us_per_token": round(1e6 / etps, 2),
+                          "rounds": len(m)}), flush=True)
     for row in lines([bench, "--device", "cuda", "--only", "train", "--train-steps", "5"]):
         if peak:
             print(json.dumps({"bench": "gpu_mfu", "case": row["case"], "tflops": round(row["tflops"], 2),

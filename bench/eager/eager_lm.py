@@ -1,0 +1,230 @@
+#!/usr/bin/python3
+"""demo-mqar-titans's whole language model in eager PyTorch, token by token: what a researcher
+would write instead of memscope's LM step (issue 20's "whole demo-mqar model" baseline).
+
+The model is memscope's (model/nn/, SPEC): a token embedding, L MAG blocks and a final RMSNorm,
+the head tied to the embedding. A MAG block, for the residual stream h:
+    n = rms_att(h);  g = sigmoid(W_gate n + b_gate);  a = SWA(n)
+    m = W_memory_out · memory(rms_mem(h))          (eager_memory.MemoryLayer.step: Titans' rule)
+    h = h + g*a + (1-g)*m;  h = h + SwiGLU(rms_ffn(h))
+SWA: RoPE on q and k (angles in float64), keys of the last `window` positions (itself included)
+plus `persistent` learned tokens that carry no position, softmax(q k^T / sqrt(d_head)) v, then W_o.
+
+It covers what demo-mqar-titans uses (MAG, linear memory, gd-momentum, c = 1, identity phi, conv,
+l2-decay, clip) and says so when a checkpoint asks for more. Weights come from a memscope
+checkpoint (`memscope-cli train --out`), so the two run the same numbers.
+
+    /usr/bin/python3 bench/eager/eager_lm.py --ckpt CKPT --check run.csv   # against memscope's step
+    /usr/bin/python3 bench/eager/eager_lm.py --ckpt CKPT --time 512        # tokens/s, one thread
+"""
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before torch loads its BLAS
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import csv  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import tomllib  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import eager_memory  # noqa: E402
+from check_against_trace import read_safetensors  # noqa: E402
+
+RMS_EPS = 1e-6  # model/nn/rms_norm.h
+
+
+def rms(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + RMS_EPS) * w
+
+
+class Attention:
+    """Sliding-window attention of one block, batch 1, one token per call (SlidingWindowAttention)."""
+
+    def __init__(self, p, heads, window, rope_base):
+        self.w_q, self.w_k, self.w_v, self.w_o = p["w_q"], p["w_k"], p["w_v"], p["w_o"]
+        D = self.w_q.size(0)
+        self.heads, self.d, self.window = heads, D // heads, window
+        half = self.d // 2
+        self.inv_freq = rope_base ** (-torch.arange(0, half, dtype=torch.float64) * (2.0 / self.d))
+        persistent = p.get("persistent_tokens")
+        # Persistent tokens carry no position: their keys and values are fixed, computed once.
+        self.pk = None if persistent is None else (persistent @ self.w_k.t()).view(-1, heads, self.d)
+        self.pv = None if persistent is None else (persistent @ self.w_v.t()).view(-1, heads, self.d)
+
+    def rope(self, x, position):
+        angles = position * self.inv_freq
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        x1, x2 = x[..., : self.d // 2], x[..., self.d // 2:]
+        return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1)
+
+    def step(self, n, cache, position):
+        """n [D] -> [D]; cache: (keys, values) [n, H, d] of the last window-1 positions."""
+        q = self.rope((n @ self.w_q.t()).view(self.heads, self.d), position)
+        k = self.rope((n @ self.w_k.t()).view(self.heads, self.d), position)
+        v = (n @ self.w_v.t()).view(self.heads, self.d)
+        keys, values = torch.cat([cache[0], k[None]]), torch.cat([cache[1], v[None]])
+        cache = (keys[1:], values[1:]) if keys.size(0) >= self.window else (keys, values)
+        if self.pk is not None:
+            keys, values = torch.cat([self.pk, keys]), torch.cat([self.pv, values])
+        scores = torch.einsum("hd,nhd->hn", q, keys) / math.sqrt(self.d)
+        out = torch.einsum("hn,nhd->hd", torch.softmax(scores, -1), values).reshape(-1)
+        return out @ self.w_o.t(), cache
+
+
+class EagerLM:
+    def __init__(self, tensors, config, rule):
+        """config, rule: the checkpoint's [model] and [memory] tables (knobs left out are at their
+        defaults, model/nn/lm_config.h and model/config/knobs.cpp)."""
+        get = lambda table, path, default: _dig(table, path, default)
+        want = {"structure": "linear", "optimiser": "gd-momentum", "retention": "l2-decay", "bias": "l2",
+                "read": "after-write", "window.c": 1, "feature_map.kind": "identity", "inner.normalize": False}
+        defaults = {"structure": "mlp", "optimiser": "gd-momentum", "retention": "l2-decay", "bias": "l2",
+                    "read": "after-write", "window.c": 1, "feature_map.kind": "identity", "inner.normalize": False}
+        unsupported = [f"memory.{k}={get(rule, k, defaults[k])}" for k, v in want.items() if get(rule, k, defaults[k]) != v]
+        if get(config, "block", "mag") != "mag" or get(config, "ffn", "swiglu") != "swiglu" or not get(config, "ttl", True):
+            unsupported.append(f"model.block={get(config, 'block', 'mag')}")
+        if unsupported:
+            raise SystemExit(f"eager_lm: this checkpoint uses what eager_lm.py does not implement: {', '.join(unsupported)}")
+        max_lr, clip = get(rule, "lr.max", 1.0), get(rule, "inner.clip", 0.0)
+        heads, window = get(config, "memory_heads", 2), get(config, "window", 16)
+        attention_heads, rope_base = get(config, "attention_heads", 2), get(config, "rope_base", 10000.0)
+        layers = get(config, "layers", 2)
+        self.embedding = tensors["embedding"]
+        self.norm_out = tensors["norm_out.weight"]
+        self.blocks = []
+        for i in range(layers):
+            p = {k[len(f"block{i}."):]: t for k, t in tensors.items() if k.startswith(f"block{i}.")}
+            sub = lambda prefix: {k[len(prefix):]: t for k, t in p.items() if k.startswith(prefix)}
+            memory = eager_memory.MemoryLayer(sub("memory."), heads, "gd-momentum", max_lr=max_lr, inner_clip=clip)
+            self.blocks.append(dict(
+                memory=memory, attention=Attention(sub("attention."), attention_heads, window, rope_base),
+                w_gate=p["w_gate"], b_gate=p["b_gate"], w_memory_out=p["w_memory_out"],
+                norm_attention=p["norm_attention.weight"], norm_memory=p["norm_memory.weight"],
+                norm_ffn=p["norm_ffn.weight"], ffn=sub("ffn.")))
+
+    def initial_state(self):
+        empty = lambda b: b["attention"].w_k.new_zeros(0, b["attention"].heads, b["attention"].d)
+        return {"position": 0, "blocks": [dict(memory=b["memory"].initial_state(), cache=(empty(b), empty(b)))
+                                          for b in self.blocks]}
+
+    def step(self, token, state):
+        """One token (int) -> logits [V]; state advances."""
+        h = self.embedding[token]
+        for b, s in zip(self.blocks, state["blocks"]):
+            n = rms(h, b["norm_attention"])
+            g = torch.sigmoid(n @ b["w_gate"].t() + b["b_gate"])
+            a, s["cache"] = b["attention"].step(n, s["cache"], state["position"])
+            y, s["memory"] = b["memory"].step(rms(h, b["norm_memory"]), s["memory"])
+            m = y.reshape(-1) @ b["w_memory_out"].t()
+            h = h + g * a + (1 - g) * m
+            n = rms(h, b["norm_ffn"])
+            f = b["ffn"]
+            h = h + (F.silu(n @ f["w_gate"].t()) * (n @ f["w_up"].t())) @ f["w_down"].t()
+        state["position"] += 1
+        return rms(h, self.norm_out) @ self.embedding.t()
+
+
+def _dig(table, dotted, default):
+    for key in dotted.split("."):
+        if not isinstance(table, dict) or key not in table:
+            return default
+        table = table[key]
+    return table
+
+
+def load(ckpt):
+    tensors, metadata = read_safetensors(ckpt)
+    config = tomllib.loads(metadata["config"])  # the run's preset, resolved (checkpoint.cpp)
+    model = {k[len("model/"):]: t for k, t in tensors.items() if k.startswith("model/")}
+    return EagerLM(model, config.get("model", {}), config.get("memory", {}))
+
+
+def check(model, path, tol):
+    """memscope's recorded step (`memscope-cli step --record`, exported `--csv`) against ours: the
+    same tokens from the same resets, every argmax and every scored loss."""
+    rows = [r for r in csv.DictReader(open(path)) if r["kind"] == "inspect"]
+    worst, mismatched, scored, sequence = 0.0, 0, 0, None
+    with torch.no_grad():
+        for r in rows:
+            if r["sequence"] != sequence:  # memscope resets the memories at each sequence start
+                state, sequence = model.initial_state(), r["sequence"]
+            logits = model.step(int(r["token"]), state)
+            mismatched += int(logits.argmax()) != int(r["predicted"])
+            if r["loss"]:
+                ours = float(-torch.log_softmax(logits.double(), -1)[int(r["target"])])
+                worst = max(worst, abs(ours - float(r["loss"])) / max(1.0, abs(float(r["loss"]))))
+                scored += 1
+    result = {"bench": "eager_lm_check", "tokens": len(rows), "scored": scored, "max_rel_loss_error": worst,
+              "argmax_mismatches": mismatched, "tol": tol}
+    print(json.dumps(result), flush=True)
+    return worst <= tol and mismatched == 0 and scored > 0
+
+
+def time_steps(model, tokens, reps, device):
+    torch.set_num_threads(1)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    seconds = []
+    with torch.no_grad():
+        for r in range(reps + 1):
+            state = model.initial_state()
+            sync()
+            start = time.perf_counter()
+            for t in range(tokens):
+                model.step(t % model.embedding.size(0), state)
+            sync()
+            if r:  # the first is a warm-up
+                seconds.append(time.perf_counter() - start)
+    s = statistics.median(seconds)
+    print(json.dumps({"bench": "eager_lm", "case": "model/demo-mqar-titans", "tokens": tokens,
+                      "tokens_per_s": round(tokens / s, 1), "us_per_token": round(1e6 * s / tokens, 2),
+                      "median_of": reps, "device": str(device), "torch": torch.__version__}), flush=True)
+
+
+def to_device(model, device):
+    """The model with every tensor it holds (in its blocks, layers and their dicts) on `device`."""
+    def moved(value):
+        if torch.is_tensor(value):
+            return value.to(device)
+        if isinstance(value, dict):
+            return {k: moved(v) for k, v in value.items()}
+        if isinstance(value, (tuple, list)):
+            return type(value)(moved(v) for v in value)
+        if isinstance(value, (Attention, eager_memory.MemoryLayer)):
+            for attr, v in list(vars(value).items()):
+                setattr(value, attr, moved(v))
+        return value
+
+    for attr, v in list(vars(model).items()):
+        setattr(model, attr, moved(v))
+    return model
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--ckpt", required=True, help="a memscope checkpoint of demo-mqar-titans (train --out)")
+    p.add_argument("--check", help="the CSV of `memscope-cli export --csv` of a step recorded with that checkpoint")
+    p.add_argument("--tol", type=float, default=1e-5)
+    p.add_argument("--time", type=int, default=0, help="time this many tokens, token by token")
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--device", default="cpu")
+    args = p.parse_args()
+    model = load(args.ckpt)
+    ok = True
+    if args.check:
+        ok = check(model, args.check, args.tol)
+    if args.time:
+        device = torch.device(args.device)
+        time_steps(to_device(model, device) if device.type != "cpu" else model, args.time, args.reps, device)
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
