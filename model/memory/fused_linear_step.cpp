@@ -40,7 +40,7 @@ bool MemoryLayerImpl::fused_step_applies(const at::Tensor& x_t, const MemoryStat
   for (const auto& o : overrides_) overridden = overridden || o.mode != GateOverride::Mode::Off;
   return detail == StepDetail::OutputOnly && chunk == 1 && !at::GradMode::is_enabled() && !overridden &&
          r.structure == Structure::Linear && r.bias == Bias::L2 && r.window == 1 &&
-         r.feature_map == FeatureMapKind::Identity && r.gamma != WindowWeights::Gated && r.inner_clip == 0.0 &&
+         r.feature_map == FeatureMapKind::Identity && r.gamma != WindowWeights::Gated &&
          (r.optimiser == Optimiser::GdMomentum || (r.optimiser == Optimiser::Dgd && !r.dgd_per_feature)) &&
          (r.retention == Retention::L2Decay || r.retention == Retention::None) && feature_dim_ == head_dim_ &&
          x_t.device().is_cpu() && x_t.scalar_type() == at::kFloat && state.memory.size() == 1 &&
@@ -124,6 +124,7 @@ StepOutput MemoryLayerImpl::fused_step(const at::Tensor& x_t, MemoryState& state
   const float scale = static_cast<float>(inner_loss_scale(rule_, head_dim_));  // γ = 1 at c = 1
   const bool momentum = rule_.optimiser == Optimiser::GdMomentum;
   const bool read_after = rule_.read == ReadOrder::AfterWrite;
+  const float clip = static_cast<float>(rule_.inner_clip);
 
   const at::Tensor m_old = state.memory[0].contiguous();
   const at::Tensor s_old = state.momentum[0].contiguous();
@@ -158,6 +159,15 @@ StepOutput MemoryLayerImpl::fused_step(const at::Tensor& x_t, MemoryState& state
         }
         psi[static_cast<size_t>(i)] = (predicted - v[i]) * scale;
         if (!read_after) out_y[i] = read;
+      }
+      if (clip > 0) {  // SPEC §4's clip (inner_clip.cpp): ‖ψ φ_kᵀ‖_F = ‖ψ‖ ‖φ_k‖ for one token
+        float psi_sq = 0, phi_sq = 0;
+        for (int64_t i = 0; i < d; ++i) {
+          psi_sq += psi[static_cast<size_t>(i)] * psi[static_cast<size_t>(i)];
+          phi_sq += phi_k[static_cast<size_t>(i)] * phi_k[static_cast<size_t>(i)];
+        }
+        const float factor = std::min(clip / std::sqrt(std::max(psi_sq * phi_sq, 1e-30f)), 1.0f);
+        for (auto& p : psi) p *= factor;
       }
       for (int64_t i = 0; i < d; ++i) {
         float read = 0;

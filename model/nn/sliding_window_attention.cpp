@@ -40,6 +40,7 @@ at::Tensor SlidingWindowAttentionImpl::heads_of(const at::Tensor& x) const {
 }
 
 at::Tensor SlidingWindowAttentionImpl::forward(const at::Tensor& x, KvCache& cache, const at::Tensor& extra) const {
+  if (fused_step_applies(x, cache, extra)) return fused_step(x, cache);
   const int64_t B = x.size(0), T = x.size(1), W = options_.window, S = options_.segment;
   const auto long_opts = x.options().dtype(at::kLong);
   const at::Tensor pos = at::arange(cache.next, cache.next + T, long_opts);

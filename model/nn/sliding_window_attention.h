@@ -8,6 +8,8 @@
 // forward() on T tokens and T calls on one token each give the same outputs: both go through
 // the same cache, which keeps exactly the keys a future query can still see.
 #pragma once
+#include <utility>
+#include <vector>
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
@@ -47,6 +49,17 @@ class SlidingWindowAttentionImpl : public torch::nn::Module {
 
  private:
   at::Tensor heads_of(const at::Tensor& x) const;  // [B,T,D] → [B,H,T,d]
+
+  // fused_attention_step.cpp: the one-token step without autograd on the CPU in float32, in one
+  // pass per head (issue 20: the debugger's path is ATen-call-bound, not FLOP-bound). It computes
+  // what forward() does for T = 1 and leaves the cache as forward() would.
+  bool fused_step_applies(const at::Tensor& x, const KvCache& cache, const at::Tensor& extra) const;
+  at::Tensor fused_step(const at::Tensor& x, KvCache& cache) const;
+  // [W_q; W_k; W_v]ᵀ and the persistent tokens' keys and values, rebuilt when a weight changes.
+  void refresh_fused_weights() const;
+  mutable at::Tensor fused_qkv_, persistent_keys_, persistent_values_;
+  mutable std::vector<std::pair<const void*, uint32_t>> fused_key_;
+
   AttentionOptions options_;
   int64_t head_dim_;
 };

@@ -47,6 +47,8 @@ TEST_CASE("the fused step equals the general step on every rule it takes", "[mod
       {"memory.inner.normalize=true"},
       {"memory.optimiser=dgd"},
       {"memory.lr.max=0.3", "memory.window.gamma=decay"},
+      {"memory.inner.clip=1"},                           // demo-mqar-titans' bound
+      {"memory.inner.clip=0.02", "memory.lr.max=10"},   // a clip that binds on every token
   };
   for (const auto& extra : variants) {
     std::vector<std::string> sets{"memory.structure=linear", "memory.feature_map.kind=identity"};
@@ -57,6 +59,25 @@ TEST_CASE("the fused step equals the general step on every rule it takes", "[mod
     const MemoryLayer layer = layer_for("titans-lmm", sets);
     CHECK(largest_difference(layer, 40, 2) < 1e-5);
   }
+}
+
+TEST_CASE("the fused step's clip binds: a tight clip changes the memory, as in the general step", "[model]") {
+  const std::vector<std::string> base{"memory.structure=linear", "memory.feature_map.kind=identity", "memory.lr.max=10"};
+  auto with = [&](const std::string& clip) {
+    std::vector<std::string> sets = base;
+    sets.push_back("memory.inner.clip=" + clip);
+    return layer_for("titans-lmm", sets);
+  };
+  const MemoryLayer unclipped = with("0"), clipped = with("0.02");
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(1);
+  const at::Tensor x = torch::randn({1, 64});
+  MemoryState a = unclipped->initial_state(1), b = clipped->initial_state(1);
+  unclipped->step(x, a, 1, StepDetail::OutputOnly);
+  clipped->step(x, b, 1, StepDetail::OutputOnly);
+  // The clipped step's momentum is η g with ‖g‖ at most 0.02, so ‖S‖ ≤ 0.02 η per head.
+  CHECK((a.momentum[0] - b.momentum[0]).abs().max().item<double>() > 1e-3);
+  CHECK(b.momentum[0].flatten(2).norm(2, -1).max().item<double>() <= 0.02 * 10 * (1 + 1e-5));
 }
 
 TEST_CASE("rules and steps the fused path does not take still run the general step", "[model]") {

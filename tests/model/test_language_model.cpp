@@ -8,6 +8,7 @@
 #include "model/config/preset.h"
 #include "model/nn/language_model.h"
 #include "model/nn/rope.h"
+#include "model/nn/sliding_window_attention.h"
 
 namespace {
 
@@ -36,6 +37,40 @@ at::Tensor tokens(int64_t batch, int64_t length, uint64_t seed = 5) {
 double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
 }  // namespace
+
+TEST_CASE("attention: the fused one-token step equals forward's general path, cache included", "[nn]") {
+  // The fused step runs without autograd on the CPU in float32; with grad mode on, forward()
+  // takes its general path on the same inputs. Windows 1, 3 and 8; with and without persistent tokens.
+  for (const int64_t window : {1, 3, 8}) {
+    for (const int64_t persistent : {0, 2}) {
+      CAPTURE(window, persistent);
+      AttentionOptions o;
+      o.d_model = 16;
+      o.heads = 2;
+      o.window = window;
+      o.persistent = persistent;
+      torch::manual_seed(4);
+      SlidingWindowAttention attention(o);
+      const at::Tensor x = torch::randn({2, 12, 16});
+      KvCache general = attention->empty_cache(2), fused = attention->empty_cache(2);
+      for (int64_t t = 0; t < 12; ++t) {
+        at::Tensor a;
+        {
+          torch::AutoGradMode on(true);
+          a = attention->forward(x.narrow(1, t, 1), general).detach();
+        }
+        torch::NoGradGuard off;
+        const at::Tensor b = attention->forward(x.narrow(1, t, 1), fused);
+        CHECK(max_diff(a, b) < 1e-5);
+        REQUIRE(general.k.sizes() == fused.k.sizes());
+        CHECK(torch::allclose(general.k.detach(), fused.k, /*rtol=*/0, /*atol=*/1e-5));  // empty at window 1
+        CHECK(torch::allclose(general.v.detach(), fused.v, 0, 1e-5));
+        CHECK(torch::equal(general.positions, fused.positions));
+        CHECK(general.next == fused.next);
+      }
+    }
+  }
+}
 
 TEST_CASE("language model: step and forward with chunk 1 give the same logits for every block", "[nn]") {
   torch::NoGradGuard no_grad;
