@@ -10,6 +10,8 @@
 //   model      demo-mqar, demo-mqar-titans (bench/eager/eager_lm.py's model) and a larger model
 //              (d_model 512, 8 layers) stepped token by token, batch 1
 //   train      training steps of that larger model on T = 2048 (task copy), tokens/s and MFU
+//   train-demo training steps of demo-mqar-titans as its preset has them (batch 16, chunk 4):
+//              the pairing of bench/eager/eager_lm_train.py in bench/eager_compare.sh
 // Flags: --device D, --tokens T (default 2048), --reps N (default 5; medians), --only CASE,
 //        --train-batch B (default 8), --train-steps N (default 5, after 2 warm-up steps).
 #include <torch/torch.h>
@@ -24,6 +26,7 @@
 #include "model/memory/memory_rule.h"
 #include "model/train/trainer.h"
 #include "model/util/allocator.h"
+#include "model/util/compute_threads.h"
 #include "model/util/device.h"
 
 using namespace memscope::model;
@@ -172,6 +175,22 @@ void bench_train(int64_t batch, int64_t steps) {
   std::cout << j.dump() << std::endl;
 }
 
+// demo-mqar-titans's own training step, module norms off (the eager step computes none).
+void bench_train_demo(int64_t steps) {
+  Trainer trainer(load_preset("demo-mqar-titans", {"train.module_norms=false"}));
+  std::vector<double> times;
+  for (int64_t i = 0; i < steps + 2; ++i) {
+    const double t = synced_seconds([&] { trainer.train_step(); });
+    if (i >= 2) times.push_back(t);
+  }
+  const Batch batch = trainer.training_batch(1);
+  const double tokens = static_cast<double>(batch.tokens.numel());
+  auto j = line("train/demo-mqar-titans");
+  j.update({{"batch", batch.tokens.size(0)}, {"seq_len", batch.tokens.size(1)}, {"step_ms", 1e3 * median(times)},
+            {"tokens_per_s", tokens / median(times)}, {"median_of", steps}});
+  std::cout << j.dump() << std::endl;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -184,6 +203,7 @@ int main(int argc, char** argv) {
   if (!flags.parse(argc, argv)) return 2;
   device = pick_device(device_name);
   set_default_device(device);
+  if (device.is_cpu()) set_compute_threads(1);  // as the eager side runs (ATen and OpenBLAS)
   {
     torch::NoGradGuard no_grad;  // stepping, as the debugger does
     if (only.empty() || only == "layer") bench_layer(tokens, reps);
@@ -195,5 +215,6 @@ int main(int argc, char** argv) {
     }
   }
   if (only.empty() || only == "train") bench_train(train_batch, train_steps);
+  if (only == "train-demo") bench_train_demo(train_steps);
   return 0;
 }

@@ -6,6 +6,8 @@
 #          the ratio, GFLOP/s and the share of this core's sgemm peak (step_bench measures it)
 #   model  the whole demo-mqar-titans model token by token (eager_lm.py, checked first against
 #          memscope's recorded step of the same checkpoint): both medians and the ratio
+#   train  demo-mqar-titans's training step (eager_lm_train.py, checked first against the loss and
+#          gradient norm memscope's trainer reports for the same weights and batch)
 # Needs Debian's python3-torch, for this benchmark only: apt-get install python3-torch.
 # Usage: bench/eager_compare.sh [REPS]
 set -euo pipefail
@@ -30,11 +32,23 @@ rm -rf "$OUT/model.memscope"
 "$CLI" step --ckpt "$OUT/model.safetensors" --tokens 200 --probe-every 1 --record "$OUT/model.memscope" >/dev/null
 "$CLI" export "$OUT/model.memscope" --csv "$OUT/model.csv" --force >/dev/null
 "$PY" bench/eager/eager_lm.py --ckpt "$OUT/model.safetensors" --check "$OUT/model.csv" >>"$OUT/eager.jsonl"
+# The training pairing's batch: step 3's, recorded row by row with the weights from before it.
+rm -rf "$OUT/train.memscope"
+"$CLI" step --ckpt "$OUT/model.safetensors" --set train.steps=3 --train-step 3 --record "$OUT/train.memscope" >/dev/null
+"$CLI" export "$OUT/train.memscope" --csv "$OUT/train.csv" --force >/dev/null
+STEP3=$("$CLI" train --preset demo-mqar-titans --steps 3 --json | grep '"step":3,' | grep -v eval)
+"$PY" bench/eager/eager_lm_train.py --ckpt "$OUT/model.safetensors" --batch-csv "$OUT/train.csv" --chunk 4 \
+  --check-loss "$(echo "$STEP3" | "$PY" -c 'import json,sys;print(json.load(sys.stdin)["loss"])')" \
+  --check-grad-norm "$(echo "$STEP3" | "$PY" -c 'import json,sys;print(json.load(sys.stdin)["grad_norm"])')" >>"$OUT/eager.jsonl"
+DEVICE_BENCH=${DEVICE_BENCH:-build/bench/device_bench}
 for _ in $(seq 1 "$REPS"); do
   "$STEP" --only layer --reps 1 >>"$OUT/memscope.jsonl"
   "$PY" bench/eager/time_eager.py --bench eager_layer --reps 1 >>"$OUT/eager.jsonl"
   "$STEP" --only model --model-preset demo-mqar-titans --tokens 512 --reps 1 >>"$OUT/memscope.jsonl"
   "$PY" bench/eager/eager_lm.py --ckpt "$OUT/model.safetensors" --time 512 --reps 1 >>"$OUT/eager.jsonl"
+  "$DEVICE_BENCH" --device cpu --only train-demo --train-steps 10 >>"$OUT/memscope.jsonl"
+  "$PY" bench/eager/eager_lm_train.py --ckpt "$OUT/model.safetensors" --batch-csv "$OUT/train.csv" --chunk 4 \
+    --time 10 >>"$OUT/eager.jsonl"
 done
 
 "$PY" - "$OUT" <<'PY'
@@ -63,6 +77,14 @@ for record in (False, True):
     print(json.dumps({"bench": "eager_compare", "model": "demo-mqar-titans", "step": "probed" if record else "unprobed",
                       "memscope_tokens_per_s": round(tps, 1), "eager_tokens_per_s": round(e_tps, 1),
                       "ratio": round(tps / e_tps, 3), "rounds": len(m)}))
-check = [r for r in eager if r["bench"] == "eager_lm_check"]
-print(json.dumps(check[0] if check else {"bench": "eager_lm_check", "missing": True}))
+m = [r for r in ours if r["case"] == "train/demo-mqar-titans"]
+e = [r for r in eager if r["bench"] == "eager_lm_train"]
+tps, e_tps = statistics.median(r["tokens_per_s"] for r in m), statistics.median(r["tokens_per_s"] for r in e)
+print(json.dumps({"bench": "eager_compare", "train": "demo-mqar-titans", "memscope_tokens_per_s": round(tps, 1),
+                  "eager_tokens_per_s": round(e_tps, 1), "ratio": round(tps / e_tps, 3),
+                  "memscope_step_ms": round(statistics.median(r["step_ms"] for r in m), 2),
+                  "eager_step_ms": round(statistics.median(r["step_ms"] for r in e), 2), "rounds": len(m)}))
+for name in ("eager_lm_check", "eager_lm_train_check"):
+    check = [r for r in eager if r["bench"] == name]
+    print(json.dumps(check[0] if check else {"bench": name, "missing": True}))
 PY

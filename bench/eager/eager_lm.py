@@ -79,24 +79,32 @@ class Attention:
         return out @ self.w_o.t(), cache
 
 
+def settings(config, rule):
+    """What this eager model needs from a checkpoint's [model] and [memory] tables, with memscope's
+    defaults for the knobs a preset leaves out (model/nn/lm_config.h, model/config/knobs.cpp). Exits
+    with one line when the checkpoint uses what eager_lm.py does not implement."""
+    get = lambda table, path, default: _dig(table, path, default)
+    want = {"structure": "linear", "optimiser": "gd-momentum", "retention": "l2-decay", "bias": "l2",
+            "read": "after-write", "window.c": 1, "feature_map.kind": "identity", "inner.normalize": False}
+    defaults = {"structure": "mlp", "optimiser": "gd-momentum", "retention": "l2-decay", "bias": "l2",
+                "read": "after-write", "window.c": 1, "feature_map.kind": "identity", "inner.normalize": False}
+    unsupported = [f"memory.{k}={get(rule, k, defaults[k])}" for k, v in want.items() if get(rule, k, defaults[k]) != v]
+    if get(config, "block", "mag") != "mag" or get(config, "ffn", "swiglu") != "swiglu" or not get(config, "ttl", True):
+        unsupported.append(f"model.block={get(config, 'block', 'mag')}")
+    if unsupported:
+        raise SystemExit(f"eager_lm: this checkpoint uses what eager_lm.py does not implement: {', '.join(unsupported)}")
+    return {"max_lr": get(rule, "lr.max", 1.0), "clip": get(rule, "inner.clip", 0.0),
+            "memory_heads": get(config, "memory_heads", 2), "window": get(config, "window", 16),
+            "attention_heads": get(config, "attention_heads", 2), "rope_base": get(config, "rope_base", 10000.0),
+            "layers": get(config, "layers", 2)}
+
+
 class EagerLM:
     def __init__(self, tensors, config, rule):
-        """config, rule: the checkpoint's [model] and [memory] tables (knobs left out are at their
-        defaults, model/nn/lm_config.h and model/config/knobs.cpp)."""
-        get = lambda table, path, default: _dig(table, path, default)
-        want = {"structure": "linear", "optimiser": "gd-momentum", "retention": "l2-decay", "bias": "l2",
-                "read": "after-write", "window.c": 1, "feature_map.kind": "identity", "inner.normalize": False}
-        defaults = {"structure": "mlp", "optimiser": "gd-momentum", "retention": "l2-decay", "bias": "l2",
-                    "read": "after-write", "window.c": 1, "feature_map.kind": "identity", "inner.normalize": False}
-        unsupported = [f"memory.{k}={get(rule, k, defaults[k])}" for k, v in want.items() if get(rule, k, defaults[k]) != v]
-        if get(config, "block", "mag") != "mag" or get(config, "ffn", "swiglu") != "swiglu" or not get(config, "ttl", True):
-            unsupported.append(f"model.block={get(config, 'block', 'mag')}")
-        if unsupported:
-            raise SystemExit(f"eager_lm: this checkpoint uses what eager_lm.py does not implement: {', '.join(unsupported)}")
-        max_lr, clip = get(rule, "lr.max", 1.0), get(rule, "inner.clip", 0.0)
-        heads, window = get(config, "memory_heads", 2), get(config, "window", 16)
-        attention_heads, rope_base = get(config, "attention_heads", 2), get(config, "rope_base", 10000.0)
-        layers = get(config, "layers", 2)
+        """config, rule: the checkpoint's [model] and [memory] tables (settings())."""
+        c = settings(config, rule)
+        max_lr, clip, heads, window = c["max_lr"], c["clip"], c["memory_heads"], c["window"]
+        attention_heads, rope_base, layers = c["attention_heads"], c["rope_base"], c["layers"]
         self.embedding = tensors["embedding"]
         self.norm_out = tensors["norm_out.weight"]
         self.blocks = []

@@ -1,0 +1,175 @@
+#!/usr/bin/python3
+"""demo-mqar-titans's training step in eager PyTorch: what a researcher would write instead of
+memscope's Trainer (issue 20's "demo-mqar training step" baseline).
+
+The model of eager_lm.py over whole sequences [B,T]: the attention with a causal window mask, the
+memory layer batched over all tokens and sequences with eager_memory.run_memory_chunkwise (the §9
+dual form; batch and heads folded together, chunks of train.chunk from each sequence's start),
+then the task loss (summed cross-entropy over the scored targets / their count), autograd,
+clip_grad_norm_ and torch.optim.AdamW.
+
+    # against memscope's step S (`step --train-step S --record`, exported --csv) and the loss and
+    # gradient norm `train --json` printed for S, with the weights from before S:
+    /usr/bin/python3 bench/eager/eager_lm_train.py --ckpt CKPT --batch-csv ts.csv --chunk 4 \\
+        --check-loss 4.31991 --check-grad-norm 4.67141
+    /usr/bin/python3 bench/eager/eager_lm_train.py --ckpt CKPT --batch-csv ts.csv --chunk 4 --time 20
+"""
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before torch loads its BLAS
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import csv  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import tomllib  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import eager_memory  # noqa: E402
+from check_against_trace import read_safetensors  # noqa: E402
+from eager_lm import _dig, rms, settings  # noqa: E402
+
+IGNORE = -100  # model/data/batch.h kIgnoreIndex
+
+
+class EagerTrainLM:
+    def __init__(self, tensors, config, rule):
+        self.c = settings(config, rule)
+        self.params = {name: t.clone().requires_grad_(True) for name, t in tensors.items()}
+
+    def memory(self, p, x, chunk):
+        """The memory layer over x [B,T,D] -> [B,T,H*d] (eager_memory.MemoryLayer.project, batched)."""
+        B, T, _ = x.shape
+        H = self.c["memory_heads"]
+        qkv = F.linear(x, torch.cat([p["w_q"], p["w_k"], p["w_v"]]))          # [B,T,3W]
+        if "conv_weight" in p:  # §2 depthwise causal conv, width 4
+            qkv = F.conv1d(qkv.transpose(1, 2), p["conv_weight"][:, None], padding=3,
+                           groups=qkv.size(-1))[..., :T].transpose(1, 2)
+        q, k, v = qkv.view(B, T, 3, H, -1).unbind(2)
+        unit = lambda z: z / z.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+        gate = lambda name: torch.sigmoid(F.linear(x, p[f"gate_{name}_w"], p[f"gate_{name}_b"]))  # [B,T,H]
+        fold = lambda z: z.transpose(0, 1).reshape(T, B * H, *z.shape[3:])     # sequences as more heads
+        y = eager_memory.run_memory_chunkwise(
+            p["m0"].repeat(B, 1, 1), fold(unit(k)), fold(v), fold(unit(q)), fold(gate("retain")),
+            fold(self.c["max_lr"] * gate("lr")), fold(gate("momentum")), chunk=chunk, inner_clip=self.c["clip"])
+        return y.view(T, B, -1).transpose(0, 1)
+
+    def attention(self, p, n):
+        """Sliding-window attention over n [B,T,D] from position 0 (SlidingWindowAttention::forward)."""
+        B, T, D = n.shape
+        H = self.c["attention_heads"]
+        d, W = D // H, self.c["window"]
+        inv = self.c["rope_base"] ** (-torch.arange(0, d // 2, dtype=torch.float64) * (2.0 / d))
+        angles = torch.arange(T, dtype=torch.float64)[:, None] * inv
+        cos, sin = angles.cos().to(n.dtype), angles.sin().to(n.dtype)
+        heads = lambda z: z.reshape(z.size(0), -1, H, d).transpose(1, 2)       # [B,H,*,d]
+
+        def rope(z):
+            z1, z2 = z[..., : d // 2], z[..., d // 2:]
+            return torch.cat([z1 * cos - z2 * sin, z1 * sin + z2 * cos], -1)
+
+        q, k, v = rope(heads(n @ p["w_q"].t())), rope(heads(n @ p["w_k"].t())), heads(n @ p["w_v"].t())
+        t = torch.arange(T)
+        visible = (t[None, :] <= t[:, None]) & (t[None, :] > t[:, None] - W)
+        if "persistent_tokens" in p:  # no position: every query sees them
+            P = p["persistent_tokens"]
+            k = torch.cat([heads((P @ p["w_k"].t())[None]).expand(B, -1, -1, -1), k], 2)
+            v = torch.cat([heads((P @ p["w_v"].t())[None]).expand(B, -1, -1, -1), v], 2)
+            visible = torch.cat([torch.ones(T, P.size(0), dtype=torch.bool), visible], 1)
+        scores = (q @ k.transpose(-1, -2) / math.sqrt(d)).masked_fill(~visible, float("-inf"))
+        out = (torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(B, T, D)
+        return out @ p["w_o"].t()
+
+    def forward(self, tokens, chunk):
+        """tokens [B,T] -> logits [B,T,V]; every sequence from a fresh state (memscope's trainer)."""
+        P = self.params
+        h = P["embedding"][tokens]
+        for i in range(self.c["layers"]):
+            p = {k[len(f"block{i}."):]: t for k, t in P.items() if k.startswith(f"block{i}.")}
+            sub = lambda prefix: {k[len(prefix):]: t for k, t in p.items() if k.startswith(prefix)}
+            n = rms(h, p["norm_attention.weight"])
+            g = torch.sigmoid(n @ p["w_gate"].t() + p["b_gate"])
+            a = self.attention(sub("attention."), n)
+            m = self.memory(sub("memory."), rms(h, p["norm_memory.weight"]), chunk) @ p["w_memory_out"].t()
+            h = h + g * a + (1 - g) * m
+            n = rms(h, p["norm_ffn.weight"])
+            h = h + (F.silu(n @ p["ffn.w_gate"].t()) * (n @ p["ffn.w_up"].t())) @ p["ffn.w_down"].t()
+        return rms(h, P["norm_out.weight"]) @ P["embedding"].t()
+
+    def loss(self, tokens, targets, chunk):
+        logits = self.forward(tokens, chunk)
+        count = max(1, int((targets != IGNORE).sum()))
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=IGNORE,
+                               reduction="sum") / count
+
+
+def batch_from_csv(path):
+    """The batch of a recorded step into a training step: one sequence per row, in order."""
+    rows = [r for r in csv.DictReader(open(path)) if r["kind"] == "inspect"]
+    by_row = {}
+    for r in rows:
+        by_row.setdefault(int(r["sequence"]), []).append(r)
+    tokens = [[int(r["token"]) for r in by_row[s]] for s in sorted(by_row)]
+    targets = [[int(r["target"]) if int(r["target"]) >= 0 else IGNORE for r in by_row[s]] for s in sorted(by_row)]
+    return torch.tensor(tokens), torch.tensor(targets)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--ckpt", required=True, help="memscope checkpoint: the weights before the step")
+    p.add_argument("--batch-csv", required=True, help="`memscope-cli export --csv` of `step --train-step S --record`")
+    p.add_argument("--chunk", type=int, default=4, help="train.chunk")
+    p.add_argument("--check-loss", type=float)
+    p.add_argument("--check-grad-norm", type=float)
+    p.add_argument("--tol", type=float, default=1e-5)
+    p.add_argument("--time", type=int, default=0, help="time this many training steps (after 2 warm-up steps)")
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    tensors, metadata = read_safetensors(args.ckpt)
+    config = tomllib.loads(metadata["config"])
+    model = EagerTrainLM({k[len("model/"):]: t for k, t in tensors.items() if k.startswith("model/")},
+                         config.get("model", {}), config.get("memory", {}))
+    tokens, targets = batch_from_csv(args.batch_csv)
+    ok = True
+    if args.check_loss is not None:
+        loss = model.loss(tokens, targets, args.chunk)
+        loss.backward()
+        grad_norm = math.sqrt(sum(float(t.grad.double().pow(2).sum()) for t in model.params.values() if t.grad is not None))
+        rel = lambda a, b: abs(a - b) / max(1e-12, abs(b))
+        result = {"bench": "eager_lm_train_check", "loss": float(loss), "memscope_loss": args.check_loss,
+                  "loss_rel_error": rel(float(loss), args.check_loss), "grad_norm": grad_norm, "tol": args.tol}
+        if args.check_grad_norm is not None:
+            result.update(memscope_grad_norm=args.check_grad_norm, grad_norm_rel_error=rel(grad_norm, args.check_grad_norm))
+        print(json.dumps(result), flush=True)
+        ok = result["loss_rel_error"] <= args.tol and result.get("grad_norm_rel_error", 0) <= args.tol
+    if args.time:
+        train = config.get("train", {})
+        params = list(model.params.values())
+        optimiser = torch.optim.AdamW(params, lr=_dig(train, "lr", 3e-3), weight_decay=_dig(train, "weight_decay", 0.01))
+        clip = _dig(train, "clip", 1.0)
+        seconds = []
+        for i in range(args.time + 2):
+            start = time.perf_counter()
+            optimiser.zero_grad()
+            model.loss(tokens, targets, args.chunk).backward()
+            torch.nn.utils.clip_grad_norm_(params, clip)
+            optimiser.step()
+            if i >= 2:
+                seconds.append(time.perf_counter() - start)
+        s = statistics.median(seconds)
+        print(json.dumps({"bench": "eager_lm_train", "case": "train/demo-mqar-titans", "batch": tokens.size(0),
+                          "seq_len": tokens.size(1), "chunk": args.chunk, "step_ms": round(1e3 * s, 3),
+                          "tokens_per_s": round(tokens.numel() / s, 1), "median_of": len(seconds),
+                          "torch": torch.__version__}), flush=True)
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
