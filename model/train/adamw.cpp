@@ -62,13 +62,17 @@ void AdamW::load_state(const std::map<std::string, at::Tensor>& tensors, int64_t
   steps_ = steps;
 }
 
-double gradient_norm(const NamedTensors& parameters) {
+at::Tensor gradient_norm_squared(const NamedTensors& parameters) {
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> squares;
   for (const auto& [name, p] : parameters)
     if (p.grad().defined()) squares.push_back(p.grad().to(at::kDouble).pow(2).sum());
-  if (squares.empty()) return 0.0;
-  return std::sqrt(at::stack(squares).sum().item<double>());
+  return squares.empty() ? at::Tensor() : at::stack(squares).sum();
+}
+
+double gradient_norm(const NamedTensors& parameters) {
+  const at::Tensor squared = gradient_norm_squared(parameters);
+  return squared.defined() ? std::sqrt(squared.item<double>()) : 0.0;
 }
 
 void clip_gradients(const NamedTensors& parameters, double norm, double max_norm) {

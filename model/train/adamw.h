@@ -51,6 +51,9 @@ double clip_grad_norm(const NamedTensors& parameters, double max_norm);
 // The two halves of clip_grad_norm, for a caller that has the norm already (the per-module
 // probes measure it on the way): the global L2 norm of the gradients, and the scaling.
 double gradient_norm(const NamedTensors& parameters);
+// ‖g‖² summed in float64, on the gradients' device (undefined without gradients): gradient_norm
+// without its host transfer, for a caller that brings several numbers over in one.
+at::Tensor gradient_norm_squared(const NamedTensors& parameters);
 void clip_gradients(const NamedTensors& parameters, double norm, double max_norm);
 
 }  // namespace memscope::model

@@ -12,10 +12,13 @@ at::Tensor summed_cross_entropy(const at::Tensor& logits, const at::Tensor& targ
   return at::nll_loss(at::log_softmax(flat_logits, -1), flat_targets, {}, at::Reduction::Sum, kIgnoreIndex);
 }
 
-QueryScore score_queries(const at::Tensor& logits, const at::Tensor& targets, const at::Tensor& query_mask) {
+at::Tensor query_hits(const at::Tensor& logits, const at::Tensor& targets, const at::Tensor& query_mask) {
   at::NoGradGuard no_grad;
-  const at::Tensor hits = (logits.argmax(-1) == targets) & query_mask;
-  return {hits.sum().item<int64_t>(), query_mask.sum().item<int64_t>()};
+  return ((logits.argmax(-1) == targets) & query_mask).sum();
+}
+
+QueryScore score_queries(const at::Tensor& logits, const at::Tensor& targets, const at::Tensor& query_mask) {
+  return {query_hits(logits, targets, query_mask).item<int64_t>(), query_mask.sum().item<int64_t>()};
 }
 
 }  // namespace memscope::model

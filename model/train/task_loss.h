@@ -22,5 +22,7 @@ struct QueryScore {
 
 // Argmax predictions against targets where `query_mask` is true (accuracy per query).
 QueryScore score_queries(const at::Tensor& logits, const at::Tensor& targets, const at::Tensor& query_mask);
+// The same hits as a 0-dim int64 tensor on the logits' device, without a host transfer.
+at::Tensor query_hits(const at::Tensor& logits, const at::Tensor& targets, const at::Tensor& query_mask);
 
 }  // namespace memscope::model

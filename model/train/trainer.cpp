@@ -79,12 +79,12 @@ TrainStepResult Trainer::train_step() {
   const double lr = learning_rate_at(c, step_);
   const int64_t chunk = c.chunk_at(step_);
 
+  // The batch is sampled on the CPU: what the host needs of it is read there, before it moves.
   Batch batch = training_batch(step_ + 1);
   if (corrupt_next_) {
     corrupt_next_ = false;
     batch = corrupted(batch, task_->vocab_size(), Rng::mix(preset_.train.seed, ~static_cast<uint64_t>(step_)));
   }
-  batch = batch.to(device());
   const int64_t T = batch.tokens.size(1);
   const int64_t segment = c.bptt > 0 ? c.bptt : T;
   // The whole batch's target count, on every rank: each rank's loss is a share of the batch's mean.
@@ -100,11 +100,15 @@ TrainStepResult Trainer::train_step() {
     rows = end - begin;
     scale = data_parallel_->world_size();
   }
+  QueryScore score;
+  score.total = batch.query_mask.sum().item<int64_t>();
+  batch = batch.to(device());
 
+  // Losses and hits stay on the device until one transfer after the backward (on a GPU, a host
+  // read stalls the queue of kernels).
   optimiser_->zero_grad();
   LmState state = model_->initial_state(rows);
-  double loss_sum = 0.0;
-  QueryScore score;
+  at::Tensor loss_total, hits;
   for (int64_t t = 0; t < T; t += segment) {
     const int64_t length = std::min(segment, T - t);
     const at::Tensor targets_here = batch.targets.narrow(1, t, length);
@@ -118,10 +122,22 @@ TrainStepResult Trainer::train_step() {
     // One segment: the gradients' all-reduce can start during the backward (bucket by bucket).
     if (data_parallel_ && length == T) data_parallel_->arm_gradient_overlap(parameter_tensors());
     objective.backward();
-    loss_sum += loss.item<double>();
-    score += score_queries(logits, targets_here, batch.query_mask.narrow(1, t, length));
+    const at::Tensor segment_loss = loss.detach().to(at::kDouble);
+    const at::Tensor segment_hits = query_hits(logits, targets_here, batch.query_mask.narrow(1, t, length));
+    loss_total = loss_total.defined() ? loss_total + segment_loss : segment_loss;
+    hits = hits.defined() ? hits + segment_hits : segment_hits;
     state = state.detached();  // truncated BPTT: carry the state, not its history
   }
+
+  // The one host transfer: the loss, the hits and the squared gradient norm. The per-module probes
+  // bring their norms over themselves; data-parallel, the norm is taken after the averaging below.
+  std::vector<at::Tensor> to_host{loss_total, hits.to(at::kDouble)};
+  const at::Tensor squared_norm =
+      c.module_norms || data_parallel_ ? at::Tensor() : gradient_norm_squared(optimiser_->parameters());
+  if (squared_norm.defined()) to_host.push_back(squared_norm);
+  const at::Tensor host = at::stack(to_host).cpu();
+  double loss_sum = host[0].item<double>();
+  score.correct = static_cast<int64_t>(host[1].item<double>());
 
   TrainStepResult r;
   if (data_parallel_) {
@@ -144,6 +160,7 @@ TrainStepResult Trainer::train_step() {
   // The gradient norm before clipping, measured once: with the per-module probes, by them.
   std::vector<at::Tensor> before;
   if (c.module_norms) r.modules = module_gradient_norms(optimiser_->parameters(), &before, &r.grad_norm);
+  else if (squared_norm.defined()) r.grad_norm = std::sqrt(host[2].item<double>());
   else r.grad_norm = gradient_norm(optimiser_->parameters());
   clip_gradients(optimiser_->parameters(), r.grad_norm, c.clip);
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
