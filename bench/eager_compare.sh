@@ -4,8 +4,8 @@
 # Python, one thread each, so that machine noise hits both alike. Two pairings:
 #   layer  the memory layer (Titans' and Atlas' rules): one JSON line per rule with both medians,
 #          the ratio, GFLOP/s and the share of this core's sgemm peak (step_bench measures it)
-#   model  the whole demo-mqar-titans model token by token (eager_lm.py, checked first against
-#          memscope's recorded step of the same checkpoint): both medians and the ratio
+#   model  the whole demo-mqar-titans and demo-mqar models token by token (eager_lm.py, checked
+#          first against memscope's recorded step of the same checkpoint): both medians and the ratio
 #   train  demo-mqar-titans's training step (eager_lm_train.py, checked first against the loss and
 #          gradient norm memscope's trainer reports for the same weights and batch)
 # Needs Debian's python3-torch, for this benchmark only: apt-get install python3-torch.
@@ -32,6 +32,12 @@ rm -rf "$OUT/model.memscope"
 "$CLI" step --ckpt "$OUT/model.safetensors" --tokens 200 --probe-every 1 --record "$OUT/model.memscope" >/dev/null
 "$CLI" export "$OUT/model.memscope" --csv "$OUT/model.csv" --force >/dev/null
 "$PY" bench/eager/eager_lm.py --ckpt "$OUT/model.safetensors" --check "$OUT/model.csv" >>"$OUT/eager.jsonl"
+# demo-mqar itself (Atlas: Muon, an Omega window of 4, polynomial features), checked the same way.
+rm -rf "$OUT/atlas.memscope"
+"$CLI" train --preset demo-mqar --steps 2 --out "$OUT/atlas.safetensors" --force >/dev/null
+"$CLI" step --ckpt "$OUT/atlas.safetensors" --tokens 200 --probe-every 1 --record "$OUT/atlas.memscope" >/dev/null
+"$CLI" export "$OUT/atlas.memscope" --csv "$OUT/atlas.csv" --force >/dev/null
+"$PY" bench/eager/eager_lm.py --ckpt "$OUT/atlas.safetensors" --check "$OUT/atlas.csv" | sed 's/"eager_lm_check"/"eager_lm_check_atlas"/' >>"$OUT/eager.jsonl"
 # The training pairing's batch: step 3's, recorded row by row with the weights from before it.
 rm -rf "$OUT/train.memscope"
 "$CLI" step --ckpt "$OUT/model.safetensors" --set train.steps=3 --train-step 3 --record "$OUT/train.memscope" >/dev/null
@@ -46,6 +52,9 @@ for _ in $(seq 1 "$REPS"); do
   "$PY" bench/eager/time_eager.py --bench eager_layer --reps 1 >>"$OUT/eager.jsonl"
   "$STEP" --only model --model-preset demo-mqar-titans --tokens 512 --reps 1 >>"$OUT/memscope.jsonl"
   "$PY" bench/eager/eager_lm.py --ckpt "$OUT/model.safetensors" --time 512 --reps 1 >>"$OUT/eager.jsonl"
+  "$STEP" --only model --model-preset demo-mqar --tokens 512 --reps 1 >>"$OUT/memscope.jsonl"
+  "$PY" bench/eager/eager_lm.py --ckpt "$OUT/atlas.safetensors" --time 512 --reps 1 |
+    sed 's/"eager_lm"/"eager_lm_atlas"/' >>"$OUT/eager.jsonl"
   "$DEVICE_BENCH" --device cpu --only train-demo --train-steps 10 >>"$OUT/memscope.jsonl"
   "$PY" bench/eager/eager_lm_train.py --ckpt "$OUT/model.safetensors" --batch-csv "$OUT/train.csv" --chunk 4 \
     --time 10 >>"$OUT/eager.jsonl"
@@ -69,14 +78,15 @@ for rule in ("titans", "atlas"):
                           "ratio": round(tps / e_tps, 3), "memscope_gflops": round(gflops, 2),
                           "sgemm_peak_gflops": round(peak, 1), "share_of_peak": round(gflops / peak, 3),
                           "rounds": len(m)}))
-e = [r for r in eager if r["bench"] == "eager_lm"]
-e_tps = statistics.median(r["tokens_per_s"] for r in e)
-for record in (False, True):
-    m = [r for r in ours if r["case"] == "model/demo-mqar-titans" and r["record"] == record]
-    tps = statistics.median(r["tokens_per_s"] for r in m)
-    print(json.dumps({"bench": "eager_compare", "model": "demo-mqar-titans", "step": "probed" if record else "unprobed",
-                      "memscope_tokens_per_s": round(tps, 1), "eager_tokens_per_s": round(e_tps, 1),
-                      "ratio": round(tps / e_tps, 3), "rounds": len(m)}))
+for model, eager_bench in (("demo-mqar-titans", "eager_lm"), ("demo-mqar", "eager_lm_atlas")):
+    e = [r for r in eager if r["bench"] == eager_bench]
+    e_tps = statistics.median(r["tokens_per_s"] for r in e)
+    for record in (False, True):
+        m = [r for r in ours if r["case"] == f"model/{model}" and r["record"] == record]
+        tps = statistics.median(r["tokens_per_s"] for r in m)
+        print(json.dumps({"bench": "eager_compare", "model": model, "step": "probed" if record else "unprobed",
+                          "memscope_tokens_per_s": round(tps, 1), "eager_tokens_per_s": round(e_tps, 1),
+                          "ratio": round(tps / e_tps, 3), "rounds": len(m)}))
 m = [r for r in ours if r["case"] == "train/demo-mqar-titans"]
 e = [r for r in eager if r["bench"] == "eager_lm_train"]
 tps, e_tps = statistics.median(r["tokens_per_s"] for r in m), statistics.median(r["tokens_per_s"] for r in e)
@@ -84,7 +94,7 @@ print(json.dumps({"bench": "eager_compare", "train": "demo-mqar-titans", "memsco
                   "eager_tokens_per_s": round(e_tps, 1), "ratio": round(tps / e_tps, 3),
                   "memscope_step_ms": round(statistics.median(r["step_ms"] for r in m), 2),
                   "eager_step_ms": round(statistics.median(r["step_ms"] for r in e), 2), "rounds": len(m)}))
-for name in ("eager_lm_check", "eager_lm_train_check"):
+for name in ("eager_lm_check", "eager_lm_check_atlas", "eager_lm_train_check"):
     check = [r for r in eager if r["bench"] == name]
     print(json.dumps(check[0] if check else {"bench": name, "missing": True}))
 PY

@@ -1,17 +1,19 @@
 #!/usr/bin/python3
-"""demo-mqar-titans's whole language model in eager PyTorch, token by token: what a researcher
-would write instead of memscope's LM step (issue 20's "whole demo-mqar model" baseline).
+"""demo-mqar's and demo-mqar-titans's whole language model in eager PyTorch, token by token: what a
+researcher would write instead of memscope's LM step (issue 20's "whole demo-mqar model" baseline).
 
 The model is memscope's (model/nn/, SPEC): a token embedding, L MAG blocks and a final RMSNorm,
 the head tied to the embedding. A MAG block, for the residual stream h:
     n = rms_att(h);  g = sigmoid(W_gate n + b_gate);  a = SWA(n)
-    m = W_memory_out · memory(rms_mem(h))          (eager_memory.MemoryLayer.step: Titans' rule)
+    m = W_memory_out · memory(rms_mem(h))          (eager_memory.MemoryLayer.step, or
+                                                    WindowedMemoryLayer for Atlas's window and features)
     h = h + g*a + (1-g)*m;  h = h + SwiGLU(rms_ffn(h))
 SWA: RoPE on q and k (angles in float64), keys of the last `window` positions (itself included)
 plus `persistent` learned tokens that carry no position, softmax(q k^T / sqrt(d_head)) v, then W_o.
 
-It covers what demo-mqar-titans uses (MAG, linear memory, gd-momentum, c = 1, identity phi, conv,
-l2-decay, clip) and says so when a checkpoint asks for more. Weights come from a memscope
+It covers what the two presets use: MAG blocks; a linear memory with the l2 bias, l2-decay and
+conv; gd-momentum or Muon; an Omega window of c tokens with uniform weights; identity or
+polynomial features; the inner clip. It says so in one line when a checkpoint asks for more. Weights come from a memscope
 checkpoint (`memscope-cli train --out`), so the two run the same numbers.
 
     /usr/bin/python3 bench/eager/eager_lm.py --ckpt CKPT --check run.csv   # against memscope's step
@@ -84,19 +86,68 @@ def settings(config, rule):
     defaults for the knobs a preset leaves out (model/nn/lm_config.h, model/config/knobs.cpp). Exits
     with one line when the checkpoint uses what eager_lm.py does not implement."""
     get = lambda table, path, default: _dig(table, path, default)
-    want = {"structure": "linear", "optimiser": "gd-momentum", "retention": "l2-decay", "bias": "l2",
-            "read": "after-write", "window.c": 1, "feature_map.kind": "identity", "inner.normalize": False}
+    allowed = {"structure": ("linear",), "optimiser": ("gd-momentum", "muon"), "retention": ("l2-decay",),
+               "bias": ("l2",), "read": ("after-write",), "window.gamma": ("uniform",),
+               "feature_map.kind": ("identity", "poly"), "inner.normalize": (False,), "ns.per_step": ([],),
+               "momentum.enabled": (True,)}
     defaults = {"structure": "mlp", "optimiser": "gd-momentum", "retention": "l2-decay", "bias": "l2",
-                "read": "after-write", "window.c": 1, "feature_map.kind": "identity", "inner.normalize": False}
-    unsupported = [f"memory.{k}={get(rule, k, defaults[k])}" for k, v in want.items() if get(rule, k, defaults[k]) != v]
+                "read": "after-write", "window.gamma": "uniform", "feature_map.kind": "identity",
+                "inner.normalize": False, "ns.per_step": [], "momentum.enabled": True}
+    unsupported = [f"memory.{k}={get(rule, k, defaults[k])}" for k, ok in allowed.items()
+                   if get(rule, k, defaults[k]) not in ok]
     if get(config, "block", "mag") != "mag" or get(config, "ffn", "swiglu") != "swiglu" or not get(config, "ttl", True):
         unsupported.append(f"model.block={get(config, 'block', 'mag')}")
     if unsupported:
         raise SystemExit(f"eager_lm: this checkpoint uses what eager_lm.py does not implement: {', '.join(unsupported)}")
     return {"max_lr": get(rule, "lr.max", 1.0), "clip": get(rule, "inner.clip", 0.0),
+            "optimiser": get(rule, "optimiser", "gd-momentum"), "window_c": get(rule, "window.c", 1),
+            "poly": get(rule, "feature_map.kind", "identity") == "poly",
+            "ns_steps": get(rule, "ns.steps", 5), "ns_coefficients": tuple(get(rule, "ns.coefficients", eager_memory.MUON_COEFFICIENTS)),
             "memory_heads": get(config, "memory_heads", 2), "window": get(config, "window", 16),
             "attention_heads": get(config, "attention_heads", 2), "rope_base": get(config, "rope_base", 10000.0),
             "layers": get(config, "layers", 2)}
+
+
+class WindowedMemoryLayer(eager_memory.MemoryLayer):
+    """eager_memory.MemoryLayer's step with Atlas's two additions (SPEC §2, §4): the polynomial
+    feature map on the L2-normalised keys and queries, sum_i a_i z^i, and an Omega window of the
+    last c tokens with uniform weights 1/c (the slots before the sequence start weigh 0)."""
+
+    def __init__(self, params, heads, optimiser, *, window, **options):
+        super().__init__(params, heads, optimiser, **options)
+        self.window = window
+        self.poly = params.get("poly_coefficients")
+
+    def features(self, z):
+        z = z / z.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+        if self.poly is None:
+            return z
+        acc = self.poly[-1] * z  # Horner, as apply_feature_map
+        for a in reversed(self.poly[:-1]):
+            acc = (acc + a) * z
+        return acc
+
+    def initial_state(self):
+        M, S, conv = super().initial_state()
+        ring = self.m0.new_zeros(self.heads, self.window - 1, self.head_dim)
+        return M, S, conv, ring, ring.clone(), self.m0.new_zeros(self.heads, self.window - 1)
+
+    def step(self, x_t, state, record=None):
+        M, S, conv, ring_k, ring_v, ring_w = state
+        qkv = torch.nn.functional.linear(x_t, self.w_qkv)
+        if conv is not None:
+            window = torch.cat([conv, qkv[None]])
+            conv = window[1:]
+            qkv = (window * self.conv_taps).sum(0)
+        q, k, v = qkv.view(3, self.heads, self.head_dim)
+        phi_q, phi_k = self.features(q), self.features(k)
+        alpha, eta, beta = (self.gate(name, x_t)[:, None, None] for name in ("retain", "lr", "momentum"))
+        keys, values = torch.cat([ring_k, phi_k[:, None]], 1), torch.cat([ring_v, v[:, None]], 1)  # [H,c,d]
+        present = torch.cat([ring_w, ring_w.new_ones(self.heads, 1)], 1)
+        M, S = eager_memory.write(self.optimiser, M, S, keys, values, present / self.window * self.inner_scale,
+                                  alpha, eta, beta, **self.ns)
+        y = torch.bmm(M, phi_q[:, :, None]).squeeze(-1)
+        return y, (M, S, conv, keys[:, 1:], values[:, 1:], present[:, 1:])
 
 
 class EagerLM:
@@ -104,6 +155,7 @@ class EagerLM:
         """config, rule: the checkpoint's [model] and [memory] tables (settings())."""
         c = settings(config, rule)
         max_lr, clip, heads, window = c["max_lr"], c["clip"], c["memory_heads"], c["window"]
+        self.settings = c
         attention_heads, rope_base, layers = c["attention_heads"], c["rope_base"], c["layers"]
         self.embedding = tensors["embedding"]
         self.norm_out = tensors["norm_out.weight"]
@@ -111,7 +163,11 @@ class EagerLM:
         for i in range(layers):
             p = {k[len(f"block{i}."):]: t for k, t in tensors.items() if k.startswith(f"block{i}.")}
             sub = lambda prefix: {k[len(prefix):]: t for k, t in p.items() if k.startswith(prefix)}
-            memory = eager_memory.MemoryLayer(sub("memory."), heads, "gd-momentum", max_lr=max_lr, inner_clip=clip)
+            options = dict(max_lr=max_lr, inner_clip=clip, ns_steps=c["ns_steps"], ns_coefficients=c["ns_coefficients"])
+            if c["window_c"] > 1 or c["poly"]:
+                memory = WindowedMemoryLayer(sub("memory."), heads, c["optimiser"], window=c["window_c"], **options)
+            else:
+                memory = eager_memory.MemoryLayer(sub("memory."), heads, c["optimiser"], **options)
             self.blocks.append(dict(
                 memory=memory, attention=Attention(sub("attention."), attention_heads, window, rope_base),
                 w_gate=p["w_gate"], b_gate=p["b_gate"], w_memory_out=p["w_memory_out"],

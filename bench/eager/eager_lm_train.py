@@ -42,6 +42,10 @@ IGNORE = -100  # model/data/batch.h kIgnoreIndex
 class EagerTrainLM:
     def __init__(self, tensors, config, rule):
         self.c = settings(config, rule)
+        if self.c["optimiser"] != "gd-momentum" or self.c["window_c"] != 1 or self.c["poly"]:
+            # eager_memory.run_memory_chunkwise is Titans' rule only (c = 1, identity features).
+            raise SystemExit("eager_lm_train: the chunkwise form here is gd-momentum at c = 1 with identity "
+                             "features; this checkpoint's memory is not")
         self.params = {name: t.clone().requires_grad_(True) for name, t in tensors.items()}
 
     def memory(self, p, x, chunk):
