@@ -7,6 +7,9 @@
 // (dgd: M ← α M − η ψ φ_kᵀ; read before the write when the rule says so). It allocates the new
 // M and S rather than writing in place: frames and keyframes may hold the old ones.
 //
+// Atlas's rules (an Omega window, polynomial features, Muon) go on from the projection to
+// fused_window_step.cpp.
+//
 // The result equals step()'s to float32 rounding (the sums run in another order), which
 // tests/model/test_fused_step.cpp checks on every rule this path takes.
 #include <ATen/ATen.h>
@@ -39,9 +42,11 @@ bool MemoryLayerImpl::fused_step_applies(const at::Tensor& x_t, const MemoryStat
   bool overridden = false;
   for (const auto& o : overrides_) overridden = overridden || o.mode != GateOverride::Mode::Off;
   return detail == StepDetail::OutputOnly && chunk == 1 && !at::GradMode::is_enabled() && !overridden &&
-         r.structure == Structure::Linear && r.bias == Bias::L2 && r.window == 1 &&
-         r.feature_map == FeatureMapKind::Identity && r.gamma != WindowWeights::Gated &&
-         (r.optimiser == Optimiser::GdMomentum || (r.optimiser == Optimiser::Dgd && !r.dgd_per_feature)) &&
+         r.structure == Structure::Linear && r.bias == Bias::L2 &&
+         (r.feature_map == FeatureMapKind::Identity || r.feature_map == FeatureMapKind::Poly) &&
+         r.gamma != WindowWeights::Gated &&
+         (r.optimiser == Optimiser::GdMomentum || r.optimiser == Optimiser::Muon ||
+          (r.optimiser == Optimiser::Dgd && !r.dgd_per_feature && r.window == 1)) &&
          (r.retention == Retention::L2Decay || r.retention == Retention::None) && feature_dim_ == head_dim_ &&
          x_t.device().is_cpu() && x_t.scalar_type() == at::kFloat && state.memory.size() == 1 &&
          state.memory[0].scalar_type() == at::kFloat && !state.latent.defined();
@@ -121,6 +126,19 @@ StepOutput MemoryLayerImpl::fused_step(const at::Tensor& x_t, MemoryState& state
   const at::Tensor lr_b = bias_of(Gate::Lr);
   const at::Tensor momentum_b = momentum_at >= 0 ? bias_of(Gate::Momentum) : at::Tensor();
   const float max_lr = static_cast<float>(rule_.max_lr);
+  if (rule_.window > 1 || rule_.optimiser == Optimiser::Muon || rule_.feature_map != FeatureMapKind::Identity) {
+    // Atlas's rules: the gates per (sequence, head), then fused_window_step.cpp.
+    std::vector<float> alphas(static_cast<size_t>(B * H)), etas(alphas.size()), betas(alphas.size());
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h) {
+        const float* logits = proj + b * columns;
+        const size_t at = static_cast<size_t>(b * H + h);
+        alphas[at] = retain_at >= 0 ? sigmoid(logits[retain_at + h] + retain_b.data_ptr<float>()[h]) : 1.0f;
+        etas[at] = max_lr * sigmoid(logits[lr_at + h] + lr_b.data_ptr<float>()[h]);
+        betas[at] = momentum_at >= 0 ? sigmoid(logits[momentum_at + h] + momentum_b.data_ptr<float>()[h]) : 0.0f;
+      }
+    return fused_window_step(qkv, alphas, etas, betas, state);
+  }
   const float scale = static_cast<float>(inner_loss_scale(rule_, head_dim_));  // γ = 1 at c = 1
   const bool momentum = rule_.optimiser == Optimiser::GdMomentum;
   const bool read_after = rule_.read == ReadOrder::AfterWrite;

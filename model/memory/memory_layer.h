@@ -184,6 +184,10 @@ class MemoryLayerImpl : public torch::nn::Module {
   // per head (issue 20). fused_step_applies() says when it computes what step() does.
   bool fused_step_applies(const at::Tensor& x_t, const MemoryState& state, int64_t chunk, StepDetail detail) const;
   StepOutput fused_step(const at::Tensor& x_t, MemoryState& state) const;
+  // fused_window_step.cpp: the rest of fused_step for Atlas's rules, from q|k|v [B,3W] after the
+  // conv and the gates α, η, β per (sequence, head).
+  StepOutput fused_window_step(const at::Tensor& qkv, const std::vector<float>& alpha, const std::vector<float>& eta,
+                               const std::vector<float>& beta, MemoryState& state) const;
   // [W_q; W_k; W_v; the used gates' W], rebuilt when a parameter changes (by identity and version).
   const at::Tensor& fused_projection() const;
   mutable at::Tensor fused_projection_;

@@ -1,0 +1,165 @@
+// The fused sequential step for Atlas's rules (issue 20): an Omega window of c tokens, polynomial
+// features and Muon, on a linear memory with the l2 bias. fused_step (fused_linear_step.cpp) has
+// projected q, k, v and the gates; here, per head, in the order sequential_step.cpp computes them:
+//   φ = Σ a_i ẑ^i with ẑ = z/max(‖z‖, 1e-12)                              (SPEC §2; identity: ẑ)
+//   g = Σ_{j in window} s·γ_j·(M φ_j − v_j) φ_jᵀ, clipped to memory.inner.clip     (SPEC §4)
+//   Muon: S ← β S + g, M ← α M − η NS(S);  gd: S ← β S + η g, M ← α M − S          (SPEC §5, §6)
+//   y = M φ_q, with the memory after the write unless the rule reads before it.
+// Newton–Schulz runs through newton_schulz() itself, batched over every head: the same numbers as
+// the general step's. The window's older tokens live in the state's ring, oldest first; the slots
+// before the sequence start carry γ = 0 there, so they add nothing.
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "model/memory/attentional_bias.h"
+#include "model/memory/memory_layer.h"
+#include "model/memory/newton_schulz.h"
+
+namespace memscope::model {
+
+StepOutput MemoryLayerImpl::fused_window_step(const at::Tensor& qkv, const std::vector<float>& alpha,
+                                              const std::vector<float>& eta, const std::vector<float>& beta,
+                                              MemoryState& state) const {
+  const int64_t B = qkv.size(0), H = heads_, d = head_dim_, W = H * d, c = rule_.window;
+  const bool muon = rule_.optimiser == Optimiser::Muon;
+  const float scale = static_cast<float>(inner_loss_scale(rule_, head_dim_));
+  const float clip = static_cast<float>(rule_.inner_clip);
+  const auto options = qkv.options();
+  const float* projected = qkv.data_ptr<float>();
+
+  std::vector<float> poly;  // a_1..a_p
+  if (rule_.feature_map == FeatureMapKind::Poly) {
+    const at::Tensor a = poly_coefficients.to(at::kFloat).contiguous();
+    poly.assign(a.data_ptr<float>(), a.data_ptr<float>() + a.numel());
+  }
+  auto features = [&](const float* z, float* phi) {
+    double squares = 0;
+    for (int64_t i = 0; i < d; ++i) squares += static_cast<double>(z[i]) * z[i];
+    const float norm = std::max(static_cast<float>(std::sqrt(squares)), 1e-12f);
+    for (int64_t i = 0; i < d; ++i) {
+      const float x = z[i] / norm;
+      if (poly.empty()) {
+        phi[i] = x;
+        continue;
+      }
+      float acc = poly.back() * x;  // Horner, as apply_feature_map: x·(a_1 + x·(a_2 + …))
+      for (size_t k = poly.size() - 1; k-- > 0;) acc = (acc + poly[k]) * x;
+      phi[i] = acc;
+    }
+  };
+
+  // The window's weights γ_j = (token gate γ, 1 without a gate) × the position weight, times s.
+  const at::Tensor positions = position_weights(options).contiguous();
+  const float* position = positions.data_ptr<float>();
+  const at::Tensor ring_phi = c > 1 ? state.ring_phi.to(at::kFloat).contiguous() : at::Tensor();
+  const at::Tensor ring_v = c > 1 ? state.ring_v.to(at::kFloat).contiguous() : at::Tensor();
+  const at::Tensor ring_gamma = c > 1 ? state.ring_gamma.to(at::kFloat).contiguous() : at::Tensor();
+  at::Tensor next_phi, next_v, next_gamma;
+  if (c > 1) {
+    next_phi = at::empty_like(ring_phi);
+    next_v = at::empty_like(ring_v);
+    next_gamma = at::empty_like(ring_gamma);
+  }
+
+  const at::Tensor m_old = state.memory[0].contiguous();
+  const at::Tensor s_old = state.momentum[0].contiguous();
+  at::Tensor m_new = at::empty_like(m_old), s_new = at::empty_like(s_old);
+  at::Tensor phi_queries = at::empty({B, H, d}, options);
+  std::vector<float> keys(static_cast<size_t>(c * d)), values(static_cast<size_t>(c * d)), gammas(static_cast<size_t>(c));
+  std::vector<float> g(static_cast<size_t>(d * d)), error(static_cast<size_t>(d));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t bh = b * H + h;
+      const float* q = projected + b * 3 * W + h * d;
+      features(q, phi_queries.data_ptr<float>() + bh * d);
+      // The window, oldest first: the ring's c − 1 tokens, then this one (γ = 1: no gamma gate).
+      for (int64_t j = 0; j + 1 < c; ++j) {
+        std::copy_n(ring_phi.data_ptr<float>() + (bh * (c - 1) + j) * d, d, keys.begin() + j * d);
+        std::copy_n(ring_v.data_ptr<float>() + (bh * (c - 1) + j) * d, d, values.begin() + j * d);
+        gammas[static_cast<size_t>(j)] = ring_gamma.data_ptr<float>()[bh * (c - 1) + j];
+      }
+      features(q + W, keys.data() + (c - 1) * d);
+      std::copy_n(q + 2 * W, d, values.begin() + (c - 1) * d);
+      gammas[static_cast<size_t>(c - 1)] = 1.0f;
+
+      const float* M = m_old.data_ptr<float>() + bh * d * d;
+      const float* S = s_old.data_ptr<float>() + bh * d * d;
+      std::fill(g.begin(), g.end(), 0.0f);
+      for (int64_t j = 0; j < c; ++j) {
+        const float weight = gammas[static_cast<size_t>(j)] * position[j] * scale;
+        if (weight == 0.0f) continue;  // a slot before the sequence start
+        const float* phi = keys.data() + j * d;
+        const float* v = values.data() + j * d;
+        for (int64_t r = 0; r < d; ++r) {
+          float predicted = 0;
+          for (int64_t k = 0; k < d; ++k) predicted += M[r * d + k] * phi[k];
+          error[static_cast<size_t>(r)] = (predicted - v[r]) * weight;
+        }
+        for (int64_t r = 0; r < d; ++r)
+          for (int64_t k = 0; k < d; ++k) g[static_cast<size_t>(r * d + k)] += error[static_cast<size_t>(r)] * phi[k];
+      }
+      if (clip > 0) {  // inner_clip.cpp: min(clip / ‖g‖_F, 1)
+        float squares = 0;
+        for (const float x : g) squares += x * x;
+        const float factor = std::min(clip / std::sqrt(std::max(squares, 1e-30f)), 1.0f);
+        for (auto& x : g) x *= factor;
+      }
+      const size_t at = static_cast<size_t>(bh);
+      float* S2 = s_new.data_ptr<float>() + bh * d * d;
+      float* M2 = m_new.data_ptr<float>() + bh * d * d;
+      for (int64_t i = 0; i < d * d; ++i) {
+        if (muon) {
+          S2[i] = beta[at] * S[i] + g[static_cast<size_t>(i)];
+        } else {
+          S2[i] = beta[at] * S[i] + eta[at] * g[static_cast<size_t>(i)];
+          M2[i] = alpha[at] * M[i] - S2[i];
+        }
+      }
+      if (c > 1) {  // the ring moves on by one token
+        std::copy_n(keys.begin() + d, (c - 1) * d, next_phi.data_ptr<float>() + bh * (c - 1) * d);
+        std::copy_n(values.begin() + d, (c - 1) * d, next_v.data_ptr<float>() + bh * (c - 1) * d);
+        std::copy_n(gammas.begin() + 1, c - 1, next_gamma.data_ptr<float>() + bh * (c - 1));
+      }
+    }
+  if (muon) {
+    const at::Tensor orthogonal = newton_schulz(s_new, rule_.ns).contiguous();
+    const float* O = orthogonal.data_ptr<float>();
+    const float* M = m_old.data_ptr<float>();
+    float* M2 = m_new.data_ptr<float>();
+    for (int64_t bh = 0; bh < B * H; ++bh)
+      for (int64_t i = 0; i < d * d; ++i)
+        M2[bh * d * d + i] = alpha[static_cast<size_t>(bh)] * M[bh * d * d + i] -
+                             eta[static_cast<size_t>(bh)] * O[bh * d * d + i];
+  }
+
+  // The read: y = M φ_q from the memory after the write, or before it.
+  const at::Tensor& read_from = rule_.read == ReadOrder::AfterWrite ? m_new : m_old;
+  at::Tensor y = at::empty({B, H, d}, options);
+  for (int64_t bh = 0; bh < B * H; ++bh) {
+    const float* M = read_from.data_ptr<float>() + bh * d * d;
+    const float* phi = phi_queries.data_ptr<float>() + bh * d;
+    for (int64_t r = 0; r < d; ++r) {
+      float sum = 0;
+      for (int64_t k = 0; k < d; ++k) sum += M[r * d + k] * phi[k];
+      y.data_ptr<float>()[bh * d + r] = sum;
+    }
+  }
+  state.memory[0] = m_new;
+  state.momentum[0] = s_new;
+  if (c > 1) {
+    state.ring_phi = next_phi.to(state.ring_phi.dtype());
+    state.ring_v = next_v.to(state.ring_v.dtype());
+    state.ring_gamma = next_gamma.to(state.ring_gamma.dtype());
+  }
+  state.tokens += 1;
+  state.anchor.clear();
+  state.anchor_chunk = 0;
+  StepOutput result;
+  result.y = y;
+  return result;
+}
+
+}  // namespace memscope::model
