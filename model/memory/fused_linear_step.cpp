@@ -18,6 +18,7 @@
 #include <cmath>
 
 #include "model/memory/attentional_bias.h"
+#include "model/memory/fused_step_state.h"
 #include "model/memory/memory_layer.h"
 
 namespace memscope::model {
@@ -46,7 +47,8 @@ bool MemoryLayerImpl::fused_step_applies(const at::Tensor& x_t, const MemoryStat
          (r.feature_map == FeatureMapKind::Identity || r.feature_map == FeatureMapKind::Poly) &&
          r.gamma != WindowWeights::Gated &&
          (r.optimiser == Optimiser::GdMomentum || r.optimiser == Optimiser::Muon ||
-          (r.optimiser == Optimiser::Dgd && !r.dgd_per_feature && r.window == 1)) &&
+          (r.optimiser == Optimiser::Dgd && !r.dgd_per_feature && r.window == 1 &&
+           r.feature_map == FeatureMapKind::Identity)) &&  // fused_window_step has no dgd
          (r.retention == Retention::L2Decay || r.retention == Retention::None) && feature_dim_ == head_dim_ &&
          x_t.device().is_cpu() && x_t.scalar_type() == at::kFloat && state.memory.size() == 1 &&
          state.memory[0].scalar_type() == at::kFloat && !state.latent.defined();
@@ -206,14 +208,7 @@ StepOutput MemoryLayerImpl::fused_step(const at::Tensor& x_t, MemoryState& state
         if (read_after) out_y[i] = read;
       }
     }
-  state.memory[0] = m_new;
-  state.momentum[0] = s_new;
-  state.tokens += 1;
-  state.anchor.clear();
-  state.anchor_chunk = 0;
-  StepOutput result;
-  result.y = y;
-  return result;
+  return finish_fused_step(state, m_new, s_new, y);
 }
 
 }  // namespace memscope::model

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "model/memory/attentional_bias.h"
+#include "model/memory/fused_step_state.h"
 #include "model/memory/memory_layer.h"
 #include "model/memory/newton_schulz.h"
 
@@ -147,19 +148,12 @@ StepOutput MemoryLayerImpl::fused_window_step(const at::Tensor& qkv, const std::
       y.data_ptr<float>()[bh * d + r] = sum;
     }
   }
-  state.memory[0] = m_new;
-  state.momentum[0] = s_new;
   if (c > 1) {
     state.ring_phi = next_phi.to(state.ring_phi.dtype());
     state.ring_v = next_v.to(state.ring_v.dtype());
     state.ring_gamma = next_gamma.to(state.ring_gamma.dtype());
   }
-  state.tokens += 1;
-  state.anchor.clear();
-  state.anchor_chunk = 0;
-  StepOutput result;
-  result.y = y;
-  return result;
+  return finish_fused_step(state, m_new, s_new, y);
 }
 
 }  // namespace memscope::model

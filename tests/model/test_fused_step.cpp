@@ -77,6 +77,7 @@ TEST_CASE("the fused step equals the general step on Atlas's rules: windows, pol
       {"memory.retention=none"},
       {"memory.momentum.enabled=false"},
       {"memory.inner.normalize=true", "memory.window.c=1"},
+      {"memory.optimiser=dgd", "memory.window.c=1"},  // polynomial features: dgd stays general
   };
   for (const auto& sets : variants) {
     std::string name = "atlas-linear ";
