@@ -137,6 +137,19 @@ void bench_model(const std::string& name, const Preset& preset, int64_t tokens, 
   }
 }
 
+// The median wall time of `steps` training steps after 2 warm-up steps; `loss` gets the last one's.
+double median_step_seconds(Trainer& trainer, int64_t steps, double* loss = nullptr) {
+  std::vector<double> times;
+  for (int64_t i = 0; i < steps + 2; ++i) {
+    const double t = synced_seconds([&] {
+      const double l = trainer.train_step().loss;
+      if (loss) *loss = l;
+    });
+    if (i >= 2) times.push_back(t);
+  }
+  return median(times);
+}
+
 // Matmul FLOPs of one training token (forward + backward = 3 × forward), the count the MFU uses:
 // 6·N for the N weights every token multiplies (all parameters but the embedding table, plus the
 // tied head's D·V), the attention's scores and mix 12·L·D·w over a window of w keys, and the
@@ -160,17 +173,13 @@ void bench_train(int64_t batch, int64_t steps) {
     sets.push_back(s);
   sets.push_back("train.batch=" + std::to_string(batch));
   Trainer trainer(load_preset("demo-mqar-titans", sets));
-  std::vector<double> times;
   double loss = 0;
-  for (int64_t i = 0; i < steps + 2; ++i) {
-    const double t = synced_seconds([&] { loss = trainer.train_step().loss; });
-    if (i >= 2) times.push_back(t);
-  }
+  const double seconds = median_step_seconds(trainer, steps, &loss);
   const double tokens = static_cast<double>(batch) * 2048;
-  const double tps = tokens / median(times);
+  const double tps = tokens / seconds;
   const double flops = training_flops_per_token(trainer, 64);
   auto j = line("train/large");
-  j.update({{"batch", batch}, {"seq_len", 2048}, {"tokens_per_s", tps}, {"step_ms", 1e3 * median(times)},
+  j.update({{"batch", batch}, {"seq_len", 2048}, {"tokens_per_s", tps}, {"step_ms", 1e3 * seconds},
             {"flops_per_token", flops}, {"tflops", tps * flops / 1e12}, {"loss", loss}, {"dtype", "float32"}});
   std::cout << j.dump() << std::endl;
 }
@@ -178,16 +187,12 @@ void bench_train(int64_t batch, int64_t steps) {
 // demo-mqar-titans's own training step, module norms off (the eager step computes none).
 void bench_train_demo(int64_t steps) {
   Trainer trainer(load_preset("demo-mqar-titans", {"train.module_norms=false"}));
-  std::vector<double> times;
-  for (int64_t i = 0; i < steps + 2; ++i) {
-    const double t = synced_seconds([&] { trainer.train_step(); });
-    if (i >= 2) times.push_back(t);
-  }
+  const double seconds = median_step_seconds(trainer, steps);
   const Batch batch = trainer.training_batch(1);
   const double tokens = static_cast<double>(batch.tokens.numel());
   auto j = line("train/demo-mqar-titans");
-  j.update({{"batch", batch.tokens.size(0)}, {"seq_len", batch.tokens.size(1)}, {"step_ms", 1e3 * median(times)},
-            {"tokens_per_s", tokens / median(times)}, {"median_of", steps}});
+  j.update({{"batch", batch.tokens.size(0)}, {"seq_len", batch.tokens.size(1)}, {"step_ms", 1e3 * seconds},
+            {"tokens_per_s", tokens / seconds}, {"median_of", steps}});
   std::cout << j.dump() << std::endl;
 }
 

@@ -20,6 +20,7 @@
 #include "model/memory/attentional_bias.h"
 #include "model/memory/fused_step_state.h"
 #include "model/memory/memory_layer.h"
+#include "model/util/weight_key.h"
 
 namespace memscope::model {
 
@@ -55,23 +56,13 @@ bool MemoryLayerImpl::fused_step_applies(const at::Tensor& x_t, const MemoryStat
 }
 
 const at::Tensor& MemoryLayerImpl::fused_projection() const {
-  // Checked every token, so without allocating: each part's identity and version against the key.
   const std::array<const at::Tensor*, 6> parts{&w_q, &w_k, &w_v, &gate_w[static_cast<int>(Gate::Retain)],
                                                &gate_w[static_cast<int>(Gate::Lr)],
                                                &gate_w[static_cast<int>(Gate::Momentum)]};
-  auto key_of = [](const at::Tensor& t) {  // an unused gate (undefined) keys as {null, 0}
-    return t.defined() ? std::pair<const void*, uint32_t>(t.unsafeGetTensorImpl(), t._version())
-                       : std::pair<const void*, uint32_t>(nullptr, 0);
-  };
-  bool same = fused_projection_key_.size() == parts.size();
-  for (size_t i = 0; same && i < parts.size(); ++i) same = fused_projection_key_[i] == key_of(*parts[i]);
-  if (!same) {  // a training step, a checkpoint load: the weights moved
-    std::vector<at::Tensor> defined;
-    fused_projection_key_.clear();
-    for (const at::Tensor* p : parts) {
+  if (weights_changed(fused_projection_key_, parts)) {  // a training step, a checkpoint load
+    std::vector<at::Tensor> defined;  // an unused gate is undefined
+    for (const at::Tensor* p : parts)
       if (p->defined()) defined.push_back(*p);
-      fused_projection_key_.push_back(key_of(*p));
-    }
     fused_projection_ = at::cat(defined, 0).t().contiguous();  // [D, 3W + gates·H]
   }
   return fused_projection_;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/nn/sliding_window_attention.h"
+#include "model/util/weight_key.h"
 
 namespace memscope::model {
 
@@ -23,17 +24,7 @@ bool SlidingWindowAttentionImpl::fused_step_applies(const at::Tensor& x, const K
 }
 
 void SlidingWindowAttentionImpl::refresh_fused_weights() const {
-  // Checked every token, so without allocating: each weight's identity and version against the key.
-  const std::array<const at::Tensor*, 4> parts{&w_q, &w_k, &w_v, &persistent_tokens};
-  auto key_of = [](const at::Tensor& t) {
-    return t.defined() ? std::pair<const void*, uint32_t>(t.unsafeGetTensorImpl(), t._version())
-                       : std::pair<const void*, uint32_t>(nullptr, 0);
-  };
-  bool same = fused_key_.size() == parts.size();
-  for (size_t i = 0; same && i < parts.size(); ++i) same = fused_key_[i] == key_of(*parts[i]);
-  if (same) return;
-  fused_key_.clear();
-  for (const at::Tensor* p : parts) fused_key_.push_back(key_of(*p));
+  if (!weights_changed(fused_key_, std::array<const at::Tensor*, 4>{&w_q, &w_k, &w_v, &persistent_tokens})) return;
   fused_qkv_ = at::cat({w_q, w_k, w_v}, 0).t().contiguous();  // [D, 3D]
   if (persistent_tokens.defined()) {  // no position: the same keys and values at every step
     persistent_keys_ = at::matmul(persistent_tokens, w_k.t()).contiguous();    // [P, D]
