@@ -6,6 +6,7 @@
 // window are false positives (per 10,000 steps). A state fault (NaN, momentum) whose first step
 // starts a new sequence is wiped by the reset to M_0 unread: counted as wiped, not planted. Faults, applied between steps as commands:
 //   nan_memory   NaN into layer 0's memory (all heads)            → nonfinite
+//   nan_gate     layer 0 head 1's lr gate reads NaN for one step    → nonfinite
 //   lr_spike     memory.lr.max × 100 for 3 steps, then restored    → spike, norm_growth or nonfinite
 //   ns_degraded  memory.ns.steps = 1 for 3 steps, then restored   → ns_error (Muon presets only)
 //   momentum_blowup  layer 0's momentum S × 100 (all heads)        → spike or norm_growth
@@ -94,6 +95,11 @@ int main(int argc, char** argv) {
   Command nan{Command::Kind::InjectNan};
   nan.layer = 0;
   if (!training) faults.push_back({"nan_memory", {EventKind::NonFinite}, {nan}, {}, true});
+  Command nan_gate{Command::Kind::NanGate};  // one head's lr gate, for one step
+  nan_gate.layer = 0;
+  nan_gate.head = 1;
+  nan_gate.value = "lr";
+  if (!training && p.model.has_memory()) faults.push_back({"nan_gate", {EventKind::NonFinite}, {nan_gate}, {}});
   if (!training) faults.push_back({"lr_spike",
                     {EventKind::Spike, EventKind::NormGrowth, EventKind::NonFinite},
                     {Command::set_knob("memory.lr.max", std::to_string(std::min(100.0, 100.0 * p.memory.max_lr)))},

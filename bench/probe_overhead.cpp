@@ -6,7 +6,8 @@
 // One JSON line per configuration with tokens/s and the overhead against probes off, in percent.
 // Repetitions are interleaved (off, default, all, off, …) so machine noise hits them alike.
 // Flags: --preset P (demo-mqar), --mode inspect|train, --steps N per repetition, --reps R,
-// --threads T, --set K=V (repeatable).
+// --threads T, --set K=V (repeatable), --only NAME (repeatable: just these configurations, with
+// "off" always first; for profiling one of them).
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include "bench/bench_timing.h"
 #include "model/util/compute_threads.h"
 #include "model/config/preset.h"
+#include "model/data/task.h"
 #include "model/engine/branch.h"
 
 using namespace memscope::model;
@@ -38,10 +40,10 @@ int main(int argc, char** argv) {
   std::string preset = "demo-mqar", mode = "inspect";
   int64_t steps = 64, reps = 5;
   int threads = 1;
-  std::vector<std::string> sets;
+  std::vector<std::string> sets, only;
   memscope::bench::BenchFlags flags("probe_overhead");
   flags.add("--preset", preset).add("--mode", mode).add("--steps", steps).add("--reps", reps);
-  flags.add("--threads", threads).add("--set", sets);
+  flags.add("--threads", threads).add("--set", sets).add("--only", only);
   if (!flags.parse(argc, argv)) return 2;
   memscope::model::set_compute_threads(threads);  // ATen and OpenBLAS
   std::vector<Config> configs{
@@ -52,6 +54,10 @@ int main(int argc, char** argv) {
   };
   if (mode == "train") configs.push_back({"module_norms_only", {"probe.every=0", "train.module_norms=true"}});
   else configs.push_back({"step_into_batch", {"engine.inspect_batch=1"}});
+  if (!only.empty())
+    configs.erase(std::remove_if(configs.begin() + 1, configs.end(),
+                                 [&](const Config& c) { return std::find(only.begin(), only.end(), c.name) == only.end(); }),
+                  configs.end());
   std::vector<std::unique_ptr<Branch>> branches;
   for (const auto& c : configs) {
     std::vector<std::string> all = sets;
@@ -71,9 +77,11 @@ int main(int argc, char** argv) {
     }
   const double off = median(seconds[0]);
   const Preset p = load_preset(preset, sets);
+  // A training step trains batch × seq_len tokens; an inspect step steps one.
+  const double per_step = mode == "train" ? static_cast<double>(p.train.batch * make_task(p.task)->seq_len()) : 1.0;
   for (size_t c = 0; c < configs.size(); ++c) {
     const double t = median(seconds[c]);
-    const double tokens = static_cast<double>(steps) * (mode == "train" ? static_cast<double>(p.train.batch) : 1.0);
+    const double tokens = static_cast<double>(steps) * per_step;
     std::cout << nlohmann::json{{"bench", "probe_overhead"},
                                 {"preset", preset},
                                 {"mode", mode},

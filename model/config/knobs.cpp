@@ -324,6 +324,9 @@ std::vector<Knob> probe_detect_engine_record_knobs() {
   k.push_back(int_knob("detect.spike_warmup", 0, 1e6, Live, "samples before a spike or norm-growth event can fire", KNOB_FIELD(p.detect.spike_warmup)));
   k.push_back(float_knob("detect.ns_error", 0.0, 100.0, Live, "Newton-Schulz orthogonality error that fires an event (0 = off)",
                          KNOB_FIELD(p.detect.ns_error)));
+  k.push_back(float_knob("detect.ns_degraded", 0.0, 10.0, Live,
+                         "NS orthogonality error this far above its usual value at the same place in a sequence fires an event (0 = off)",
+                         KNOB_FIELD(p.detect.ns_degraded)));
   k.push_back(float_knob("detect.norm_growth", 0.0, 1e6, Live, "||M|| over its largest in the last 64 probes that fires an event (0 = off)",
                          KNOB_FIELD(p.detect.norm_growth)));
 

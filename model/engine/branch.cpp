@@ -1,7 +1,9 @@
 #include "model/engine/branch.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 
 #include "model/config/knobs.h"
 #include "model/engine/train_frame.h"
@@ -206,9 +208,34 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
     }
 
   const auto start = std::chrono::steady_clock::now();
+  // A planted NaN gate: the gate reads NaN (× NaN) for this one step, then its override is put
+  // back, also when the step throws (a failed step pauses the engine; the gate must not stay NaN).
+  struct PutBack {
+    LanguageModel& model;
+    Gate gate;
+    std::vector<std::pair<int64_t, GateOverride>> saved;
+    void now() {
+      for (auto& [l, previous] : saved) model->block(l)->memory->set_override(gate, previous);
+      saved.clear();
+    }
+    ~PutBack() { now(); }
+  } overridden{trainer_->model(), gate_fault_.gate, {}};
+  if (gate_fault_.pending) {
+    for (int64_t l = 0; l < model->layers(); ++l) {
+      if (gate_fault_.layer >= 0 && gate_fault_.layer != l) continue;
+      MemoryLayer& memory = trainer_->model()->block(l)->memory;
+      std::vector<double> factors(static_cast<size_t>(model->config().memory_heads), 1.0);
+      for (size_t h = 0; h < factors.size(); ++h)
+        if (gate_fault_.head < 0 || gate_fault_.head == static_cast<int>(h)) factors[h] = std::numeric_limits<double>::quiet_NaN();
+      overridden.saved.emplace_back(l, memory->override_of(gate_fault_.gate));
+      memory->set_override(gate_fault_.gate, {GateOverride::Mode::Multiply, factors});
+    }
+    gate_fault_.pending = false;
+  }
   // Records only for probed steps (issue 20): an unprobed step skips the inner losses.
   const LmStepOutput out =
       model->step(token, inspect_, inspect_chunk(), probe ? StepDetail::Record : StepDetail::OutputOnly);
+  overridden.now();
   if (probe) {
     ProbeInputs in;
     in.model = &model;
@@ -297,6 +324,14 @@ void Branch::apply(const Command& c) {
       break;
     }
     case K::CorruptBatch: trainer_->corrupt_next_batch(); break;
+    case K::NanGate: {
+      const std::vector<std::pair<std::string, Gate>> gates{{"retain", Gate::Retain}, {"lr", Gate::Lr}, {"momentum", Gate::Momentum}};
+      const auto it = std::find_if(gates.begin(), gates.end(), [&](const auto& g) { return g.first == c.value; });
+      if (it == gates.end()) throw UserError("nan gate: '" + c.value + "' is not a gate (retain, lr or momentum)");
+      layer_heads(c.layer, c.head);  // checks the indices
+      gate_fault_ = {true, it->second, c.layer, c.head};
+      break;
+    }
     case K::ScaleMomentum: {
       double factor = 0;
       try {
@@ -346,6 +381,7 @@ void Branch::take_keyframe() {
   k.trainer = trainer_->snapshot();
   k.inspect = clone_state(inspect_);
   k.cursor = cursor_;
+  k.gate_fault = gate_fault_;
   k.detectors = detectors_;
   k.bytes = k.trainer.bytes() + state_bytes(k.inspect);
   if (!keyframes_.empty() && keyframes_.back().step == step_) keyframes_.back() = std::move(k);
@@ -384,6 +420,7 @@ void Branch::restore(const Keyframe& k) {
   trainer_->restore(k.trainer);
   inspect_ = clone_state(k.inspect);
   cursor_ = k.cursor;
+  gate_fault_ = k.gate_fault;
   detectors_ = k.detectors;
   step_ = k.step;
   ring_->truncate_after(k.step);

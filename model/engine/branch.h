@@ -27,6 +27,13 @@
 
 namespace memscope::model {
 
+// A planted NaN gate (Command::NanGate) that the next inspect step reads, then forgets.
+struct GateFault {
+  bool pending = false;
+  Gate gate = Gate::Lr;
+  int layer = -1, head = -1;  // −1: all
+};
+
 // Where the inspect stream is.
 struct InspectCursor {
   int64_t sequence = 0;     // probe sequence number (its seed is mixed from engine.probe_seed)
@@ -40,6 +47,7 @@ struct Keyframe {
   TrainerSnapshot trainer;
   LmState inspect;  // cloned
   InspectCursor cursor;
+  GateFault gate_fault;  // planted and not yet stepped: a rewind to here plants it again
   Detectors detectors;
   int64_t bytes = 0;
 };
@@ -105,6 +113,7 @@ class Branch {
   std::unique_ptr<Trainer> trainer_;
   LmState inspect_;
   InspectCursor cursor_;
+  GateFault gate_fault_;
   at::Tensor sequence_tokens_;                  // the current probe sequence, [T] on the model's device
   std::vector<int64_t> host_tokens_, host_targets_;  // the same on the host (targets −1: not scored)
   int64_t sequence_loaded_ = -1;

@@ -92,6 +92,7 @@ std::string describe(const Command& c) {
     case K::InjectNan: return "inject NaN (" + where(c) + ")";
     case K::ScaleMomentum: return "scale momentum by " + c.value + " (" + where(c) + ")";
     case K::CorruptBatch: return "corrupt the next training batch";
+    case K::NanGate: return "NaN in the " + c.value + " gate (" + where(c) + ") for the next step";
   }
   return "?";
 }
@@ -99,7 +100,7 @@ std::string describe(const Command& c) {
 bool changes_state(const Command& c) {
   using K = Command::Kind;
   return c.kind == K::SetKnob || c.kind == K::ResetMomentum || c.kind == K::ResetMemory || c.kind == K::InjectNan ||
-         c.kind == K::ScaleMomentum || c.kind == K::CorruptBatch ||
+         c.kind == K::ScaleMomentum || c.kind == K::CorruptBatch || c.kind == K::NanGate ||
          c.kind == K::LoadPreset || c.kind == K::LoadCheckpoint;
 }
 

@@ -42,6 +42,8 @@ struct Command {
     InjectNan,       // fault injection: NaN into `layer`/`head` of the inspect memory
     ScaleMomentum,   // fault injection: S ×= `value` (a number) for `layer`/`head`: a momentum blow-up
     CorruptBatch,    // fault injection: the next training step trains on random tokens (a corrupt shard)
+    NanGate,         // fault injection: the next inspect step reads NaN from the `value` gate (retain,
+                     // lr or momentum) of `layer`/`head`: a gate whose weights or input went bad
   };
   Kind kind = Kind::Pause;
   int64_t count = 1;

@@ -98,7 +98,8 @@ void Engine::apply(const Command& c, std::vector<Event>& events) {
     case K::ResetMemory:
     case K::InjectNan:
     case K::ScaleMomentum:
-    case K::CorruptBatch: target->apply(c); break;
+    case K::CorruptBatch:
+    case K::NanGate: target->apply(c); break;
     case K::LoadPreset:
     case K::LoadCheckpoint: {
       end_recording(std::string("a new run was loaded (") + (c.kind == K::LoadPreset ? "preset " : "checkpoint ") +

@@ -181,9 +181,11 @@ class ChunkRunner {
         const DecayProducts decay = decay_products(beta);
         at::Tensor u = rule_.optimiser == Optimiser::GdMomentum ? per_token_scale(eta) * g : g;
         momentum = per_token_scale(decay.from_start) * s0 + mix(decay.within, u);
+        // Without autograd, small float32 matrices on the CPU take newton_schulz_small's loop (the
+        // sequential step's too, so both forms measure the same Newton–Schulz); otherwise ATen's.
         update = rule_.optimiser == Optimiser::GdMomentum
                      ? momentum
-                     : per_token_scale(eta) * newton_schulz(momentum, rule_.ns);
+                     : per_token_scale(eta) * newton_schulz_small(momentum, rule_.ns);
       }
       // Z_t = α_t Z_{t−1} − U_t on the retention's latent Z (retention.h), then M_t = P(Z_t).
       at::Tensor z0;

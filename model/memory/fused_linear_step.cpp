@@ -1,4 +1,4 @@
-// The sequential step of the common linear rules, fused (issue 20). An unprobed step of Titans'
+// The sequential step of the common linear rules, fused (issue 20). A step of Titans'
 // or DeltaNet's rule (linear memory, l2 bias, window c = 1, gd with momentum or dgd, l2-decay or
 // no retention, identity features) is a few thousand multiply-adds per head; step() spends ~100 µs
 // on the ~300 ATen calls that spell it out. Here one GEMM projects q, k, v and the gates, and one
@@ -38,12 +38,13 @@ void normalise(float* z, int64_t d) {
 
 }  // namespace
 
-bool MemoryLayerImpl::fused_step_applies(const at::Tensor& x_t, const MemoryState& state, int64_t chunk,
-                                         StepDetail detail) const {
+bool MemoryLayerImpl::fused_step_applies(const at::Tensor& x_t, const MemoryState& state, int64_t chunk) const {
   const MemoryRule& r = rule_;
   bool overridden = false;
   for (const auto& o : overrides_) overridden = overridden || o.mode != GateOverride::Mode::Off;
-  return detail == StepDetail::OutputOnly && chunk == 1 && !at::GradMode::is_enabled() && !overridden &&
+  // A probed step is fused too: it fills the record (allocate_fused_record) that the probes read.
+  // Grad mode (stepping into a training batch) needs the general path's autograd graph.
+  return fused_step_on_ && chunk == 1 && !at::GradMode::is_enabled() && !overridden &&
          r.structure == Structure::Linear && r.bias == Bias::L2 &&
          (r.feature_map == FeatureMapKind::Identity || r.feature_map == FeatureMapKind::Poly) &&
          r.gamma != WindowWeights::Gated &&
@@ -68,7 +69,7 @@ const at::Tensor& MemoryLayerImpl::fused_projection() const {
   return fused_projection_;
 }
 
-StepOutput MemoryLayerImpl::fused_step(const at::Tensor& x_t, MemoryState& state) const {
+StepOutput MemoryLayerImpl::fused_step(const at::Tensor& x_t, MemoryState& state, bool record) const {
   const int64_t B = x_t.size(0), H = heads_, d = head_dim_, W = H * d;
   const at::Tensor projected = at::mm(x_t.contiguous(), fused_projection());  // [B, 3W + gates·H]
   const int64_t columns = projected.size(1);
@@ -130,7 +131,7 @@ StepOutput MemoryLayerImpl::fused_step(const at::Tensor& x_t, MemoryState& state
         etas[at] = max_lr * sigmoid(logits[lr_at + h] + lr_b.data_ptr<float>()[h]);
         betas[at] = momentum_at >= 0 ? sigmoid(logits[momentum_at + h] + momentum_b.data_ptr<float>()[h]) : 0.0f;
       }
-    return fused_window_step(qkv, alphas, etas, betas, state);
+    return fused_window_step(qkv, alphas, etas, betas, state, record);
   }
   const float scale = static_cast<float>(inner_loss_scale(rule_, head_dim_));  // γ = 1 at c = 1
   const bool momentum = rule_.optimiser == Optimiser::GdMomentum;
@@ -141,6 +142,11 @@ StepOutput MemoryLayerImpl::fused_step(const at::Tensor& x_t, MemoryState& state
   const at::Tensor s_old = state.momentum[0].contiguous();
   at::Tensor m_new = at::empty_like(m_old), s_new = momentum ? at::empty_like(s_old) : s_old;
   at::Tensor y = at::empty({B, H, d}, x_t.options());
+  StepRecord rec;
+  if (record) {
+    rec = allocate_fused_record(B, H, d, 1, x_t.options());
+    rec.gamma.fill_(position_weights(x_t.options())[0]);  // c = 1: γ is the position weight alone
+  }
   std::vector<float> phi_k(static_cast<size_t>(d)), phi_q(static_cast<size_t>(d)), psi(static_cast<size_t>(d));
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h) {
@@ -156,12 +162,21 @@ StepOutput MemoryLayerImpl::fused_step(const at::Tensor& x_t, MemoryState& state
       const float eta = max_lr * sigmoid(logits[lr_at + h] + lr_b.data_ptr<float>()[h]);
       const float beta = momentum_at >= 0 ? sigmoid(logits[momentum_at + h] + momentum_b.data_ptr<float>()[h]) : 0.0f;
 
-      const int64_t at = (b * H + h) * d * d;
+      const int64_t bh = b * H + h, at = bh * d * d;
+      if (record) {
+        std::copy(phi_k.begin(), phi_k.end(), rec.phi_k.data_ptr<float>() + bh * d);
+        std::copy(phi_q.begin(), phi_q.end(), rec.phi_q.data_ptr<float>() + bh * d);
+        std::copy(v, v + d, rec.v.data_ptr<float>() + bh * d);
+        rec.retain.data_ptr<float>()[bh] = alpha;
+        rec.lr.data_ptr<float>()[bh] = eta;
+        rec.momentum.data_ptr<float>()[bh] = beta;
+      }
       const float* M = m_old.data_ptr<float>() + at;
       const float* S = s_old.data_ptr<float>() + at;
       float* M2 = m_new.data_ptr<float>() + at;
       float* S2 = momentum ? s_new.data_ptr<float>() + at : nullptr;
-      float* out_y = y.data_ptr<float>() + (b * H + h) * d;
+      float* out_y = y.data_ptr<float>() + bh * d;
+      float loss_before = 0, loss_after = 0;  // L_t = s·½‖M φ_k − v‖² before and after the write
       for (int64_t i = 0; i < d; ++i) {  // ψ = s·(M φ_k − v); the read before the write
         float predicted = 0, read = 0;
         for (int64_t j = 0; j < d; ++j) {
@@ -169,6 +184,7 @@ StepOutput MemoryLayerImpl::fused_step(const at::Tensor& x_t, MemoryState& state
           read += M[i * d + j] * phi_q[static_cast<size_t>(j)];
         }
         psi[static_cast<size_t>(i)] = (predicted - v[i]) * scale;
+        loss_before += (predicted - v[i]) * (predicted - v[i]);
         if (!read_after) out_y[i] = read;
       }
       if (clip > 0) {  // SPEC §4's clip (inner_clip.cpp): ‖ψ φ_kᵀ‖_F = ‖ψ‖ ‖φ_k‖ for one token
@@ -180,11 +196,13 @@ StepOutput MemoryLayerImpl::fused_step(const at::Tensor& x_t, MemoryState& state
         const float factor = std::min(clip / std::sqrt(std::max(psi_sq * phi_sq, 1e-30f)), 1.0f);
         for (auto& p : psi) p *= factor;
       }
+      float* gradient = record ? rec.gradient[0].data_ptr<float>() + at : nullptr;
       for (int64_t i = 0; i < d; ++i) {
-        float read = 0;
+        float read = 0, predicted = 0;
         const float p = psi[static_cast<size_t>(i)];
         for (int64_t j = 0; j < d; ++j) {
           const float g = p * phi_k[static_cast<size_t>(j)];
+          if (record) gradient[i * d + j] = g;
           float u;
           if (momentum) {
             u = beta * S[i * d + j] + eta * g;
@@ -195,11 +213,17 @@ StepOutput MemoryLayerImpl::fused_step(const at::Tensor& x_t, MemoryState& state
           const float m = alpha * M[i * d + j] - u;
           M2[i * d + j] = m;
           read += m * phi_q[static_cast<size_t>(j)];
+          predicted += m * phi_k[static_cast<size_t>(j)];
         }
         if (read_after) out_y[i] = read;
+        loss_after += (predicted - v[i]) * (predicted - v[i]);
+      }
+      if (record) {
+        rec.loss_before.data_ptr<float>()[bh] = 0.5f * scale * loss_before;
+        rec.loss_after.data_ptr<float>()[bh] = 0.5f * scale * loss_after;
       }
     }
-  return finish_fused_step(state, m_new, s_new, y);
+  return finish_fused_step(state, m_new, s_new, y, std::move(rec));
 }
 
 }  // namespace memscope::model

@@ -1,14 +1,28 @@
 // What both fused steps (fused_linear_step.cpp, fused_window_step.cpp) leave in the state, as the
 // general step does for an exact (chunk 1) step: the new M and S, one more token, no chunk anchor.
 #pragma once
-#include <ATen/core/Tensor.h>
+#include <ATen/ATen.h>
 
 #include "model/memory/memory_layer.h"  // StepOutput, MemoryState
 
 namespace memscope::model {
 
+// The record of a probed fused step, [B,H,…] float32 for the per-head loops to fill: the fields
+// sequential_step.cpp records for these rules (δ and the token's own γ are 1 here: no Huber bias,
+// no γ gate). ns_output is added by the Muon step.
+inline StepRecord allocate_fused_record(int64_t B, int64_t H, int64_t d, int64_t window, const at::TensorOptions& options) {
+  StepRecord r;
+  for (at::Tensor* t : {&r.phi_k, &r.phi_q, &r.v}) *t = at::empty({B, H, d}, options);
+  for (at::Tensor* t : {&r.retain, &r.lr, &r.momentum, &r.loss_before, &r.loss_after}) *t = at::empty({B, H}, options);
+  r.delta = at::ones({B, H}, options);
+  r.token_gamma = at::ones({B, H}, options);
+  r.gamma = at::empty({B, H, window}, options);
+  r.gradient = {at::empty({B, H, d, d}, options)};
+  return r;
+}
+
 inline StepOutput finish_fused_step(MemoryState& state, const at::Tensor& memory, const at::Tensor& momentum,
-                                    const at::Tensor& y) {
+                                    const at::Tensor& y, StepRecord record = {}) {
   state.memory[0] = memory;
   state.momentum[0] = momentum;
   state.tokens += 1;
@@ -16,6 +30,7 @@ inline StepOutput finish_fused_step(MemoryState& state, const at::Tensor& memory
   state.anchor_chunk = 0;
   StepOutput result;
   result.y = y;
+  result.record = std::move(record);
   return result;
 }
 

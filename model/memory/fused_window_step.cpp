@@ -5,9 +5,10 @@
 //   g = Σ_{j in window} s·γ_j·(M φ_j − v_j) φ_jᵀ, clipped to memory.inner.clip     (SPEC §4)
 //   Muon: S ← β S + g, M ← α M − η NS(S);  gd: S ← β S + η g, M ← α M − S          (SPEC §5, §6)
 //   y = M φ_q, with the memory after the write unless the rule reads before it.
-// Newton–Schulz runs through newton_schulz() itself, batched over every head: the same numbers as
-// the general step's. The window's older tokens live in the state's ring, oldest first; the slots
-// before the sequence start carry γ = 0 there, so they add nothing.
+// Newton–Schulz runs through newton_schulz_small(), a plain loop per head equal to the general
+// step's newton_schulz() up to float rounding (at d = 16 the ATen calls were most of the cost).
+// The window's older tokens live in the state's ring, oldest first; the slots before the sequence
+// start carry γ = 0 there, so they add nothing.
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -23,7 +24,7 @@ namespace memscope::model {
 
 StepOutput MemoryLayerImpl::fused_window_step(const at::Tensor& qkv, const std::vector<float>& alpha,
                                               const std::vector<float>& eta, const std::vector<float>& beta,
-                                              MemoryState& state) const {
+                                              MemoryState& state, bool record) const {
   const int64_t B = qkv.size(0), H = heads_, d = head_dim_, W = H * d, c = rule_.window;
   const bool muon = rule_.optimiser == Optimiser::Muon;
   const float scale = static_cast<float>(inner_loss_scale(rule_, head_dim_));
@@ -71,6 +72,16 @@ StepOutput MemoryLayerImpl::fused_window_step(const at::Tensor& qkv, const std::
   at::Tensor phi_queries = at::empty({B, H, d}, options);
   std::vector<float> keys(static_cast<size_t>(c * d)), values(static_cast<size_t>(c * d)), gammas(static_cast<size_t>(c));
   std::vector<float> g(static_cast<size_t>(d * d)), error(static_cast<size_t>(d));
+  // A probed step's record; the window of every head is kept for the loss after the write, which
+  // Muon knows only once Newton–Schulz has run over all heads.
+  StepRecord rec;
+  std::vector<float> windows_phi, windows_v;
+  if (record) {
+    rec = allocate_fused_record(B, H, d, c, options);
+    rec.phi_q = phi_queries;
+    windows_phi.resize(static_cast<size_t>(B * H * c * d));
+    windows_v.resize(windows_phi.size());
+  }
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h) {
       const int64_t bh = b * H + h;
@@ -89,16 +100,21 @@ StepOutput MemoryLayerImpl::fused_window_step(const at::Tensor& qkv, const std::
       const float* M = m_old.data_ptr<float>() + bh * d * d;
       const float* S = s_old.data_ptr<float>() + bh * d * d;
       std::fill(g.begin(), g.end(), 0.0f);
+      float loss_before = 0;  // L_t = Σ_j w_j·½‖M φ_j − v_j‖², w_j = s·γ_j
       for (int64_t j = 0; j < c; ++j) {
         const float weight = gammas[static_cast<size_t>(j)] * position[j] * scale;
+        if (record) rec.gamma.data_ptr<float>()[bh * c + j] = gammas[static_cast<size_t>(j)] * position[j];
         if (weight == 0.0f) continue;  // a slot before the sequence start
         const float* phi = keys.data() + j * d;
         const float* v = values.data() + j * d;
+        float squares = 0;
         for (int64_t r = 0; r < d; ++r) {
           float predicted = 0;
           for (int64_t k = 0; k < d; ++k) predicted += M[r * d + k] * phi[k];
           error[static_cast<size_t>(r)] = (predicted - v[r]) * weight;
+          squares += (predicted - v[r]) * (predicted - v[r]);
         }
+        loss_before += 0.5f * weight * squares;
         for (int64_t r = 0; r < d; ++r)
           for (int64_t k = 0; k < d; ++k) g[static_cast<size_t>(r * d + k)] += error[static_cast<size_t>(r)] * phi[k];
       }
@@ -109,6 +125,17 @@ StepOutput MemoryLayerImpl::fused_window_step(const at::Tensor& qkv, const std::
         for (auto& x : g) x *= factor;
       }
       const size_t at = static_cast<size_t>(bh);
+      if (record) {
+        std::copy(keys.end() - d, keys.end(), rec.phi_k.data_ptr<float>() + bh * d);
+        std::copy(values.end() - d, values.end(), rec.v.data_ptr<float>() + bh * d);
+        std::copy(keys.begin(), keys.end(), windows_phi.begin() + bh * c * d);
+        std::copy(values.begin(), values.end(), windows_v.begin() + bh * c * d);
+        rec.retain.data_ptr<float>()[bh] = alpha[at];
+        rec.lr.data_ptr<float>()[bh] = eta[at];
+        rec.momentum.data_ptr<float>()[bh] = beta[at];
+        rec.loss_before.data_ptr<float>()[bh] = loss_before;
+        std::copy(g.begin(), g.end(), rec.gradient[0].data_ptr<float>() + bh * d * d);
+      }
       float* S2 = s_new.data_ptr<float>() + bh * d * d;
       float* M2 = m_new.data_ptr<float>() + bh * d * d;
       for (int64_t i = 0; i < d * d; ++i) {
@@ -126,7 +153,8 @@ StepOutput MemoryLayerImpl::fused_window_step(const at::Tensor& qkv, const std::
       }
     }
   if (muon) {
-    const at::Tensor orthogonal = newton_schulz(s_new, rule_.ns).contiguous();
+    const at::Tensor orthogonal = newton_schulz_small(s_new, rule_.ns);
+    if (record) rec.ns_output = {orthogonal};
     const float* O = orthogonal.data_ptr<float>();
     const float* M = m_old.data_ptr<float>();
     float* M2 = m_new.data_ptr<float>();
@@ -148,12 +176,31 @@ StepOutput MemoryLayerImpl::fused_window_step(const at::Tensor& qkv, const std::
       y.data_ptr<float>()[bh * d + r] = sum;
     }
   }
+  if (record)  // the loss after the write, over the same window
+    for (int64_t bh = 0; bh < B * H; ++bh) {
+      const float* M = m_new.data_ptr<float>() + bh * d * d;
+      float loss_after = 0;
+      for (int64_t j = 0; j < c; ++j) {
+        const float weight = rec.gamma.data_ptr<float>()[bh * c + j] * scale;  // as above: γ_j·s
+        if (weight == 0.0f) continue;
+        const float* phi = windows_phi.data() + (bh * c + j) * d;
+        const float* v = windows_v.data() + (bh * c + j) * d;
+        float squares = 0;
+        for (int64_t r = 0; r < d; ++r) {
+          float predicted = 0;
+          for (int64_t k = 0; k < d; ++k) predicted += M[r * d + k] * phi[k];
+          squares += (predicted - v[r]) * (predicted - v[r]);
+        }
+        loss_after += 0.5f * weight * squares;
+      }
+      rec.loss_after.data_ptr<float>()[bh] = loss_after;
+    }
   if (c > 1) {
     state.ring_phi = next_phi.to(state.ring_phi.dtype());
     state.ring_v = next_v.to(state.ring_v.dtype());
     state.ring_gamma = next_gamma.to(state.ring_gamma.dtype());
   }
-  return finish_fused_step(state, m_new, s_new, y);
+  return finish_fused_step(state, m_new, s_new, y, std::move(rec));
 }
 
 }  // namespace memscope::model

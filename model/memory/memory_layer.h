@@ -152,6 +152,10 @@ class MemoryLayerImpl : public torch::nn::Module {
   // …; see model/config/knobs.h): the parameters and the state's shapes stay valid.
   void set_live_rule(const MemoryRule& rule);
 
+  // The fused step (fused_linear_step.cpp) is on by default where it applies; off, every step
+  // takes the general path of sequential_step.cpp, the reference the fused one is tested against.
+  void set_fused_step(bool on) { fused_step_on_ = on; }
+
   void set_override(Gate gate, GateOverride value);
   const GateOverride& override_of(Gate gate) const { return overrides_[static_cast<int>(gate)]; }
   void clear_overrides();
@@ -180,14 +184,15 @@ class MemoryLayerImpl : public torch::nn::Module {
   bool per_feature(Gate gate) const;
   std::vector<at::Tensor> initial_memory(int64_t batch, at::Tensor* latent) const;
 
-  // fused_linear_step.cpp: the unprobed sequential step of the common linear rules in one pass
-  // per head (issue 20). fused_step_applies() says when it computes what step() does.
-  bool fused_step_applies(const at::Tensor& x_t, const MemoryState& state, int64_t chunk, StepDetail detail) const;
-  StepOutput fused_step(const at::Tensor& x_t, MemoryState& state) const;
+  // fused_linear_step.cpp: the sequential step of the common linear rules in one pass per head
+  // (issue 20), with its record when `record` (a probed step). fused_step_applies() says when it
+  // computes what step() does.
+  bool fused_step_applies(const at::Tensor& x_t, const MemoryState& state, int64_t chunk) const;
+  StepOutput fused_step(const at::Tensor& x_t, MemoryState& state, bool record) const;
   // fused_window_step.cpp: the rest of fused_step for Atlas's rules, from q|k|v [B,3W] after the
   // conv and the gates α, η, β per (sequence, head).
   StepOutput fused_window_step(const at::Tensor& qkv, const std::vector<float>& alpha, const std::vector<float>& eta,
-                               const std::vector<float>& beta, MemoryState& state) const;
+                               const std::vector<float>& beta, MemoryState& state, bool record) const;
   // [W_q; W_k; W_v; the used gates' W], rebuilt when a parameter changes (by identity and version).
   const at::Tensor& fused_projection() const;
   mutable at::Tensor fused_projection_;
@@ -196,6 +201,7 @@ class MemoryLayerImpl : public torch::nn::Module {
   MemoryRule rule_;
   int64_t d_model_, heads_, head_dim_, feature_dim_;
   std::array<GateOverride, kGateCount> overrides_;
+  bool fused_step_on_ = true;
 };
 TORCH_MODULE(MemoryLayer);
 

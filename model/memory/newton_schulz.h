@@ -11,4 +11,10 @@ namespace memscope::model {
 // Differentiable; runs on g's device and dtype.
 at::Tensor newton_schulz(const at::Tensor& g, const NsSchedule& schedule = {});
 
+// The same NS_k for the sequential step's small matrices (a head's d×d momentum): CPU float32,
+// no autograd, a plain loop per matrix instead of ~20 ATen calls (issue 20: at d = 16 those calls
+// were most of demo-mqar's memory step). Equal to newton_schulz() up to float rounding; larger or
+// other tensors go to newton_schulz().
+at::Tensor newton_schulz_small(const at::Tensor& g, const NsSchedule& schedule = {});
+
 }  // namespace memscope::model

@@ -56,6 +56,8 @@ Detectors::Detectors(DetectConfig config) : config_(config) {}
 void Detectors::set_config(const DetectConfig& config) {
   config_ = config;
   for (auto& [key, d] : spikes_) d.set_config({config_.spike_threshold, config_.spike_half_life, static_cast<int>(config_.spike_warmup)});
+  for (auto& [key, b] : ns_baseline_)
+    for (auto& d : b.by_place) d.set_config({config_.spike_threshold, config_.spike_half_life, kNsWarmup});
 }
 
 void Detectors::reset() {
@@ -64,6 +66,7 @@ void Detectors::reset() {
   nonfinite_.clear();
   ns_high_.clear();
   previous_norm_s_.clear();
+  ns_baseline_.clear();
 }
 
 SpikeDetector& Detectors::series(const std::string& key) {
@@ -156,6 +159,30 @@ std::vector<Event> Detectors::observe(const Frame& f) {
                                       place(l, h, "NS(S)") + " orthogonality error " + format(ns) + " > " +
                                           format(config_.ns_error),
                                       l, h, name, ns));
+
+        if (f.kind == FrameKind::Inspect && config_.ns_degraded > 0 && std::isfinite(ns) && f.token_index >= 0) {
+          NsBaseline& baseline = ns_baseline_[stream + "/" + key];
+          if (baseline.by_place.empty())
+            baseline.by_place.assign(kNsPlaces, SpikeDetector({config_.spike_threshold, config_.spike_half_life, kNsWarmup}));
+          const int64_t at = std::min<int64_t>(f.token_index, kNsPlaces - 1);
+          SpikeDetector& usual = baseline.by_place[static_cast<size_t>(at)];
+          const double mean = usual.mean(), spread = std::sqrt(usual.variance());
+          const auto s = usual.observe(f.step, ns);
+          const bool above = s && ns - mean > config_.ns_degraded;
+          if (above && !baseline.alarmed)
+            events.push_back(make_event(f, EventKind::NsError,
+                                        place(l, h, "NS(S)") + " orthogonality error " + format(ns) + " at token " +
+                                            std::to_string(f.token_index) + ", where this place in a sequence shows " +
+                                            format(mean) + " ± " + format(spread) + " (z " + format(s->z) +
+                                            "): is Newton–Schulz converging (memory.ns.*)?",
+                                        l, h, name, ns));
+          if (above) {
+            baseline.alarmed = true;
+            baseline.clean = 0;
+          } else if (baseline.alarmed && ++baseline.clean >= kNsRearm) {
+            baseline.alarmed = false;
+          }
+        }
 
         std::deque<double>& recent = recent_norms_[stream + "/" + key];
         const double level = recent.empty() ? 0.0 : *std::max_element(recent.begin(), recent.end());

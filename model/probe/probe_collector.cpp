@@ -12,8 +12,10 @@
 
 #include "model/memory/attentional_bias.h"
 #include "model/memory/newton_schulz.h"
+#include "model/probe/fused_probes.h"
 #include "model/probe/hope_probes.h"
 #include "model/probe/matrix_metrics.h"
+#include "model/probe/small_singular_values.h"
 
 namespace memscope::model {
 
@@ -47,6 +49,11 @@ at::Tensor downsample_matrix(const at::Tensor& m, int64_t largest) {
 }
 
 std::vector<double> collect_probes(Frame& frame, const ProbeInputs& in, const ProbeConfig& config) {
+  return fused_probes_apply(in, config) ? collect_fused_probes(frame, in)
+                                        : collect_probes_general(frame, in, config);
+}
+
+std::vector<double> collect_probes_general(Frame& frame, const ProbeInputs& in, const ProbeConfig& config) {
   at::NoGradGuard no_grad;
   const LanguageModel& model = *in.model;
   const MemoryRule& rule = model->rule();
@@ -183,7 +190,10 @@ std::vector<double> collect_probes(Frame& frame, const ProbeInputs& in, const Pr
                 : newton_schulz(finite(s), rule.ns);
         bad_u = at::maximum(bad_s, nonfinite(u));
       }
-      const at::Tensor sigma = at::linalg_svdvals(muon ? at::cat({finite(m), finite(u)}) : finite(m));
+      // One batched SVD, [·,a,b] flattened to a stack: small float matrices on the CPU take the
+      // Jacobi lanes of small_singular_values (LAPACK otherwise).
+      const at::Tensor spectra_of = muon ? at::cat({finite(m), finite(u)}) : finite(m);
+      const at::Tensor sigma = small_singular_values(spectra_of.flatten(0, -3)).unflatten(0, spectra_of.sizes().slice(0, spectra_of.dim() - 2));
       const at::Tensor erank = mask(effective_rank_from_singular_values(sigma.narrow(0, 0, layers)), bad_m);
       at::Tensor ns_error = none, ns_min = none, ns_max = none;
       if (muon) {

@@ -30,7 +30,12 @@ struct ProbeInputs {
 };
 
 // Fills frame.layers/heads/weights/head_metrics/weight_metrics/matrices and returns the extras.
+// Linear memories on the CPU take the fused path (fused_probes.h), everything else the general one.
 std::vector<double> collect_probes(Frame& frame, const ProbeInputs& in, const ProbeConfig& config);
+
+// The general path, for every model and device: batched ATen ops, one host transfer. Tests hold
+// the fused path to it.
+std::vector<double> collect_probes_general(Frame& frame, const ProbeInputs& in, const ProbeConfig& config);
 
 // M, S or ΔM [H,a,b] area-averaged so that its larger side is at most `largest` (aspect kept).
 at::Tensor downsample_matrix(const at::Tensor& m, int64_t largest);

@@ -25,6 +25,11 @@ struct DetectConfig {
   // detect.ns_error: NS orthogonality error that fires (0 = off). A rank-k momentum S gives about
   // √((r−k)/r) < 1 by itself, so only values above 1 mean NS is diverging (σ(U) well above 1).
   double ns_error = 1.0;
+  // detect.ns_degraded: how far (absolute) the NS error must rise above its moving mean at the same
+  // place in the sequence, on top of a z-score of detect.spike_threshold there (0 = off). 0.05 is
+  // below what a degraded NS shows past a sequence's first tokens (0.05–0.5) and above the healthy
+  // drift (README "How the detector defaults were chosen").
+  double ns_degraded = 0.05;
   double norm_growth = 2.0;       // detect.norm_growth: ‖M‖ ratio between probes that fires (0 = off)
 };
 

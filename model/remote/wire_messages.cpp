@@ -96,6 +96,7 @@ const std::vector<std::pair<Command::Kind, const char*>>& command_names() {
       {K::InjectNan, "inject nan"},
       {K::ScaleMomentum, "scale momentum"},
       {K::CorruptBatch, "corrupt batch"},
+      {K::NanGate, "nan gate"},
   };
   return names;
 }

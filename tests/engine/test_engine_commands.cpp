@@ -157,6 +157,53 @@ TEST_CASE("a corrupt batch planted in training raises that step's loss alone, an
   CHECK(test::same_frame(faulty[8], faulty.back()));   // the re-run after the rewind, bit for bit
 }
 
+TEST_CASE("a NaN gate planted for one step shows in that head alone, is named, and a rewind plants it again", "[engine]") {
+  // Fault injection for the detector bench (bench/fault_bench: nan_gate): issue 19's "a NaN in a gate".
+  Engine engine(test::small_engine({"probe.every=1"}));
+  auto log = std::make_shared<FrameLog>();
+  engine.add_sink(log);
+  engine.start();
+  engine.post(Command::steps(3));
+  Command nan_gate = targeted(Command::Kind::NanGate, 0, 1);
+  nan_gate.value = "lr";
+  engine.post(nan_gate);
+  engine.post(Command::steps(1));
+  engine.wait_idle();
+  const Frame faulty = log->frames.back();
+  REQUIRE(faulty.step == 4);
+  CHECK(std::isnan(faulty.head(0, 1, HeadMetric::Lr)));
+  CHECK(std::isfinite(faulty.head(0, 0, HeadMetric::Lr)));
+  const auto events = engine.events();
+  CHECK(std::any_of(events.begin(), events.end(), [](const Event& e) {
+    return e.kind == EventKind::NonFinite && e.step == 4 && e.layer == 0 && e.head == 1 && e.tensor == "lr";
+  }));
+  CHECK(std::any_of(events.begin(), events.end(),
+                    [](const Event& e) { return e.message.find("NaN in the lr gate (layer 0 head 1) for the next step") != std::string::npos; }));
+  // One step only: the gate reads its own value again at the next step (its memory stays NaN).
+  engine.post(Command::steps(1));
+  engine.wait_idle();
+  REQUIRE(log->frames.back().step == 5);
+  CHECK(std::isfinite(log->frames.back().head(0, 1, HeadMetric::Lr)));
+  // A rewind to the faulty step re-runs it from a keyframe, and the logged fault lands again.
+  engine.post(Command::rewind(4));
+  engine.wait_idle();
+  const auto rerun = engine.ring()->latest();
+  REQUIRE(rerun);
+  const Frame& again = *rerun;
+  REQUIRE(again.step == 4);
+  CHECK(std::isnan(again.head(0, 1, HeadMetric::Lr)));
+  CHECK(again.head(0, 0, HeadMetric::Lr) == faulty.head(0, 0, HeadMetric::Lr));
+
+  Command bad = targeted(Command::Kind::NanGate, 0, 0);
+  bad.value = "gamma";
+  engine.post(bad);
+  engine.wait_idle();
+  const auto later = engine.events();
+  CHECK(std::any_of(later.begin(), later.end(), [](const Event& e) {
+    return e.kind == EventKind::Error && e.message.find("nan gate: 'gamma' is not a gate (retain, lr or momentum)") != std::string::npos;
+  }));
+}
+
 TEST_CASE("bad commands give one-line error events and the engine keeps going", "[engine]") {
   Engine engine(test::small_engine());
   engine.start();

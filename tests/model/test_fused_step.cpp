@@ -1,6 +1,6 @@
 // The fused sequential step (model/memory/fused_linear_step.cpp, issue 20) against step()'s
-// general path on every rule it takes: the same outputs and states to float32 rounding, token
-// after token, and the general path wherever it does not apply.
+// general path on every rule it takes: the same outputs, records and states to float32 rounding,
+// token after token, and the general path wherever it does not apply.
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
@@ -11,18 +11,57 @@ using namespace memscope::model;
 
 namespace {
 
-// Runs T tokens through two copies of one state: the general path (a recorded step) and the
-// fused one (an unprobed step). Returns the largest |difference| over y, M and S.
-double largest_difference(const MemoryLayer& layer, int64_t T, int64_t batch) {
+// |a − b| at its largest, for two fields of a record that must both be there or both be absent.
+double field_difference(const at::Tensor& a, const at::Tensor& b) {
+  REQUIRE(a.defined() == b.defined());
+  if (!a.defined()) return 0;
+  REQUIRE(a.sizes() == b.sizes());
+  return (a - b).abs().max().item<double>();
+}
+
+// The fused record against the general one, field by field (what the probes read of a step).
+double record_difference(const StepRecord& general, const StepRecord& fused) {
+  double worst = 0;
+  for (const auto& [a, b] : {std::pair{general.phi_k, fused.phi_k}, std::pair{general.phi_q, fused.phi_q},
+                             std::pair{general.v, fused.v}, std::pair{general.retain, fused.retain},
+                             std::pair{general.lr, fused.lr}, std::pair{general.momentum, fused.momentum},
+                             std::pair{general.delta, fused.delta}, std::pair{general.gamma, fused.gamma},
+                             std::pair{general.token_gamma, fused.token_gamma},
+                             std::pair{general.loss_before, fused.loss_before},
+                             std::pair{general.loss_after, fused.loss_after}})
+    worst = std::max(worst, field_difference(a, b));
+  REQUIRE(general.gradient.size() == fused.gradient.size());
+  for (size_t i = 0; i < general.gradient.size(); ++i)
+    worst = std::max(worst, field_difference(general.gradient[i], fused.gradient[i]));
+  REQUIRE(general.ns_output.size() == fused.ns_output.size());
+  for (size_t i = 0; i < general.ns_output.size(); ++i)
+    worst = std::max(worst, field_difference(general.ns_output[i], fused.ns_output[i]));
+  return worst;
+}
+
+// Runs T tokens through three copies of one state: the general path (the fused step switched off,
+// recorded), the fused step recorded (a probed step) and unprobed. Returns the largest |difference|
+// between the general and the fused path over y, the record, M, S, the conv and the ring; the
+// fused step's two details must agree bit for bit.
+double largest_difference(const MemoryLayer& fused_layer, int64_t T, int64_t batch) {
   torch::NoGradGuard no_grad;
+  MemoryLayer layer = fused_layer;  // the same module, switched per call
   const at::Tensor x = torch::randn({batch, T, layer->d_model()});
-  MemoryState general = layer->initial_state(batch), fused = layer->initial_state(batch);
+  MemoryState general = layer->initial_state(batch), fused = layer->initial_state(batch),
+              unprobed = layer->initial_state(batch);
   double worst = 0;
   for (int64_t t = 0; t < T; ++t) {
-    const at::Tensor a = layer->step(x.select(1, t), general, 1, StepDetail::Record).y;
-    const at::Tensor b = layer->step(x.select(1, t), fused, 1, StepDetail::OutputOnly).y;
-    worst = std::max(worst, (a - b).abs().max().item<double>());
+    layer->set_fused_step(false);
+    const StepOutput a = layer->step(x.select(1, t), general, 1, StepDetail::Record);
+    layer->set_fused_step(true);
+    const StepOutput b = layer->step(x.select(1, t), fused, 1, StepDetail::Record);
+    const StepOutput c = layer->step(x.select(1, t), unprobed, 1, StepDetail::OutputOnly);
+    worst = std::max(worst, (a.y - b.y).abs().max().item<double>());
+    worst = std::max(worst, record_difference(a.record, b.record));
+    CHECK(torch::equal(b.y, c.y));
+    CHECK_FALSE(c.record.loss_before.defined());
   }
+  CHECK(torch::equal(fused.memory[0], unprobed.memory[0]));
   worst = std::max(worst, (general.memory[0] - fused.memory[0]).abs().max().item<double>());
   worst = std::max(worst, (general.momentum[0] - fused.momentum[0]).abs().max().item<double>());
   if (general.conv.defined()) worst = std::max(worst, (general.conv - fused.conv).abs().max().item<double>());
@@ -110,11 +149,11 @@ TEST_CASE("the fused step's clip binds: a tight clip changes the memory, as in t
 }
 
 TEST_CASE("rules and steps the fused path does not take still run the general step", "[model]") {
-  // A window, Muon, another bias, polynomial features, an override, grad mode: each goes the
-  // general way (its result is checked elsewhere); here, that it still runs and its record is whole.
-  const MemoryLayer windowed = layer_for("titans-lmm", {"memory.structure=linear", "memory.window.c=4"});
-  const MemoryLayer muon = layer_for("atlas-linear", {"memory.window.c=1", "memory.feature_map.kind=identity"});
-  for (const MemoryLayer* layer : {&windowed, &muon}) {
+  // Another bias, an MLP memory, grad mode: each goes the general way (its result is checked
+  // elsewhere); here, that it still runs and its record is whole.
+  const MemoryLayer huber = layer_for("titans-lmm", {"memory.structure=linear", "memory.bias=huber"});
+  const MemoryLayer mlp = layer_for("atlas", {"memory.window.c=1"});
+  for (const MemoryLayer* layer : {&huber, &mlp}) {
     torch::NoGradGuard no_grad;
     MemoryState s = (*layer)->initial_state(1);
     const auto out = (*layer)->step(torch::randn({1, 64}), s, 1, StepDetail::Record);
@@ -140,6 +179,9 @@ TEST_CASE("the fused step follows the weights when they change", "[model]") {
   layer->gate_b[static_cast<int>(Gate::Lr)].add_(0.7);
   MemoryState fused = layer->initial_state(1), general = layer->initial_state(1);
   const at::Tensor f = layer->step(x, fused, 1, StepDetail::OutputOnly).y;
-  const at::Tensor g = layer->step(x, general, 1, StepDetail::Record).y;
+  MemoryLayer reference = layer;
+  reference->set_fused_step(false);
+  const at::Tensor g = reference->step(x, general, 1, StepDetail::Record).y;
+  reference->set_fused_step(true);
   CHECK((f - g).abs().max().item<double>() < 1e-5);
 }

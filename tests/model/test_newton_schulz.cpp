@@ -54,3 +54,27 @@ TEST_CASE("NS with a per-step schedule uses each triple once", "[model]") {
   auto expected = 1.5 * x - 0.5 * torch::matmul(torch::matmul(x, x.t()), x);
   CHECK(torch::allclose(newton_schulz(g, cubic), expected, 0.0, 1e-12));
 }
+
+TEST_CASE("NS's small-matrix loop equals the batched ATen form for square, tall, wide and zero inputs", "[model]") {
+  // newton_schulz_small is the fused sequential step's path (issue 20); the reference is
+  // newton_schulz itself in float64, so the loop's float rounding is all that may differ.
+  using memscope::model::newton_schulz_small;
+  torch::manual_seed(3);
+  NsSchedule per_step;
+  per_step.per_step = {{3.4445, -4.7750, 2.0315}, {1.5, -0.5, 0.0}, {2.0, -1.5, 0.5}};
+  for (const auto& schedule : {NsSchedule{}, per_step})
+    for (auto shape : std::vector<std::vector<int64_t>>{{16, 16}, {4, 16, 16}, {2, 3, 24, 8}, {8, 40}, {1, 1}}) {
+      const auto g = torch::randn(shape, torch::kFloat32);
+      const auto fast = newton_schulz_small(g, schedule);
+      const auto reference = newton_schulz(g.to(torch::kFloat64), schedule);
+      INFO("shape " << g.sizes() << ", " << schedule.iterations() << " iterations");
+      REQUIRE(fast.sizes() == g.sizes());
+      REQUIRE(fast.scalar_type() == torch::kFloat32);
+      CHECK((fast.to(torch::kFloat64) - reference).abs().max().item<double>() < 2e-5);
+    }
+  const auto zero = torch::zeros({2, 16, 16});
+  CHECK(newton_schulz_small(zero).abs().max().item<double>() == 0.0);
+  // Outside its remit (float64, a large side) it is newton_schulz itself.
+  const auto big = torch::randn({3, 80, 80}, torch::kFloat64);
+  CHECK(torch::equal(newton_schulz_small(big), newton_schulz(big)));
+}

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <functional>
 
 #include "model/config/preset.h"
 #include "model/nn/language_model.h"
@@ -353,6 +354,56 @@ TEST_CASE("detectors: NS error and norm growth fire above their thresholds", "[p
   config.norm_growth = 0;  // off
   detectors.set_config(config);
   CHECK(detectors.observe(inspect(7, 8.0f, 0.1f)).empty());
+}
+
+TEST_CASE("detectors: a degraded Newton-Schulz stands out against the same place in earlier sequences", "[probe]") {
+  // 28-token sequences whose healthy NS error falls as S fills (√((r−k)/r) for a rank-k S, r = 16),
+  // with a little noise; a degraded NS reads 0.85 later in a sequence, below the 0.98 of every
+  // healthy sequence start, so detect.ns_error (1.0) never fires on it (issue 19).
+  Detectors detectors;  // the defaults: ns_degraded 0.05 above the place's mean, z above spike_threshold
+  int64_t step = 0;
+  auto frame = [&](int64_t token, float ns) {
+    Frame f = synthetic(++step, 1.0, 1.0, 1.0f, ns);
+    f.kind = FrameKind::Inspect;
+    f.token_index = token;
+    return f;
+  };
+  auto healthy = [](int64_t token, int64_t sequence) {
+    const double rank = std::min<double>(static_cast<double>(token) + 1.0, 16.0);
+    return static_cast<float>(std::sqrt((16.0 - rank) / 16.0) + 0.01 * std::sin(0.7 * static_cast<double>(sequence * 28 + token)));
+  };
+  std::vector<Event> events;
+  auto run_sequence = [&](int64_t sequence, const std::function<float(int64_t, float)>& fault) {
+    for (int64_t t = 0; t < 28; ++t)
+      for (const Event& e : detectors.observe(frame(t, fault(t, healthy(t, sequence))))) events.push_back(e);
+  };
+  const auto none = [](int64_t, float ns) { return ns; };
+  for (int64_t s = 0; s < 12; ++s) run_sequence(s, none);
+  CHECK(events.empty());  // healthy: quiet, sequence starts included
+
+  // Degraded for three tokens from token 12: one event, at the first of them, naming the place.
+  run_sequence(12, [](int64_t t, float ns) { return t >= 12 && t < 15 ? 0.85f : ns; });
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].kind == EventKind::NsError);
+  CHECK(events[0].step == 12 * 28 + 13);
+  CHECK(events[0].value == Approx(0.85));
+  CHECK(events[0].message.find("at token 12") != std::string::npos);
+  events.clear();
+  for (int64_t s = 13; s < 15; ++s) run_sequence(s, none);
+  CHECK(events.empty());
+
+  // Degraded from here on (a knob set on purpose): one event, not one per token, while it lasts.
+  for (int64_t s = 15; s < 18; ++s) run_sequence(s, [](int64_t t, float ns) { return t >= 6 ? 0.9f : ns; });
+  CHECK(events.size() == 1);
+
+  // Off: nothing.
+  events.clear();
+  DetectConfig off;
+  off.ns_degraded = 0;
+  Detectors quiet(off);
+  step = 0;
+  for (int64_t s = 0; s < 12; ++s)
+    for (int64_t t = 0; t < 28; ++t) CHECK(quiet.observe(frame(t, s == 11 && t == 12 ? 0.95f : healthy(t, s))).empty());
 }
 
 TEST_CASE("detectors: a memory refilling after each sequence start is not norm growth, a blow-up is", "[probe]") {

@@ -1,0 +1,220 @@
+#include "model/probe/fused_probes.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "model/memory/attentional_bias.h"
+#include "model/memory/newton_schulz.h"
+#include "model/probe/hope_probes.h"
+#include "model/probe/small_singular_values.h"
+
+namespace memscope::model {
+
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+bool all_finite(const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i])) return false;
+  return true;
+}
+
+float frobenius(const float* x, int64_t n) {
+  double squares = 0;
+  for (int64_t i = 0; i < n; ++i) squares += static_cast<double>(x[i]) * x[i];
+  return static_cast<float>(std::sqrt(squares));
+}
+
+// The probes read batch row 0 of a [B,H,…] float tensor.
+const float* row0(const at::Tensor& t) { return t.data_ptr<float>(); }
+
+}  // namespace
+
+bool fused_probes_apply(const ProbeInputs& in, const ProbeConfig& config) {
+  const LanguageModel& model = *in.model;
+  if (!model->config().has_memory() || in.state->blocks.empty() || model->config().block == BlockKind::Hope ||
+      model->config().uses_cms())
+    return false;
+  const MemoryRule& rule = model->rule();
+  if (rule.structure != Structure::Linear || rule.dgd_per_feature) return false;
+  for (const auto& block : in.state->blocks) {
+    const MemoryState& s = block.memory;
+    if (s.memory.size() != 1 || s.momentum.size() != 1) return false;
+    for (const at::Tensor* t : {&s.memory[0], &s.momentum[0]})
+      if (!t->defined() || !t->device().is_cpu() || t->scalar_type() != at::kFloat) return false;
+  }
+  if (in.records)
+    for (const auto& r : *in.records)
+      if (r && (r->loss_before.scalar_type() != at::kFloat || !r->loss_before.device().is_cpu())) return false;
+  const at::Tensor& m = in.state->blocks.front().memory.memory[0];
+  const bool shrinks = !config.full_matrices && config.downsample > 0 && std::max(m.size(-2), m.size(-1)) > config.downsample;
+  return !(in.matrices && shrinks);
+}
+
+std::vector<double> collect_fused_probes(Frame& frame, const ProbeInputs& in) {
+  at::NoGradGuard no_grad;
+  const LanguageModel& model = *in.model;
+  const MemoryRule& rule = model->rule();
+  const int64_t L = model->layers();
+  const MemoryState& first = in.state->blocks.front().memory;
+  const int64_t H = first.memory[0].size(1), rows = first.memory[0].size(-2), cols = first.memory[0].size(-1);
+  const int64_t area = rows * cols, rank = std::min(rows, cols);
+  frame.layers = static_cast<int>(L);
+  frame.heads = static_cast<int>(H);
+  frame.weights = first.names;
+  frame.matrices.clear();
+
+  auto record_of = [&](int64_t l) -> const StepRecord* {
+    if (!in.records || static_cast<int64_t>(in.records->size()) <= l || !(*in.records)[static_cast<size_t>(l)]) return nullptr;
+    return &*(*in.records)[static_cast<size_t>(l)];
+  };
+  bool all_records = in.records != nullptr;
+  for (int64_t l = 0; l < L; ++l) all_records = all_records && record_of(l);
+  const bool muon = rule.optimiser == Optimiser::Muon;
+  const bool have_before = in.memory_before && static_cast<int64_t>(in.memory_before->size()) == L;
+  std::vector<at::Tensor> memory(static_cast<size_t>(L)), momentum(memory.size()), before(memory.size()), ns(memory.size());
+  for (int64_t l = 0; l < L; ++l) {
+    const MemoryState& s = in.state->blocks[static_cast<size_t>(l)].memory;
+    memory[static_cast<size_t>(l)] = s.memory[0].contiguous();
+    momentum[static_cast<size_t>(l)] = s.momentum[0].contiguous();
+    if (have_before) before[static_cast<size_t>(l)] = (*in.memory_before)[static_cast<size_t>(l)][0].to(at::kFloat).contiguous();
+    if (muon)  // U = NS(S): what the step applied, or (no record: a train frame) NS of S's finite part
+      ns[static_cast<size_t>(l)] =
+          all_records && !record_of(l)->ns_output.empty()
+              ? record_of(l)->ns_output[0].contiguous()
+              : newton_schulz_small(at::nan_to_num(momentum[static_cast<size_t>(l)].select(0, 0), 0.0, 0.0, 0.0), rule.ns);
+  }
+
+  // Head metrics (SPEC §8), in HeadMetric order.
+  frame.head_metrics.assign(static_cast<size_t>(L * H * kHeadMetricCount), kNaN);
+  std::vector<bool> head_bad(static_cast<size_t>(L * H), false);
+  if (all_records)
+    for (int64_t l = 0; l < L; ++l) {
+      const StepRecord& r = *record_of(l);
+      const at::Tensor retain = r.retain.contiguous(), lr = r.lr.contiguous(), beta = r.momentum.contiguous(),
+                       gamma = r.token_gamma.contiguous(), loss_before = r.loss_before.contiguous(),
+                       loss_after = r.loss_after.contiguous();
+      at::Tensor phi_k, window;
+      if (rule.optimiser == Optimiser::Dgd) {
+        phi_k = r.phi_k.contiguous();
+        window = r.gamma.contiguous();
+      }
+      for (int64_t h = 0; h < H; ++h) {
+        float* out = frame.head_metrics.data() + (l * H + h) * kHeadMetricCount;
+        const float alpha = rule.retention == Retention::None ? 1.0f : row0(retain)[h];
+        const float eta = row0(lr)[h];
+        float lo = alpha, hi = alpha;
+        if (rule.optimiser == Optimiser::Dgd) {
+          // (αI − wηφφᵀ): α − wη‖φ‖² along φ, α on its complement; w = the token's window weight × s.
+          const int64_t d_phi = phi_k.size(-1), c = window.size(-1);
+          float phi_sq = 0;
+          for (int64_t i = 0; i < d_phi; ++i) phi_sq += row0(phi_k)[h * d_phi + i] * row0(phi_k)[h * d_phi + i];
+          const float w = row0(window)[h * c + c - 1] * static_cast<float>(inner_loss_scale(rule, r.v.size(-1)));
+          const float along = alpha - eta * phi_sq * w;
+          lo = std::min(alpha, along);
+          hi = std::max(alpha, along);
+        }
+        const float b = row0(loss_before)[h], a = row0(loss_after)[h];
+        const float values[kHeadMetricCount] = {alpha, eta, row0(beta)[h], row0(gamma)[h], lo, hi, b, a, b - a};
+        std::copy(values, values + kHeadMetricCount, out);
+        head_bad[static_cast<size_t>(l * H + h)] = !all_finite(values, kHeadMetricCount);
+      }
+    }
+
+  // One SVD for every spectrum: M's (zeroed where not finite) for the erank, then U's for the NS
+  // error, each [rows, cols] of batch row 0.
+  const int64_t matrices = (muon ? 2 : 1) * L * H;
+  at::Tensor stack = at::empty({matrices, rows, cols}, first.memory[0].options());
+  float* to = stack.data_ptr<float>();
+  std::vector<bool> bad_m(static_cast<size_t>(L * H)), bad_s(bad_m.size()), bad_u(bad_m.size());
+  for (int pass = 0; pass < (muon ? 2 : 1); ++pass)
+    for (int64_t l = 0; l < L; ++l)
+      for (int64_t h = 0; h < H; ++h, to += area) {
+        const float* from = row0(pass == 0 ? memory[static_cast<size_t>(l)] : ns[static_cast<size_t>(l)]) + h * area;
+        for (int64_t i = 0; i < area; ++i) to[i] = std::isfinite(from[i]) ? from[i] : 0.0f;
+        const size_t at = static_cast<size_t>(l * H + h);
+        if (pass == 0) {
+          bad_m[at] = !all_finite(from, area);
+          bad_s[at] = !all_finite(row0(momentum[static_cast<size_t>(l)]) + h * area, area);
+        } else {
+          bad_u[at] = bad_s[at] || !all_finite(from, area);
+        }
+      }
+  const at::Tensor sigma = small_singular_values(stack).contiguous();  // [matrices, rank], descending
+  const float* spectra = sigma.data_ptr<float>();
+
+  frame.weight_metrics.assign(static_cast<size_t>(L * H * kWeightMetricCount), kNaN);
+  for (int64_t l = 0; l < L; ++l)
+    for (int64_t h = 0; h < H; ++h) {
+      const size_t at = static_cast<size_t>(l * H + h);
+      float* out = frame.weight_metrics.data() + at * kWeightMetricCount;
+      const float* m = row0(memory[static_cast<size_t>(l)]) + h * area;
+      out[static_cast<int>(WeightMetric::NormM)] = frobenius(m, area);
+      out[static_cast<int>(WeightMetric::NormS)] = frobenius(row0(momentum[static_cast<size_t>(l)]) + h * area, area);
+      if (have_before) {
+        const float* was = row0(before[static_cast<size_t>(l)]) + h * area;
+        double squares = 0;
+        for (int64_t i = 0; i < area; ++i) squares += static_cast<double>(m[i] - was[i]) * (m[i] - was[i]);
+        out[static_cast<int>(WeightMetric::NormDM)] = static_cast<float>(std::sqrt(squares));
+      }
+      // Effective rank: exp of the entropy of σ/Σσ (matrix_metrics.cpp), 0 for a zero matrix.
+      const float* s = spectra + static_cast<int64_t>(at) * rank;
+      double total = 0, entropy = 0;
+      for (int64_t i = 0; i < rank; ++i) total += s[i];
+      for (int64_t i = 0; i < rank && total > 0; ++i) {
+        const double p = s[i] / total;
+        if (p > 0) entropy -= p * std::log(p);
+      }
+      if (!bad_m[at]) out[static_cast<int>(WeightMetric::Erank)] = total > 0 ? static_cast<float>(std::exp(entropy)) : 0.0f;
+      if (muon && !bad_u[at]) {  // ‖UᵀU − I‖_F/√r from U's singular values
+        const float* u = spectra + (L * H + static_cast<int64_t>(at)) * rank;
+        double error = 0;
+        for (int64_t i = 0; i < rank; ++i) error += (static_cast<double>(u[i]) * u[i] - 1.0) * (static_cast<double>(u[i]) * u[i] - 1.0);
+        out[static_cast<int>(WeightMetric::NsError)] = static_cast<float>(std::sqrt(error / static_cast<double>(rank)));
+        out[static_cast<int>(WeightMetric::NsSmin)] = u[rank - 1];
+        out[static_cast<int>(WeightMetric::NsSmax)] = u[0];
+      }
+      out[static_cast<int>(WeightMetric::NonFinite)] =
+          static_cast<float>(bad_m[at] + 2 * bad_s[at] + 4 * head_bad[at]);
+    }
+
+  // Snapshots per weight, tensor, layer and head, as collect_probes orders them; at full size.
+  if (in.matrices)
+    for (const char* tensor : {"M", "S", "dM"}) {
+      if (std::string(tensor) == "dM" && !have_before) continue;
+      for (int64_t l = 0; l < L; ++l)
+        for (int64_t h = 0; h < H; ++h) {
+          MatrixSnapshot snap;
+          snap.layer = static_cast<int>(l);
+          snap.head = static_cast<int>(h);
+          snap.weight = frame.weights[0];
+          snap.tensor = tensor;
+          snap.rows = snap.full_rows = static_cast<int>(rows);
+          snap.cols = snap.full_cols = static_cast<int>(cols);
+          const float* m = row0(memory[static_cast<size_t>(l)]) + h * area;
+          if (std::string(tensor) == "S") {
+            const float* s = row0(momentum[static_cast<size_t>(l)]) + h * area;
+            snap.values.assign(s, s + area);
+          } else if (std::string(tensor) == "M") {
+            snap.values.assign(m, m + area);
+          } else {
+            const float* was = row0(before[static_cast<size_t>(l)]) + h * area;
+            snap.values.resize(static_cast<size_t>(area));
+            for (int64_t i = 0; i < area; ++i) snap.values[static_cast<size_t>(i)] = m[i] - was[i];
+          }
+          frame.matrices.push_back(std::move(snap));
+        }
+    }
+
+  const float nothing = 0;  // no HOPE or CMS parts: this clears the frame's fields for them
+  unpack_hope_probes(frame, model, *in.state, in.records, &nothing);
+  std::vector<double> extras;
+  for (const auto& e : in.extra) extras.push_back(static_cast<double>(e.detach().to(at::kFloat).item<float>()));
+  return extras;
+}
+
+}  // namespace memscope::model

@@ -1,0 +1,152 @@
+// The fused probes (model/probe/fused_probes.cpp, issue 20) against the general path of
+// collect_probes on the models the fused path takes: the same frame, metric for metric, with and
+// without step records, snapshots and ΔM, and with a head gone NaN.
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "model/config/preset.h"
+#include "model/nn/language_model.h"
+#include "model/probe/fused_probes.h"
+#include "model/probe/probe_collector.h"
+
+namespace {
+
+using namespace memscope::model;
+
+struct Stepped {
+  LanguageModel lm{nullptr};
+  LmState state;
+  std::vector<std::vector<at::Tensor>> before;
+  LmStepOutput out;
+};
+
+// A 2-layer model of `memory` stepped 7 tokens (past demo windows' fill), keeping the memories
+// before the last token, as the engine does.
+Stepped step_seven(const std::string& memory, std::vector<std::string> sets) {
+  torch::NoGradGuard no_grad;
+  sets.insert(sets.begin(), {"model.d_model=32", "model.layers=2", "model.memory_heads=2", "model.attention_heads=2",
+                             "model.window=4", "model.persistent=2", "memory.lr.max=4"});
+  const Preset p = load_preset(memory, sets);
+  LmConfig config = p.model;
+  config.vocab = 13;
+  torch::manual_seed(11);
+  Stepped s;
+  s.lm = LanguageModel(config, p.memory);
+  s.state = s.lm->initial_state(1);
+  for (int64_t t = 0; t < 7; ++t) {
+    s.before.clear();
+    for (const auto& b : s.state.blocks) s.before.push_back(b.memory.memory);
+    s.out = s.lm->step(torch::full({1}, (t * 5) % 13, torch::kLong), s.state);
+  }
+  return s;
+}
+
+// Equal where both are numbers (to float rounding of another summation order), NaN and Inf in the
+// same places.
+void check_same(const std::vector<float>& fused, const std::vector<float>& general, double tolerance) {
+  REQUIRE(fused.size() == general.size());
+  for (size_t i = 0; i < fused.size(); ++i) {
+    INFO("element " << i << ": fused " << fused[i] << ", general " << general[i]);
+    REQUIRE(std::isnan(fused[i]) == std::isnan(general[i]));
+    if (!std::isnan(fused[i]) && fused[i] != general[i])  // an Inf only equals itself
+      CHECK(std::abs(fused[i] - general[i]) <= tolerance * (1.0 + std::abs(general[i])));
+  }
+}
+
+void check_frames_equal(const ProbeInputs& in) {
+  const ProbeConfig config;
+  REQUIRE(fused_probes_apply(in, config));
+  Frame fused, general;
+  const auto fused_extra = collect_fused_probes(fused, in);
+  const auto general_extra = collect_probes_general(general, in, config);
+  CHECK(fused_extra == general_extra);
+  CHECK(fused.layers == general.layers);
+  CHECK(fused.heads == general.heads);
+  CHECK(fused.weights == general.weights);
+  check_same(fused.head_metrics, general.head_metrics, 1e-5);
+  check_same(fused.weight_metrics, general.weight_metrics, 1e-4);
+  REQUIRE(fused.matrices.size() == general.matrices.size());
+  for (size_t i = 0; i < fused.matrices.size(); ++i) {
+    const MatrixSnapshot &a = fused.matrices[i], &b = general.matrices[i];
+    INFO("snapshot " << i << ": " << b.tensor << " layer " << b.layer << " head " << b.head);
+    CHECK(a.layer == b.layer);
+    CHECK(a.head == b.head);
+    CHECK(a.weight == b.weight);
+    CHECK(a.tensor == b.tensor);
+    CHECK(a.rows == b.rows);
+    CHECK(a.cols == b.cols);
+    CHECK(a.full_rows == b.full_rows);
+    CHECK(a.full_cols == b.full_cols);
+    check_same(a.values, b.values, 1e-6);
+    CHECK(a.singular_values.empty());
+  }
+  CHECK(fused.cms_levels == general.cms_levels);
+  CHECK(fused.feature_rows == general.feature_rows);
+}
+
+}  // namespace
+
+TEST_CASE("fused probes equal the general path: Muon, gd with momentum, dgd, retention off, windows", "[probe]") {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> models{
+      {"atlas-linear", {}},                                  // Muon, an Omega window, polynomial features
+      {"atlas-linear", {"memory.window.c=1"}},
+      {"deltanet", {"memory.optimiser=dgd"}},               // dgd's effective retention α − wη‖φ‖²
+      {"deltanet", {}},
+      {"titans-lmm", {"memory.structure=linear"}},          // gd with momentum, the conv
+      {"titans-lmm", {"memory.structure=linear", "memory.retention=none"}},
+      {"titans-lmm", {"memory.structure=linear", "memory.bias=huber"}},  // the general step's record
+  };
+  for (const auto& [memory, sets] : models) {
+    std::string name = memory;
+    for (const auto& s : sets) name += " " + s;
+    INFO(name);
+    Stepped s = step_seven(memory, sets);
+    ProbeInputs in;
+    in.model = &s.lm;
+    in.state = &s.state;
+    in.extra = {torch::tensor(2.5), torch::tensor(-1.25)};
+    SECTION("an inspect frame: records, ΔM and snapshots") {
+      in.records = &s.out.records;
+      in.memory_before = &s.before;
+      in.matrices = true;
+      check_frames_equal(in);
+    }
+    SECTION("a train frame: no records, no ΔM, no snapshots") { check_frames_equal(in); }
+    SECTION("a head gone NaN in M, another in S") {
+      s.state.blocks[1].memory.memory[0][0][1][2][3] = std::nan("");
+      s.state.blocks[0].memory.momentum[0][0][0][0][0] = std::numeric_limits<double>::infinity();
+      in.records = &s.out.records;
+      in.memory_before = &s.before;
+      in.matrices = true;
+      check_frames_equal(in);
+    }
+  }
+}
+
+TEST_CASE("fused probes leave to the general path what they do not take", "[probe]") {
+  const ProbeConfig config;
+  for (const auto& [memory, sets] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"titans-lmm", {}},                                                    // an MLP memory
+           {"deltanet", {"memory.optimiser=dgd", "memory.dgd.per_feature=true"}},  // per-feature dgd
+       }) {
+    INFO(memory);
+    Stepped s = step_seven(memory, sets);
+    ProbeInputs in;
+    in.model = &s.lm;
+    in.state = &s.state;
+    CHECK_FALSE(fused_probes_apply(in, config));
+  }
+  // Snapshots that would be shrunk for display go the general way (it keeps their full spectra).
+  Stepped s = step_seven("atlas-linear", {});
+  ProbeInputs in;
+  in.model = &s.lm;
+  in.state = &s.state;
+  in.matrices = true;
+  ProbeConfig small = config;
+  small.downsample = 4;
+  CHECK_FALSE(fused_probes_apply(in, small));
+  small.full_matrices = true;
+  CHECK(fused_probes_apply(in, small));
+}

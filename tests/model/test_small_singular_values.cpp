@@ -1,0 +1,52 @@
+// The probes' batched Jacobi singular values (model/probe/small_singular_values.cpp, issue 20)
+// against LAPACK's in float64, on the shapes the probes meet and the edge cases.
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+#include "model/probe/small_singular_values.h"
+
+using memscope::model::small_singular_values;
+
+namespace {
+
+// Largest |σ − σ_reference| relative to each matrix's largest σ.
+double worst_error(const torch::Tensor& matrices) {
+  const auto fast = small_singular_values(matrices);
+  const auto reference = torch::linalg_svdvals(matrices.to(torch::kFloat64));
+  REQUIRE(fast.sizes() == reference.sizes());
+  REQUIRE(fast.scalar_type() == torch::kFloat32);
+  const auto scale = reference.select(-1, 0).unsqueeze(-1).clamp_min(1e-30);
+  return ((fast.to(torch::kFloat64) - reference).abs() / scale).max().item<double>();
+}
+
+}  // namespace
+
+TEST_CASE("small singular values equal LAPACK's: square, wide, tall, partial groups", "[probe]") {
+  torch::manual_seed(5);
+  for (auto shape : std::vector<std::vector<int64_t>>{{16, 16, 16}, {40, 16, 16}, {3, 8, 40}, {5, 40, 8},
+                                                       {1, 1, 1}, {17, 64, 64}, {2, 2, 7}}) {
+    INFO("shape " << torch::IntArrayRef(shape));
+    CHECK(worst_error(torch::randn(shape)) < 1e-5);  // float32 sums of up to 64 terms
+  }
+  // Ill-conditioned and rank-deficient: singular values spread over six decades, and exact zeros.
+  const auto u = std::get<0>(torch::linalg_qr(torch::randn({4, 16, 16}, torch::kFloat64)));
+  const auto v = std::get<0>(torch::linalg_qr(torch::randn({4, 16, 16}, torch::kFloat64)));
+  const auto spread = torch::logspace(0, -6, 16, 10, torch::kFloat64);
+  const auto graded = torch::matmul(u * spread, v.transpose(-2, -1)).to(torch::kFloat32);
+  CHECK(worst_error(graded) < 2e-6);
+  const auto low_rank = torch::matmul(torch::randn({6, 16, 3}), torch::randn({6, 3, 16}));
+  CHECK(worst_error(low_rank) < 2e-6);
+}
+
+TEST_CASE("small singular values: zero and non-finite matrices, and sizes beyond the Jacobi path", "[probe]") {
+  auto m = torch::randn({3, 16, 16});
+  m[1].zero_();
+  m[2][4][5] = std::nan("");
+  const auto sigma = small_singular_values(m);
+  CHECK(sigma[0].min().item<float>() > 0);
+  CHECK(sigma[1].abs().max().item<float>() == 0);
+  CHECK(torch::isnan(sigma[2]).all().item<bool>());  // NaN in, NaN out, nothing else disturbed
+  CHECK(torch::allclose(sigma[0], torch::linalg_svdvals(m[0]), 1e-5, 1e-5));
+  const auto big = torch::randn({2, 80, 70});
+  CHECK(torch::equal(small_singular_values(big), torch::linalg_svdvals(big)));
+}
