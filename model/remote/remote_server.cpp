@@ -123,6 +123,14 @@ void RemoteServer::loop() {
                       })))
       break;
 
+    // The status is read before the inbox is taken: the source emits a step's frame before it
+    // counts the step, so every frame this status counts is then in the inbox, and goes out
+    // ahead of it. Read after, a step finished in between would be counted but not yet sent.
+    const bool status_due = status_now_ || now - last_status >= kStatusEvery;
+    status_now_ = false;
+    EngineStatus status;
+    if (status_due) status = source_.status();
+
     // What the source emitted since the last turn.
     std::deque<std::shared_ptr<const Frame>> frames;
     std::vector<Event> events;
@@ -134,9 +142,8 @@ void RemoteServer::loop() {
       std::swap(dropped, inbox_dropped_);
     }
     distribute(std::move(frames), std::move(events), dropped);
-    if (now - last_status >= kStatusEvery) {
+    if (status_due) {
       last_status = now;
-      const EngineStatus status = source_.status();
       for (auto& v : clients_)
         if (v->authed && !v->closing) queue_status(*v, status, now);
     }
@@ -231,6 +238,8 @@ void RemoteServer::welcome(Viewer& v) {
   w.label = options_.label;
   w.refused = options_.refused;
   v.control.push_back(encode_message(MessageType::Welcome, encode_welcome(w)));
+  // Read before the rings are copied, so every frame this status counts is among the copies.
+  const EngineStatus status = source_.status();
   // Subscribe, then copy the history: what the inbox holds now goes to the other viewers only, and
   // what comes after goes to this one too. Events [0, seen) are in the source's log (emit() hands
   // an event to the sinks just before it logs it); frames may arrive twice, which the viewer drops.
@@ -261,7 +270,7 @@ void RemoteServer::welcome(Viewer& v) {
       held.insert(held.end(), f.begin(), f.end());
     }
   v.frames.insert(v.frames.end(), held.begin(), held.end());
-  queue_status(v, source_.status(), now_s());
+  queue_status(v, status, now_s());
 }
 
 void RemoteServer::take_command(Viewer& v, const std::string& payload) {
@@ -280,7 +289,9 @@ void RemoteServer::take_command(Viewer& v, const std::string& payload) {
   if (refused.empty()) source_.post(admitted);
   else v.control.push_back(encode_message(MessageType::Notice, encode_reason(describe(c) + ": " + refused)));
   v.commands_taken = seq;
-  queue_status(v, source_.status(), now_s());
+  // Its status goes out next turn, read in the loop's order (before the inbox), never here.
+  status_now_ = true;
+  wake_.wake();
 }
 
 void RemoteServer::distribute(std::deque<std::shared_ptr<const Frame>> frames, std::vector<Event> events, int64_t dropped) {

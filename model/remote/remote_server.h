@@ -86,6 +86,7 @@ class RemoteServer : public FrameSink {
   std::atomic<bool> stopping_{false};
   std::string bye_;
   std::thread thread_;
+  bool status_now_ = false;  // the server thread's: a command was taken, so a status goes out next turn
 
   // Handed from the source's thread to the server thread.
   std::mutex inbox_mutex_;
