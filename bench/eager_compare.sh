@@ -6,6 +6,9 @@
 #          the ratio, GFLOP/s and the share of this core's sgemm peak (step_bench measures it)
 #   model  the whole demo-mqar-titans and demo-mqar models token by token (eager_lm.py, checked
 #          first against memscope's recorded step of the same checkpoint): both medians and the ratio
+#   chunkwise  the Titans layer's chunkwise form at c = 1, b = 64 (memory_bench's row against
+#          time_eager.py's eager_chunkwise, the same configuration): both medians, the ratio, and
+#          memscope's GFLOP/s counted for the per-token form it runs (below) against the peak
 #   train  demo-mqar-titans's training step (eager_lm_train.py, checked first against the loss and
 #          gradient norm memscope's trainer reports for the same weights and batch)
 # Needs Debian's python3-torch, for this benchmark only: apt-get install python3-torch.
@@ -47,7 +50,10 @@ STEP3=$("$CLI" train --preset demo-mqar-titans --steps 3 --json | grep '"step":3
   --check-loss "$(echo "$STEP3" | "$PY" -c 'import json,sys;print(json.load(sys.stdin)["loss"])')" \
   --check-grad-norm "$(echo "$STEP3" | "$PY" -c 'import json,sys;print(json.load(sys.stdin)["grad_norm"])')" >>"$OUT/eager.jsonl"
 DEVICE_BENCH=${DEVICE_BENCH:-build/bench/device_bench}
+MEMORY_BENCH=${MEMORY_BENCH:-build/bench/memory_bench}
 for _ in $(seq 1 "$REPS"); do
+  "$MEMORY_BENCH" --only linear --c 1 --optimiser gd-momentum --chunk 64 >>"$OUT/memscope.jsonl"
+  "$PY" bench/eager/time_eager.py --bench eager_chunkwise --chunk 64 --reps 1 >>"$OUT/eager.jsonl"
   "$STEP" --only layer --reps 1 >>"$OUT/memscope.jsonl"
   "$PY" bench/eager/time_eager.py --bench eager_layer --reps 1 >>"$OUT/eager.jsonl"
   "$STEP" --only model --model-preset demo-mqar-titans --tokens 512 --reps 1 >>"$OUT/memscope.jsonl"
@@ -69,7 +75,7 @@ for rule in ("titans", "atlas"):
     e = [r for r in eager if r.get("rule") == rule]
     e_tps = statistics.median(r["tokens_per_s"] for r in e)
     for record in (False, True):
-        m = [r for r in ours if r["case"] == f"layer/{rule}" and r["record"] == record]
+        m = [r for r in ours if r.get("case") == f"layer/{rule}" and r["record"] == record]
         tps = statistics.median(r["tokens_per_s"] for r in m)
         gflops = statistics.median(r["gflops"] for r in m)
         peak = statistics.median(r["sgemm_peak_gflops"] for r in m)
@@ -82,12 +88,31 @@ for model, eager_bench in (("demo-mqar-titans", "eager_lm"), ("demo-mqar", "eage
     e = [r for r in eager if r["bench"] == eager_bench]
     e_tps = statistics.median(r["tokens_per_s"] for r in e)
     for record in (False, True):
-        m = [r for r in ours if r["case"] == f"model/{model}" and r["record"] == record]
+        m = [r for r in ours if r.get("case") == f"model/{model}" and r["record"] == record]
         tps = statistics.median(r["tokens_per_s"] for r in m)
         print(json.dumps({"bench": "eager_compare", "model": model, "step": "probed" if record else "unprobed",
                           "memscope_tokens_per_s": round(tps, 1), "eager_tokens_per_s": round(e_tps, 1),
                           "ratio": round(tps / e_tps, 3), "rounds": len(m)}))
-m = [r for r in ours if r["case"] == "train/demo-mqar-titans"]
+# The chunkwise layer. memscope runs it per token (fused_linear_chunkwise.cpp), so its FLOPs are
+# counted for that form: per token the q/k/v projection 2·D·3D and the gates 3·2·D·H, per token and
+# head e = M̄φ − v, the S and M updates and the read, 2d² each (8d²). Eager's dual form has its own
+# count (time_eager.py); the ratio of tokens/s is what compares them.
+m = [r for r in ours if r.get("bench") == "memory" and r.get("chunk") == 64 and r.get("c") == 1]
+e = [r for r in eager if r["bench"] == "eager_chunkwise"]
+if m and e:
+    H, d = m[0]["heads"], m[0]["head_dim"]
+    D = H * d
+    flops = 2 * D * 3 * D + 3 * 2 * D * H + H * 8 * d * d
+    tps = statistics.median(r["chunkwise_tokens_per_s"] for r in m)
+    e_tps = statistics.median(r["tokens_per_s"] for r in e)
+    peak = statistics.median(r["sgemm_peak_gflops"] for r in ours if "sgemm_peak_gflops" in r)
+    print(json.dumps({"bench": "eager_compare", "chunkwise": "titans c=1 b=64", "memscope_tokens_per_s": round(tps, 1),
+                      "eager_tokens_per_s": round(e_tps, 1), "ratio": round(tps / e_tps, 3),
+                      "memscope_aten_form_tokens_per_s": round(statistics.median(r["chunkwise_aten_tokens_per_s"] for r in m), 1),
+                      "memscope_gflops": round(tps * flops / 1e9, 2), "sgemm_peak_gflops": round(peak, 1),
+                      "share_of_peak": round(tps * flops / 1e9 / peak, 3), "eager_gflops": round(statistics.median(r["gflops"] for r in e), 2),
+                      "rounds": len(m)}))
+m = [r for r in ours if r.get("case") == "train/demo-mqar-titans"]
 e = [r for r in eager if r["bench"] == "eager_lm_train"]
 tps, e_tps = statistics.median(r["tokens_per_s"] for r in m), statistics.median(r["tokens_per_s"] for r in e)
 print(json.dumps({"bench": "eager_compare", "train": "demo-mqar-titans", "memscope_tokens_per_s": round(tps, 1),

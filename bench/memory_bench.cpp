@@ -1,7 +1,9 @@
 // Sequential step vs chunkwise form, tokens/s (issue 3). One JSON line per configuration:
 // structure × window c × optimiser (gd-momentum, muon = NS on, dgd) × chunk b, with the
-// chunkwise/sequential ratio of the same run.
-// Flags: --tokens T (default 2048), --quick (T = 256, b = 64 only), --heads H, --head-dim d.
+// chunkwise/sequential ratio of the same run. Where the fused chunkwise form applies (linear, c = 1,
+// gd-momentum or dgd), also the ATen dual form it replaces, and both with their backward.
+// Flags: --tokens T (default 2048), --quick (T = 256, b = 64 only), --heads H, --head-dim d; and
+// filters --only linear|mlp, --c N, --optimiser NAME, --chunk b (one configuration: eager_compare.sh).
 #include <torch/torch.h>
 
 #include <chrono>
@@ -23,7 +25,8 @@ int main(int argc, char** argv) {
   memscope::model::keep_large_blocks_in_heap();  // model/util/allocator.h
   int64_t tokens = 2048, heads = 4, head_dim = 64;
   bool quick = false;
-  std::string only;
+  std::string only, only_optimiser;
+  int64_t only_c = 0, only_chunk = 0;  // 0: every one
   for (int i = 1; i < argc; ++i) {
     auto next = [&] { return i + 1 < argc ? std::atoll(argv[++i]) : 0; };
     if (!std::strcmp(argv[i], "--tokens")) tokens = next();
@@ -31,20 +34,27 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--head-dim")) head_dim = next();
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    else if (!std::strcmp(argv[i], "--c")) only_c = next();
+    else if (!std::strcmp(argv[i], "--optimiser") && i + 1 < argc) only_optimiser = argv[++i];
+    else if (!std::strcmp(argv[i], "--chunk")) only_chunk = next();
     else {
-      std::cerr << "usage: memory_bench [--tokens T] [--heads H] [--head-dim d] [--quick] [--only linear|mlp]\n";
+      std::cerr << "usage: memory_bench [--tokens T] [--heads H] [--head-dim d] [--quick] [--only linear|mlp]"
+                   " [--c N] [--optimiser gd-momentum|muon|dgd] [--chunk b]\n";
       return 2;
     }
   }
   if (quick) tokens = std::min<int64_t>(tokens, 256);
-  const std::vector<int64_t> chunks = quick ? std::vector<int64_t>{64} : std::vector<int64_t>{1, 16, 64};
+  std::vector<int64_t> chunks = quick ? std::vector<int64_t>{64} : std::vector<int64_t>{1, 16, 64};
+  if (only_chunk > 0) chunks = {only_chunk};
   memscope::model::set_compute_threads(1);  // ATen and OpenBLAS: one core, as every ratio here states
   torch::NoGradGuard no_grad;  // inference (stepping) cost; training adds the backward pass
 
   for (const char* structure : {"linear", "mlp"}) {
     if (!only.empty() && only != structure) continue;
     for (int64_t c : {1, 8}) {
+      if (only_c > 0 && c != only_c) continue;
       for (const std::string optimiser : {"gd-momentum", "muon", "dgd"}) {
+        if (!only_optimiser.empty() && optimiser != only_optimiser) continue;
         const bool ns = optimiser == "muon";
         const MemoryRule rule = load_memory_rule(
             "omeganet", {std::string("memory.structure=") + structure, "memory.feature_map.kind=identity",
@@ -70,9 +80,27 @@ int main(int argc, char** argv) {
         // separate per-token projection then costs more than its whole step, and the split is
         // meaningless (null).
         const bool split = projection_per_token < sequential;
+        // Linear memory at c = 1 (gd-momentum, dgd): the fused chunkwise form with its written-out
+        // backward (fused_linear_chunkwise.cpp) against the ATen dual form it replaces, both
+        // forward only and forward + backward (a training step's share), in the same run.
+        const bool fused_form = std::string(structure) == "linear" && c == 1 && !ns;
         for (int64_t b : chunks) {
           MemoryState sc = layer->initial_state(1);
           const double chunked = seconds_of([&] { layer->forward(x, sc, b); });
+          nlohmann::json aten = nullptr, train_fused = nullptr, train_aten = nullptr;
+          if (fused_form) {
+            auto train_step = [&] {
+              torch::AutoGradMode grad_on(true);
+              MemoryState st = layer->initial_state(1);
+              layer->forward(x, st, b).y.sum().backward();
+            };
+            layer->set_fused_step(false);
+            MemoryState sa = layer->initial_state(1);
+            aten = tokens / seconds_of([&] { layer->forward(x, sa, b); });
+            train_aten = tokens / seconds_of(train_step);
+            layer->set_fused_step(true);
+            train_fused = tokens / seconds_of(train_step);
+          }
           std::cout << nlohmann::json{{"bench", "memory"},
                                       {"structure", structure},
                                       {"c", c},
@@ -86,6 +114,9 @@ int main(int argc, char** argv) {
                                       {"threads", at::get_num_threads()},
                                       {"sequential_tokens_per_s", tokens / sequential},
                                       {"chunkwise_tokens_per_s", tokens / chunked},
+                                      {"chunkwise_aten_tokens_per_s", aten},
+                                      {"train_fused_tokens_per_s", train_fused},
+                                      {"train_aten_tokens_per_s", train_aten},
                                       {"ratio", sequential / chunked},
                                       {"sequential_projection_share", split ? nlohmann::json(projection_per_token / sequential) : nlohmann::json()},
                                       {"chunkwise_projection_share", projection_batched / chunked},

@@ -6,6 +6,7 @@
 
 #include "model/memory/attentional_bias.h"
 #include "model/memory/dgd_preconditioner.h"
+#include "model/memory/fused_linear_chunkwise.h"
 #include "model/memory/inner_clip.h"
 #include "model/memory/linear_scan.h"
 #include "model/memory/memory_layer.h"
@@ -428,6 +429,44 @@ ForwardOutput MemoryLayerImpl::forward(const at::Tensor& x, MemoryState& state, 
   ProjectedTokens p = project(x, state);
   const int64_t T = x.size(1);
   auto heads_first = [](const at::Tensor& t) { return t.transpose(1, 2); };  // [B,T,H,…] → [B,H,T,…]
+  const MemoryRule& r = rule_;
+  // Titans' and DeltaNet's rules go through one function with a written-out backward
+  // (fused_linear_chunkwise.cpp); set_fused_step(false) keeps the ATen form below, the reference.
+  const bool fused = fused_step_on_ && !record && T > 0 && r.structure == Structure::Linear && r.bias == Bias::L2 &&
+                     r.window == 1 &&
+                     (r.optimiser == Optimiser::GdMomentum || (r.optimiser == Optimiser::Dgd && !r.dgd_per_feature)) &&
+                     (r.retention == Retention::L2Decay || r.retention == Retention::None) &&
+                     state.memory.size() == 1 && !state.latent.defined() && state.tokens % chunk == 0 &&
+                     x.device().is_cpu() && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble);
+  if (fused) {
+    LinearChunkwiseInputs in;
+    in.m0 = state.memory[0];
+    in.s0 = state.momentum[0];
+    in.phi = heads_first(p.phi_k);
+    in.q = heads_first(p.phi_q);
+    in.v = heads_first(p.v);
+    // γ_t times the window's one position weight and the loss scale (SPEC §4 at c = 1).
+    const double scale = inner_loss_scale(rule_, head_dim());
+    in.weight = heads_first(p.gamma) * (position_weights(x.options()).select(0, 0) * scale);
+    in.alpha = heads_first(p.retain);
+    in.eta = heads_first(p.lr);
+    in.beta = heads_first(p.momentum);
+    const LinearChunkwiseOutputs out = fused_linear_chunkwise(
+        in, {chunk, r.inner_clip, r.optimiser == Optimiser::GdMomentum, r.read == ReadOrder::AfterWrite});
+    state.memory[0] = out.m_end;
+    if (r.optimiser == Optimiser::GdMomentum) state.momentum[0] = out.s_end;
+    state.tokens += T;
+    if (state.tokens % chunk != 0) {
+      state.anchor = {out.anchor};
+      state.anchor_chunk = chunk;
+    } else {
+      state.anchor.clear();
+      state.anchor_chunk = 0;
+    }
+    ForwardOutput result;
+    result.y = heads_first(out.y);
+    return result;
+  }
   const at::Tensor phi = heads_first(p.phi_k), q = heads_first(p.phi_q), v = heads_first(p.v);
   // dgd.per_feature runs on the feature gates [B,H,T,d_φ]; everything else on one gate per head.
   const bool per_feature = rule_.dgd_per_feature;
