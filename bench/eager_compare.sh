@@ -72,7 +72,7 @@ out = sys.argv[1]
 ours = [json.loads(l) for l in open(f"{out}/memscope.jsonl") if l.startswith("{")]
 eager = [json.loads(l) for l in open(f"{out}/eager.jsonl") if l.startswith("{")]
 for rule in ("titans", "atlas"):
-    e = [r for r in eager if r.get("rule") == rule]
+    e = [r for r in eager if r["bench"] == "eager_layer" and r.get("rule") == rule]
     e_tps = statistics.median(r["tokens_per_s"] for r in e)
     for record in (False, True):
         m = [r for r in ours if r.get("case") == f"layer/{rule}" and r["record"] == record]

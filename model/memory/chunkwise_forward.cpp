@@ -442,15 +442,15 @@ ForwardOutput MemoryLayerImpl::forward(const at::Tensor& x, MemoryState& state, 
     LinearChunkwiseInputs in;
     in.m0 = state.memory[0];
     in.s0 = state.momentum[0];
-    in.phi = heads_first(p.phi_k);
-    in.q = heads_first(p.phi_q);
-    in.v = heads_first(p.v);
+    in.phi = p.phi_k;  // token-major [B,T,H,…], as projected
+    in.q = p.phi_q;
+    in.v = p.v;
     // γ_t times the window's one position weight and the loss scale (SPEC §4 at c = 1).
     const double scale = inner_loss_scale(rule_, head_dim());
-    in.weight = heads_first(p.gamma) * (position_weights(x.options()).select(0, 0) * scale);
-    in.alpha = heads_first(p.retain);
-    in.eta = heads_first(p.lr);
-    in.beta = heads_first(p.momentum);
+    in.weight = p.gamma * (position_weights(x.options()).select(0, 0) * scale);
+    in.alpha = p.retain;
+    in.eta = p.lr;
+    in.beta = p.momentum;
     const LinearChunkwiseOutputs out = fused_linear_chunkwise(
         in, {chunk, r.inner_clip, r.optimiser == Optimiser::GdMomentum, r.read == ReadOrder::AfterWrite});
     state.memory[0] = out.m_end;
@@ -464,7 +464,7 @@ ForwardOutput MemoryLayerImpl::forward(const at::Tensor& x, MemoryState& state, 
       state.anchor_chunk = 0;
     }
     ForwardOutput result;
-    result.y = heads_first(out.y);
+    result.y = out.y;
     return result;
   }
   const at::Tensor phi = heads_first(p.phi_k), q = heads_first(p.phi_q), v = heads_first(p.v);

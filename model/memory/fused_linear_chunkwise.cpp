@@ -3,20 +3,24 @@
 // (issue 20: a training step faster than eager PyTorch). Autograd through the ATen spelling of the
 // dual form (chunkwise_forward.cpp) records ~60 small ops a chunk, each with its own backward; at
 // the demos' sizes (d = 16, chunks of 4) those calls, not the arithmetic, are the training step.
-// Here one loop per head does a token in a few passes over its d_v×d_φ matrices.
+// Here one loop per head does a token in a few passes over its d_v×d_φ matrices, reading the
+// projections where project() left them (token-major, no transposed copies).
 //
 // Token t of a chunk whose gradient point is M̄ (the memory at the chunk's start), SPEC §4-§5:
 //   e = M̄ φ_t − v_t,   ψ = w_t e,   ρ = min(1, clip / (‖ψ‖ ‖φ_t‖)),   ψ̃ = ρ ψ,   g = ψ̃ φ_tᵀ
 //   S_t = β_t S_{t−1} + η_t g,   M_t = α_t M_{t−1} − S_t        (dgd: M_t = α_t M_{t−1} − η_t g)
 //   y_t = M_t q_t                                                (read before the write: M_{t−1} q_t)
-// The forward keeps (M, S) every `segment` tokens. The backward re-runs one segment at a time,
+// Every ψ of a chunk comes from M̄, so the forward computes them all first and then writes the
+// chunk's tokens four at a time, one pass over M and S for the four. It keeps (M, S) every
+// `segment` tokens. The backward re-runs one segment at a time,
 // keeping its per-token states, and walks it backwards with the adjoints
 //   dM_t += dy_t q_tᵀ,  dα_t = ⟨dM_t, M_{t−1}⟩,  dS_t −= dM_t,  dβ_t = ⟨dS_t, S_{t−1}⟩,
 //   dη_t = ⟨dS_t, g⟩,  dψ̃ = η_t dS_t φ_t,  dφ_t += η_t dS_tᵀ ψ̃,  the clip's chain rule,
 //   dw_t = ⟨dψ, e⟩,  de = w_t dψ,  dM̄ += de φ_tᵀ,  dφ_t += M̄ᵀ de,  dv_t = −de,
 //   dM_{t−1} = α_t dM_t,  dS_{t−1} = β_t dS_t,
 // and dM̄ joins dM at the chunk's start. tests/model/test_fused_linear_chunkwise.cpp checks the
-// values against the ATen form and the gradients against autograd through it, and gradcheck.
+// values against the ATen form and the gradients against autograd through it, and
+// test_memory_gradients.cpp's finite-difference gradcheck runs titans-lmm through it.
 #include "model/memory/fused_linear_chunkwise.h"
 
 #include <ATen/Parallel.h>
@@ -52,16 +56,20 @@ struct HeadRows {
   const T *phi, *q, *v, *w, *alpha, *eta, *beta;
 };
 
+// The inputs are token-major, [B,T,H,…] as the layer's projection makes them: a head's rows are
+// `heads` rows apart.
 template <typename T>
 struct Sizes {
-  int64_t tokens, dv, dk;
+  int64_t tokens, heads, dv, dk;
   int64_t dd() const { return dv * dk; }
+  int64_t key_stride() const { return heads * dk; }    // φ and q rows
+  int64_t value_stride() const { return heads * dv; }  // v and y rows
 };
 
 template <typename T>
 HeadRows<T> rows_at(const HeadRows<T>& all, int64_t t, const Sizes<T>& n) {
-  return {all.phi + t * n.dk, all.q + t * n.dk, all.v + t * n.dv, all.w + t,
-          all.alpha + t,      all.eta + t,      all.beta + t};
+  const int64_t k = t * n.key_stride(), g = t * n.heads;
+  return {all.phi + k, all.q + k, all.v + t * n.value_stride(), all.w + g, all.alpha + g, all.eta + g, all.beta + g};
 }
 
 // e = M̄ φ − v and ψ = w e into e and psi; returns ρ and fills the norms the clip's backward needs
@@ -138,6 +146,74 @@ template <typename T, typename R>
   }
 }
 
+// G tokens' writes and reads in one pass over M and S, for tokens of one chunk (their ψ all come
+// from the chunk-start M̄, so they are known before the first write): each element of M and S is
+// loaded and stored once for the G of them, not G times. `phis` and `qs` are the tokens' φ and q
+// rows side by side, `us` their u = η ρ ψ, `ys` where their reads go. Per element the arithmetic
+// is write_row's, token after token.
+template <typename T, typename R, int G>
+[[gnu::always_inline]] inline void write_group(const Sizes<T>& n, T* __restrict m, T* __restrict s,
+                                               const T* __restrict phis, const T* __restrict qs, const T* alphas,
+                                               const T* betas, const T* us, T* const* ys) {
+  const int64_t dk = n.dk;
+  for (int64_t i = 0; i < n.dv; ++i) {
+    T* __restrict mr = m + i * dk;
+    T* __restrict sr = s + i * dk;
+    T u[G], alpha[G], beta[G], read[G];
+    for (int g = 0; g < G; ++g) {
+      u[g] = us[g * n.dv + i];
+      alpha[g] = alphas[g];
+      beta[g] = betas[g];
+      read[g] = 0;
+    }
+    for (int64_t j = 0; j < dk; ++j) {
+      T mv = mr[j], sv = R::momentum ? sr[j] : T(0);
+      for (int g = 0; g < G; ++g) {
+        const T phi = phis[g * dk + j], q = qs[g * dk + j];
+        if (!R::read_after) read[g] += mv * q;
+        if (R::momentum) {
+          sv = beta[g] * sv + u[g] * phi;
+          mv = alpha[g] * mv - sv;
+        } else {
+          mv = alpha[g] * mv - u[g] * phi;
+        }
+        if (R::read_after) read[g] += mv * q;
+      }
+      mr[j] = mv;
+      if (R::momentum) sr[j] = sv;
+    }
+    for (int g = 0; g < G; ++g) ys[g][i] = read[g];
+  }
+}
+
+// Tokens [t0, t1) of one chunk, whose u are in `us`: groups of four, then one at a time.
+template <typename T, typename R>
+[[gnu::always_inline]] inline void write_chunk(const HeadRows<T>& head, const Sizes<T>& n, int64_t t0, int64_t t1,
+                                               T* m, T* s, const T* us, T* y, T* phis, T* qs) {
+  constexpr int kGroup = 4;
+  int64_t t = t0;
+  auto gather = [&](int count, T* alphas, T* betas, T** ys) {
+    for (int g = 0; g < count; ++g) {
+      const HeadRows<T> r = rows_at(head, t + g, n);
+      std::copy(r.phi, r.phi + n.dk, phis + g * n.dk);
+      std::copy(r.q, r.q + n.dk, qs + g * n.dk);
+      alphas[g] = *r.alpha;
+      betas[g] = *r.beta;
+      ys[g] = y + (t + g) * n.value_stride();
+    }
+  };
+  T alphas[kGroup], betas[kGroup];
+  T* ys[kGroup];
+  for (; t + kGroup <= t1; t += kGroup) {
+    gather(kGroup, alphas, betas, ys);
+    write_group<T, R, kGroup>(n, m, s, phis, qs, alphas, betas, us + (t - t0) * n.dv, ys);
+  }
+  for (; t < t1; ++t) {
+    gather(1, alphas, betas, ys);
+    write_group<T, R, 1>(n, m, s, phis, qs, alphas, betas, us + (t - t0) * n.dv, ys);
+  }
+}
+
 template <typename T, typename R>
 [[gnu::always_inline]] inline void forward_head(const HeadRows<T>& head, const Sizes<T>& n,
                                                 const LinearChunkwiseOptions& o, const T* m0, const T* s0, T* y, T* m,
@@ -145,19 +221,24 @@ template <typename T, typename R>
   const int64_t dd = n.dd(), segment = segment_length(o.chunk, n.dd(), sizeof(T));
   std::copy(m0, m0 + dd, m);
   std::copy(s0, s0 + dd, s);
-  std::vector<T> mbar(m0, m0 + dd), e(n.dv), psi(n.dv);
-  for (int64_t t = 0; t < n.tokens; ++t) {
-    if (t % segment == 0) {
-      std::copy(m, m + dd, checkpoint_m + (t / segment) * dd);
-      std::copy(s, s + dd, checkpoint_s + (t / segment) * dd);
+  const int64_t chunk_rows = std::min(o.chunk, n.tokens);
+  std::vector<T> e(n.dv), psi(n.dv), us(chunk_rows * n.dv), phis(4 * n.dk), qs(4 * n.dk);
+  for (int64_t t0 = 0; t0 < n.tokens; t0 += o.chunk) {
+    const int64_t t1 = std::min(n.tokens, t0 + o.chunk);
+    if (t0 % segment == 0) {  // segments are whole chunks
+      std::copy(m, m + dd, checkpoint_m + (t0 / segment) * dd);
+      std::copy(s, s + dd, checkpoint_s + (t0 / segment) * dd);
     }
-    if (t % o.chunk == 0) std::copy(m, m + dd, mbar.begin());
-    const HeadRows<T> r = rows_at(head, t, n);
-    const Clip<T> c = inner_gradient(mbar.data(), r.phi, r.v, *r.w, n, o.clip, e.data(), psi.data());
-    write_and_read<T, R>(m, s, psi.data(), c.rho, r, n, y + t * n.dv, static_cast<T*>(nullptr),
-                         static_cast<T*>(nullptr));
+    if (t1 == n.tokens) std::copy(m, m + dd, anchor);  // the last chunk's M̄
+    // Every token's ψ at the chunk-start M̄ (= M now), before any of the chunk's writes.
+    for (int64_t t = t0; t < t1; ++t) {
+      const HeadRows<T> r = rows_at(head, t, n);
+      const Clip<T> c = inner_gradient(m, r.phi, r.v, *r.w, n, o.clip, e.data(), psi.data());
+      T* u = us.data() + (t - t0) * n.dv;
+      for (int64_t i = 0; i < n.dv; ++i) u[i] = *r.eta * (c.rho * psi[i]);
+    }
+    write_chunk<T, R>(head, n, t0, t1, m, s, us.data(), y, phis.data(), qs.data());
   }
-  std::copy(mbar.begin(), mbar.end(), anchor);
 }
 
 // Where one head's input gradients go: rows like HeadRows.
@@ -227,8 +308,8 @@ template <typename T, typename R>
   const int64_t dv = n.dv, dk = n.dk;
   const T alpha = *r.alpha, eta = *r.eta, beta = *r.beta, w = *r.w;
   const T* phi = r.phi;
-  T* dphi = grad.phi + t * dk;
-  T* dq = grad.q + t * dk;
+  T* dphi = grad.phi + t * n.key_stride();
+  T* dq = grad.q + t * n.key_stride();
   std::fill(dq, dq + dk, T(0));
   std::fill(rv, rv + dk, T(0));
   T d_alpha = 0, d_beta = 0, d_eta = 0;
@@ -252,16 +333,17 @@ template <typename T, typename R>
     const T d_psi = c.rho * eta * u[i] + 2 * d_norm_sq * c.phi_sq * psi[i];
     d_w += d_psi * e[i];
     const T de = w * d_psi;
-    grad.v[t * dv + i] = -de;
+    grad.v[t * n.value_stride() + i] = -de;
     if (chunk_start)
       gradient_point_row<T, true>(dk, mb + i * dk, phi, dMbar + i * dk, dM + i * dk, dphi, de);
     else
       gradient_point_row<T, false>(dk, mb + i * dk, phi, dMbar + i * dk, dM + i * dk, dphi, de);
   }
-  grad.w[t] = d_w;
-  grad.alpha[t] = d_alpha;
-  grad.eta[t] = d_eta;
-  grad.beta[t] = d_beta;
+  const int64_t g = t * n.heads;
+  grad.w[g] = d_w;
+  grad.alpha[g] = d_alpha;
+  grad.eta[g] = d_eta;
+  grad.beta[g] = d_beta;
 }
 
 template <typename T, typename R>
@@ -297,7 +379,7 @@ template <typename T, typename R>
       const int64_t k = t - t0;
       backward_token<T, R>(m_prev.data() + k * dd, R::momentum ? s_prev.data() + k * dd : s_prev.data(),
                            mbars.data() + k / o.chunk * dd, e.data() + k * dv, psi.data() + k * dv, clips[k],
-                           rows_at(head, t, n), dy + t * dv, grad, t, t % o.chunk == 0, n, dM.data(), dS.data(),
+                           rows_at(head, t, n), dy + t * n.value_stride(), grad, t, t % o.chunk == 0, n, dM.data(), dS.data(),
                            dMbar.data(), u.data(), rv.data());
     }
   }
@@ -366,16 +448,26 @@ void run_backward_head(const HeadRows<T>& head, const HeadGrads<T>& grad, const 
     backward_any(head, grad, n, o, checkpoint_m, checkpoint_s, dy, d_m_end, d_s_end, d_anchor, d_m0, d_s0);
 }
 
-// [B,H,…] → one contiguous block per head.
-at::Tensor heads(const at::Tensor& t) { return t.contiguous(); }
-
+// Where head bh = b·H + h starts in a token-major [B,T,H,…] tensor with `width` numbers a head.
 template <typename T>
-HeadRows<T> head_rows(const std::vector<at::Tensor>& in, int64_t bh, const Sizes<T>& n) {
-  // in: phi, q, v, w, alpha, eta, beta, all contiguous [B,H,T,…]
-  return {in[0].data_ptr<T>() + bh * n.tokens * n.dk, in[1].data_ptr<T>() + bh * n.tokens * n.dk,
-          in[2].data_ptr<T>() + bh * n.tokens * n.dv, in[3].data_ptr<T>() + bh * n.tokens,
-          in[4].data_ptr<T>() + bh * n.tokens,        in[5].data_ptr<T>() + bh * n.tokens,
-          in[6].data_ptr<T>() + bh * n.tokens};
+T* head_start(const at::Tensor& t, int64_t bh, const Sizes<T>& n, int64_t width) {
+  if (!t.defined()) return nullptr;
+  const int64_t b = bh / n.heads, h = bh % n.heads;
+  return t.data_ptr<T>() + (b * n.tokens * n.heads + h) * width;
+}
+
+// The per-token tensors in HeadRows' order: φ, q, v, w, α, η, β.
+template <typename T, typename Rows>
+Rows head_rows(const std::vector<at::Tensor>& in, int64_t bh, const Sizes<T>& n) {
+  return {head_start(in[0], bh, n, n.dk), head_start(in[1], bh, n, n.dk), head_start(in[2], bh, n, n.dv),
+          head_start(in[3], bh, n, 1),    head_start(in[4], bh, n, 1),    head_start(in[5], bh, n, 1),
+          head_start(in[6], bh, n, 1)};
+}
+
+// The per-head state tensors [B,H,…] (and the checkpoints [B·H,segments,…]): one block a head.
+template <typename T>
+T* state_of(const at::Tensor& t, int64_t bh, int64_t block) {
+  return t.defined() ? t.data_ptr<T>() + bh * block : nullptr;
 }
 
 struct LinearChunkwiseFunction : public torch::autograd::Function<LinearChunkwiseFunction> {
@@ -385,28 +477,29 @@ struct LinearChunkwiseFunction : public torch::autograd::Function<LinearChunkwis
                                const at::Tensor& beta_in, int64_t chunk, double clip, bool momentum,
                                bool read_after) {
     const LinearChunkwiseOptions o{chunk, clip, momentum, read_after};
-    const at::Tensor m0 = heads(m0_in), s0 = heads(s0_in);
-    const std::vector<at::Tensor> rows{heads(phi_in), heads(q_in),   heads(v_in),   heads(w_in),
-                                       heads(alpha_in), heads(eta_in), heads(beta_in)};
-    const int64_t B = phi_in.size(0), H = phi_in.size(1), T = phi_in.size(2);
+    const at::Tensor m0 = m0_in.contiguous(), s0 = s0_in.contiguous();
+    const std::vector<at::Tensor> rows{phi_in.contiguous(), q_in.contiguous(),     v_in.contiguous(),
+                                       w_in.contiguous(),   alpha_in.contiguous(), eta_in.contiguous(),
+                                       beta_in.contiguous()};
+    const int64_t B = phi_in.size(0), T = phi_in.size(1), H = phi_in.size(2);
     const int64_t dv = v_in.size(3), dk = phi_in.size(3), BH = B * H;
     const int64_t segment = segment_length(chunk, dv * dk, m0.element_size());
     const int64_t segments = (T + segment - 1) / segment;
-    at::Tensor y = at::empty({B, H, T, dv}, phi_in.options());
+    at::Tensor y = at::empty({B, T, H, dv}, phi_in.options());
     at::Tensor m_end = at::empty({B, H, dv, dk}, m0.options()), s_end = at::empty_like(m_end);
     at::Tensor anchor = at::empty_like(m_end);
     at::Tensor checkpoint_m = at::empty({BH, segments, dv, dk}, m0.options());
     at::Tensor checkpoint_s = at::empty_like(checkpoint_m);
     AT_DISPATCH_FLOATING_TYPES(m0.scalar_type(), "fused_linear_chunkwise", [&] {
-      const Sizes<scalar_t> n{T, dv, dk};
+      using T_ = scalar_t;
+      const Sizes<T_> n{T, H, dv, dk};
+      const int64_t dd = n.dd();
       at::parallel_for(0, BH, 1, [&](int64_t begin, int64_t end) {
         for (int64_t bh = begin; bh < end; ++bh)
-          run_forward_head(head_rows(rows, bh, n), n, o, m0.data_ptr<scalar_t>() + bh * n.dd(),
-                       s0.data_ptr<scalar_t>() + bh * n.dd(), y.data_ptr<scalar_t>() + bh * T * dv,
-                       m_end.data_ptr<scalar_t>() + bh * n.dd(), s_end.data_ptr<scalar_t>() + bh * n.dd(),
-                       anchor.data_ptr<scalar_t>() + bh * n.dd(),
-                       checkpoint_m.data_ptr<scalar_t>() + bh * segments * n.dd(),
-                       checkpoint_s.data_ptr<scalar_t>() + bh * segments * n.dd());
+          run_forward_head(head_rows<T_, HeadRows<T_>>(rows, bh, n), n, o, state_of<T_>(m0, bh, dd),
+                           state_of<T_>(s0, bh, dd), head_start<T_>(y, bh, n, dv), state_of<T_>(m_end, bh, dd),
+                           state_of<T_>(s_end, bh, dd), state_of<T_>(anchor, bh, dd),
+                           state_of<T_>(checkpoint_m, bh, segments * dd), state_of<T_>(checkpoint_s, bh, segments * dd));
       });
     });
     std::vector<at::Tensor> saved = rows;
@@ -428,32 +521,26 @@ struct LinearChunkwiseFunction : public torch::autograd::Function<LinearChunkwis
     const std::vector<at::Tensor> rows(saved.begin(), saved.begin() + 7);
     const at::Tensor &checkpoint_m = saved[7], &checkpoint_s = saved[8];
     const at::Tensor& phi = rows[0];
-    const int64_t B = phi.size(0), H = phi.size(1), T = phi.size(2);
+    const int64_t B = phi.size(0), T = phi.size(1), H = phi.size(2);
     const int64_t dv = rows[2].size(3), dk = phi.size(3), BH = B * H;
     const int64_t segments = checkpoint_m.size(1);
     auto given = [&](size_t i) { return grad_out[i].defined() ? grad_out[i].contiguous() : at::Tensor(); };
     at::Tensor dy = given(0), d_m_end = given(1), d_s_end = o.momentum ? given(2) : at::Tensor(), d_anchor = given(3);
-    if (!dy.defined()) dy = at::zeros({B, H, T, dv}, phi.options());
+    if (!dy.defined()) dy = at::zeros({B, T, H, dv}, phi.options());
     at::Tensor d_m0 = at::empty({B, H, dv, dk}, phi.options()), d_s0 = at::empty_like(d_m0);
     std::vector<at::Tensor> d_rows;
     for (const auto& r : rows) d_rows.push_back(at::empty_like(r));
     AT_DISPATCH_FLOATING_TYPES(phi.scalar_type(), "fused_linear_chunkwise_backward", [&] {
-      const Sizes<scalar_t> n{T, dv, dk};
-      auto at_head = [&](const at::Tensor& t, int64_t bh, int64_t per_head) {
-        return t.defined() ? t.data_ptr<scalar_t>() + bh * per_head : nullptr;
-      };
+      using T_ = scalar_t;
+      const Sizes<T_> n{T, H, dv, dk};
+      const int64_t dd = n.dd();
       at::parallel_for(0, BH, 1, [&](int64_t begin, int64_t end) {
-        for (int64_t bh = begin; bh < end; ++bh) {
-          const int64_t dd = n.dd();
-          HeadGrads<scalar_t> g{at_head(d_rows[0], bh, T * dk), at_head(d_rows[1], bh, T * dk),
-                                at_head(d_rows[2], bh, T * dv), at_head(d_rows[3], bh, T),
-                                at_head(d_rows[4], bh, T),      at_head(d_rows[5], bh, T),
-                                at_head(d_rows[6], bh, T)};
-          run_backward_head(head_rows(rows, bh, n), g, n, o, checkpoint_m.data_ptr<scalar_t>() + bh * segments * dd,
-                        checkpoint_s.data_ptr<scalar_t>() + bh * segments * dd, dy.data_ptr<scalar_t>() + bh * T * dv,
-                        at_head(d_m_end, bh, dd), at_head(d_s_end, bh, dd), at_head(d_anchor, bh, dd),
-                        d_m0.data_ptr<scalar_t>() + bh * dd, d_s0.data_ptr<scalar_t>() + bh * dd);
-        }
+        for (int64_t bh = begin; bh < end; ++bh)
+          run_backward_head(head_rows<T_, HeadRows<T_>>(rows, bh, n), head_rows<T_, HeadGrads<T_>>(d_rows, bh, n), n,
+                            o, state_of<T_>(checkpoint_m, bh, segments * dd),
+                            state_of<T_>(checkpoint_s, bh, segments * dd), head_start<T_>(dy, bh, n, dv),
+                            state_of<T_>(d_m_end, bh, dd), state_of<T_>(d_s_end, bh, dd),
+                            state_of<T_>(d_anchor, bh, dd), state_of<T_>(d_m0, bh, dd), state_of<T_>(d_s0, bh, dd));
       });
     });
     if (!o.momentum) d_rows[6] = at::Tensor();  // β is not read
@@ -466,9 +553,9 @@ struct LinearChunkwiseFunction : public torch::autograd::Function<LinearChunkwis
 
 LinearChunkwiseOutputs fused_linear_chunkwise(const LinearChunkwiseInputs& in, const LinearChunkwiseOptions& options) {
   TORCH_CHECK(options.chunk >= 1, "fused_linear_chunkwise: chunk must be at least 1, got ", options.chunk);
-  TORCH_CHECK(in.phi.dim() == 4 && in.phi.size(2) >= 1, "fused_linear_chunkwise: phi must be [B,H,T,d], T >= 1");
+  TORCH_CHECK(in.phi.dim() == 4 && in.phi.size(1) >= 1, "fused_linear_chunkwise: phi must be [B,T,H,d], T >= 1");
   // The state may be one M_0 for every sequence (broadcast); the loops want one per head.
-  const auto state_sizes = std::vector<int64_t>{in.phi.size(0), in.phi.size(1), in.v.size(3), in.phi.size(3)};
+  const auto state_sizes = std::vector<int64_t>{in.phi.size(0), in.phi.size(2), in.v.size(3), in.phi.size(3)};
   const variable_list out =
       LinearChunkwiseFunction::apply(in.m0.expand(state_sizes), in.s0.expand(state_sizes), in.phi, in.q, in.v, in.weight, in.alpha, in.eta, in.beta,
                                      options.chunk, options.clip, options.momentum, options.read_after);

@@ -6,12 +6,13 @@
 
 namespace memscope::model {
 
+// Per-token inputs are token-major, as MemoryLayerImpl::project() makes them.
 struct LinearChunkwiseInputs {
   at::Tensor m0, s0;                 // [B,H,d_v,d_φ] the state the call starts from
-  at::Tensor phi, q;                 // [B,H,T,d_φ] keys and queries after the feature map
-  at::Tensor v;                      // [B,H,T,d_v]
-  at::Tensor weight;                 // [B,H,T] the inner loss's weight γ_t·scale (SPEC §4, c = 1)
-  at::Tensor alpha, eta, beta;       // [B,H,T] retain, lr, momentum (beta unused without momentum)
+  at::Tensor phi, q;                 // [B,T,H,d_φ] keys and queries after the feature map
+  at::Tensor v;                      // [B,T,H,d_v]
+  at::Tensor weight;                 // [B,T,H] the inner loss's weight γ_t·scale (SPEC §4, c = 1)
+  at::Tensor alpha, eta, beta;       // [B,T,H] retain, lr, momentum (beta unused without momentum)
 };
 
 struct LinearChunkwiseOptions {
@@ -22,7 +23,7 @@ struct LinearChunkwiseOptions {
 };
 
 struct LinearChunkwiseOutputs {
-  at::Tensor y;               // [B,H,T,d_v]
+  at::Tensor y;               // [B,T,H,d_v]
   at::Tensor m_end, s_end;    // [B,H,d_v,d_φ]
   at::Tensor anchor;          // [B,H,d_v,d_φ] the gradient point of the last (maybe open) chunk
 };
