@@ -36,56 +36,95 @@ at::Tensor newton_schulz(const at::Tensor& g, const NsSchedule& schedule) {
 
 namespace {
 
-// C[m,n] = beta·C + alpha·A[m,k]·B[k,n], row-major. Each 16-wide strip of a row of C is
-// accumulated in a register over the whole k loop, as axpys of B's rows (written through C instead,
-// every step would wait on its own store), four rows at a time for four independent FMA chains.
+// C[m,n] = beta·C + alpha·A[m,k]·B[k,n], row-major (A with any strides, below). A block of R rows × S strips of 16 columns of
+// C is accumulated in registers over the whole k loop, as axpys of B's rows (written through C
+// instead, every step would wait on its own store). Eight accumulators: an FMA's result is ready
+// four cycles later and a core with two FMA units needs eight independent chains to start one on
+// each every cycle (with four, an Intel core ran this at half its peak; an AMD one, whose 512-bit
+// FMAs issue one a cycle, did not mind). Each element's sum still runs over k in order, so the
+// result does not depend on the blocking.
 // Strip is GCC's generic vector: one AVX-512 register in the avx512f clone that target_clones
 // builds, two AVX2 registers in the avx2 one, four SSE registers in the portable one.
 typedef float Strip __attribute__((vector_size(64)));
 constexpr int kStrip = 16;
 
+// Strips move by memcpy (unaligned loads and stores) and never cross a call: passed or returned,
+// a vector's ABI would differ between the clones (hence always_inline).
+// A(i, p) is A[i·ai + p·ap]: A is read one element at a time (broadcast), so it may be stored
+// transposed at no cost; B's rows are read 16 wide and must be contiguous.
+template <int R, int S>
+[[gnu::always_inline]] inline void gemm_block(const float* A, int ai, int ap, const float* B, float* C, int i, int j0,
+                                              int k, int n, float alpha, float beta) {
+  Strip acc[R][S] = {};
+  for (int p = 0; p < k; ++p) {
+    Strip b[S];
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s) std::memcpy(&b[s], B + p * n + j0 + s * kStrip, sizeof(Strip));
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const float a = A[(i + r) * ai + p * ap];
+#pragma GCC unroll 4
+      for (int s = 0; s < S; ++s) acc[r][s] += a * b[s];
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s) {
+      float* out = C + (i + r) * n + j0 + s * kStrip;
+      Strip c;
+      std::memcpy(&c, out, sizeof c);
+      c = beta * c + alpha * acc[r][s];
+      std::memcpy(out, &c, sizeof c);
+    }
+  }
+}
+
+// Eight accumulators are eight AVX-512 registers, but sixteen AVX2 and thirty-two SSE ones, more
+// than those sets have: without AVX-512 the blocks keep four.
+bool eight_chains() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  return avx512;
+#else
+  return false;
+#endif
+}
+
+// `symmetric`: C (square) comes out symmetric, as X Xᵀ and A·A for a symmetric A do. Then only
+// the blocks that reach the diagonal or above it are computed, and the rest is mirrored: C[j][i]
+// sums the same products in the same order as C[i][j]. A 64×64 Gram matrix skips 8 of 32 blocks.
 MEMSCOPE_SIMD_CLONES
-void small_gemm(const float* A, const float* B, float* C, int m, int k, int n, float alpha, float beta) {
-  // Strips move by memcpy (unaligned loads and stores) and never cross a call: passed or returned,
-  // a vector's ABI would differ between the clones.
+void small_gemm(const float* A, int ai, int ap, const float* B, float* C, int m, int k, int n, float alpha,
+                float beta, bool symmetric = false) {
+  const bool wide = eight_chains();
+  // Rows [i, i+R) of columns [j0, j0+W) hold an element on or above the diagonal iff i < j0 + W.
+  auto rows_end = [&](int j0, int width) { return symmetric ? std::min(m, j0 + width) : m; };
   int j0 = 0;
-  for (; j0 + kStrip <= n; j0 += kStrip) {
+  if (wide)
+    for (; j0 + 2 * kStrip <= n; j0 += 2 * kStrip) {  // 4 rows × 32 columns
+      const int end = rows_end(j0, 2 * kStrip);
+      int i = 0;
+      for (; i + 4 <= m && i < end; i += 4) gemm_block<4, 2>(A, ai, ap, B, C, i, j0, k, n, alpha, beta);
+      for (; i < end; ++i) gemm_block<1, 2>(A, ai, ap, B, C, i, j0, k, n, alpha, beta);
+    }
+  for (; j0 + kStrip <= n; j0 += kStrip) {  // 8 (or 4) rows × 16 columns
+    const int end = rows_end(j0, kStrip);
     int i = 0;
-    for (; i + 4 <= m; i += 4) {
-      Strip acc0 = {}, acc1 = {}, acc2 = {}, acc3 = {};
-      for (int p = 0; p < k; ++p) {
-        Strip b;
-        std::memcpy(&b, B + p * n + j0, sizeof b);
-        acc0 += A[(i + 0) * k + p] * b;
-        acc1 += A[(i + 1) * k + p] * b;
-        acc2 += A[(i + 2) * k + p] * b;
-        acc3 += A[(i + 3) * k + p] * b;
-      }
-      const Strip* rows[4] = {&acc0, &acc1, &acc2, &acc3};
-      for (int r = 0; r < 4; ++r) {
-        Strip c;
-        std::memcpy(&c, C + (i + r) * n + j0, sizeof c);
-        c = beta * c + alpha * *rows[r];
-        std::memcpy(C + (i + r) * n + j0, &c, sizeof c);
-      }
-    }
-    for (; i < m; ++i) {
-      Strip acc = {}, b, c;
-      for (int p = 0; p < k; ++p) {
-        std::memcpy(&b, B + p * n + j0, sizeof b);
-        acc += A[i * k + p] * b;
-      }
-      std::memcpy(&c, C + i * n + j0, sizeof c);
-      c = beta * c + alpha * acc;
-      std::memcpy(C + i * n + j0, &c, sizeof c);
-    }
+    if (wide)
+      for (; i + 8 <= m && i < end; i += 8) gemm_block<8, 1>(A, ai, ap, B, C, i, j0, k, n, alpha, beta);
+    for (; i + 4 <= m && i < end; i += 4) gemm_block<4, 1>(A, ai, ap, B, C, i, j0, k, n, alpha, beta);
+    for (; i < end; ++i) gemm_block<1, 1>(A, ai, ap, B, C, i, j0, k, n, alpha, beta);
   }
   for (int i = 0; i < m; ++i)  // the ragged columns of a side that is not a multiple of 16
     for (int j = j0; j < n; ++j) {
       float sum = 0;
-      for (int p = 0; p < k; ++p) sum += A[i * k + p] * B[p * n + j];
+      for (int p = 0; p < k; ++p) sum += A[i * ai + p * ap] * B[p * n + j];
       C[i * n + j] = beta * C[i * n + j] + alpha * sum;
     }
+  if (symmetric)
+    for (int i = 1; i < m; ++i)
+      for (int j = 0; j < i; ++j) C[i * n + j] = C[j * n + i];
 }
 
 // Largest matrix side this path takes; beyond it BLAS's blocking wins over the loop.
@@ -98,34 +137,39 @@ at::Tensor newton_schulz_small(const at::Tensor& g, const NsSchedule& schedule) 
       std::max(g.size(-2), g.size(-1)) > kSmallSide)
     return newton_schulz(g, schedule);
   const bool transposed = g.size(-2) > g.size(-1);
-  // Work on X with m ≤ n rows, so the Gram matrix A = X Xᵀ is the small m×m one.
-  const at::Tensor x_in = (transposed ? g.transpose(-2, -1) : g).contiguous();
-  const int m = static_cast<int>(x_in.size(-2)), n = static_cast<int>(x_in.size(-1));
-  const int64_t count = m * n == 0 ? 0 : x_in.numel() / (m * n);
-  at::Tensor out = at::empty_like(x_in);
-  std::vector<float> x(static_cast<size_t>(m * n)), xt(static_cast<size_t>(n * m)), gram(static_cast<size_t>(m * m)),
-      poly(static_cast<size_t>(m * m)), next(static_cast<size_t>(m * n));
+  // §6 works on X with m ≤ n rows, so that the Gram matrix A = X Xᵀ is the small m×m one. This
+  // loop keeps Y = Xᵀ (n×m) instead: A = YᵀY and Y ← a·Y + Y·B (B is symmetric) then read Y's rows
+  // 16 wide and its columns one element at a time, as small_gemm wants, and X never needs
+  // transposing between iterations. Every sum runs over the same products in the same order as
+  // on X.
+  const at::Tensor y_in = (transposed ? g : g.transpose(-2, -1)).contiguous();
+  const int n = static_cast<int>(y_in.size(-2)), m = static_cast<int>(y_in.size(-1));
+  const int64_t count = m * n == 0 ? 0 : y_in.numel() / (m * n);
+  at::Tensor out = at::empty_like(y_in);
+  std::vector<float> y(static_cast<size_t>(n * m)), gram(static_cast<size_t>(m * m)), poly(static_cast<size_t>(m * m)),
+      next(static_cast<size_t>(n * m));
   for (int64_t matrix = 0; matrix < count; ++matrix) {
-    const float* source = x_in.data_ptr<float>() + matrix * m * n;
-    float squares = 0;  // ‖G‖_F in float, as linalg_vector_norm computes it for float input
-    for (int i = 0; i < m * n; ++i) squares += source[i] * source[i];
+    const float* source = y_in.data_ptr<float>() + matrix * m * n;
+    // ‖G‖_F in float, summed in X's row order as linalg_vector_norm does for float input.
+    float squares = 0;
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j) squares += source[j * m + i] * source[j * m + i];
     const float inverse = 1.0f / (std::sqrt(squares) + 1e-7f);
-    for (int i = 0; i < m * n; ++i) x[static_cast<size_t>(i)] = source[i] * inverse;
+    for (int i = 0; i < m * n; ++i) y[static_cast<size_t>(i)] = source[i] * inverse;
     for (int it = 0; it < schedule.iterations(); ++it) {
       const auto& [a, b, c] = schedule.at(it);
-      for (int i = 0; i < m; ++i)
-        for (int j = 0; j < n; ++j) xt[static_cast<size_t>(j * m + i)] = x[static_cast<size_t>(i * n + j)];
-      std::fill(gram.begin(), gram.end(), 0.0f);
-      small_gemm(x.data(), xt.data(), gram.data(), m, n, m, 1.0f, 0.0f);                         // A = X Xᵀ
+      // A = X Xᵀ = YᵀY: A(i, p) of the product is Y[p][i].
+      small_gemm(y.data(), 1, m, y.data(), gram.data(), m, n, m, 1.0f, 0.0f, /*symmetric=*/true);
       poly = gram;
-      small_gemm(gram.data(), gram.data(), poly.data(), m, m, m, static_cast<float>(c), static_cast<float>(b));  // b·A + c·A²
-      next = x;
-      small_gemm(poly.data(), x.data(), next.data(), m, m, n, 1.0f, static_cast<float>(a));       // a·X + B·X
-      x.swap(next);
+      small_gemm(gram.data(), m, 1, gram.data(), poly.data(), m, m, m, static_cast<float>(c), static_cast<float>(b),
+                 /*symmetric=*/true);  // B = b·A + c·A²
+      next = y;
+      small_gemm(y.data(), m, 1, poly.data(), next.data(), n, m, m, 1.0f, static_cast<float>(a));  // Y·B + a·Y
+      y.swap(next);
     }
-    std::copy(x.begin(), x.end(), out.data_ptr<float>() + matrix * m * n);
+    std::copy(y.begin(), y.end(), out.data_ptr<float>() + matrix * m * n);
   }
-  return transposed ? out.transpose(-2, -1).contiguous() : out;
+  return transposed ? out : out.transpose(-2, -1).contiguous();
 }
 
 }  // namespace memscope::model
