@@ -169,11 +169,12 @@ at::Tensor ContinuumMemoryImpl::level_stretch(int64_t level, const at::Tensor& z
   const at::Tensor d_h = inner.delta_h.squeeze(-2), d_o = inner.delta_o.squeeze(-2), a = pass.a.squeeze(-2), key = k;
   const at::Tensor norm_sq = d_o.pow(2).sum(-1) * a.pow(2).sum(-1) + d_h.pow(2).sum(-1) * key.pow(2).sum(-1);
   const at::Tensor weight = (clip_factor(norm_sq, options_.inner_clip) * eta).unsqueeze(-1);  // [B,1,n,1]
-  // Σ_t w_t δo_t a_tᵀ and Σ_t w_t δh_t k_tᵀ as broadcast products summed over the tokens, not as
-  // GEMMs: with LibTorch 1.13 on CPU the float32 double backward of the GEMM forms (matmul of
-  // the transposes, einsum) came out wrong by orders of magnitude; float64 was right (test
-  // "cms: float32 outer gradients ...").
-  auto outer_sum = [](const at::Tensor& u, const at::Tensor& w) { return (u.unsqueeze(-1) * w.unsqueeze(-2)).sum(2); };
+  // Σ_t w_t δo_t a_tᵀ and Σ_t w_t δh_t k_tᵀ, one GEMM each over the stretch's tokens. They were
+  // broadcast products summed over the tokens ([B,1,n,4D,D] temporaries, a tenth of HOPE's
+  // training step) while the outer gradient went through a double backward, whose float32 GEMM
+  // form LibTorch 1.13 got wrong; with the analytic inner gradient it is a plain backward, and
+  // "cms: float32 outer gradients ..." holds the GEMM form to float64.
+  auto outer_sum = [](const at::Tensor& u, const at::Tensor& w) { return at::matmul(u.transpose(-1, -2), w); };
   s.accumulated[0] = s.accumulated[0] + outer_sum(d_o * weight, a);
   s.accumulated[1] = s.accumulated[1] + outer_sum(d_h * weight, key);
   if (update) {
