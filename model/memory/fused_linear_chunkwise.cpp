@@ -515,6 +515,11 @@ struct LinearChunkwiseFunction : public torch::autograd::Function<LinearChunkwis
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    // The loops below are not themselves differentiable: a second derivative would come out
+    // silently missing, so a double backward is refused.
+    TORCH_CHECK(!at::GradMode::is_enabled(),
+                "the fused chunkwise form has no double backward (create_graph); "
+                "MemoryLayerImpl::set_fused_step(false) gives the ATen form, which has one");
     const LinearChunkwiseOptions o{ctx->saved_data["chunk"].toInt(), ctx->saved_data["clip"].toDouble(),
                                    ctx->saved_data["momentum"].toBool(), ctx->saved_data["read_after"].toBool()};
     const variable_list saved = ctx->get_saved_variables();

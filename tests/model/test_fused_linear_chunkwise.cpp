@@ -1,8 +1,9 @@
 // The fused chunkwise form of the linear l2 rules at c = 1 (model/memory/fused_linear_chunkwise.cpp)
 // against the ATen chunkwise form it replaces (MemoryLayerImpl::set_fused_step(false)): outputs,
 // end states and every outer gradient through autograd of the ATen form, in float64, on each rule
-// variant it takes; float32 outputs to rounding. The finite-difference gradcheck of
-// test_memory_gradients.cpp runs titans-lmm through it as well.
+// variant it takes; float32 outputs to rounding. Every case checks that the fused function really
+// ran (its node in the graph). The finite-difference gradcheck of test_memory_gradients.cpp runs
+// Titans' linear rule and deltanet through it as well.
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
@@ -12,6 +13,14 @@ using namespace memscope::model;
 using namespace memscope::test;
 
 namespace {
+
+// Titans' rule on a linear memory (the titans-lmm preset's memory is an MLP).
+const std::string kLinear = "memory.structure=linear";
+
+// Whether y came out of the fused function (its autograd node), or the ATen form.
+bool from_fused(const at::Tensor& y) {
+  return y.grad_fn() && y.grad_fn()->name().find("LinearChunkwise") != std::string::npos;
+}
 
 struct Run {
   at::Tensor y, m_end, s_end;
@@ -26,6 +35,8 @@ Run run(MemoryLayer& layer, bool fused, const at::Tensor& x, int64_t chunk, int6
   layer->zero_grad();
   MemoryState state = layer->initial_state(x.size(0));
   const at::Tensor y1 = layer->forward(x.slice(1, 0, split), state, chunk).y;
+  // The first call starts on a chunk boundary, so it takes the fused form when asked to.
+  CHECK(from_fused(y1) == fused);
   const at::Tensor y2 = layer->forward(x.slice(1, split), state, chunk).y;
   Run r;
   r.y = at::cat({y1, y2}, 1);
@@ -52,10 +63,10 @@ TEST_CASE("fused chunkwise: outputs, end states and outer gradients equal the AT
     const char* preset;
     std::vector<std::string> set;
   };
-  for (const Case& c : {Case{"titans-lmm", {}}, Case{"titans-lmm", {"memory.inner.clip=0.05"}},
-                        Case{"titans-lmm", {"memory.read=before-write", "memory.retention=none"}},
-                        Case{"titans-lmm", {"memory.window.gamma=gated", "memory.conv=true"}},
-                        Case{"titans-lmm", {"memory.feature_map.kind=poly", "memory.inner.normalize=true"}},
+  for (const Case& c : {Case{"titans-lmm", {kLinear}}, Case{"titans-lmm", {kLinear, "memory.inner.clip=0.05"}},
+                        Case{"titans-lmm", {kLinear, "memory.read=before-write", "memory.retention=none"}},
+                        Case{"titans-lmm", {kLinear, "memory.window.gamma=gated", "memory.conv=false"}},
+                        Case{"titans-lmm", {kLinear, "memory.feature_map.kind=poly", "memory.inner.normalize=true"}},
                         Case{"deltanet", {}}, Case{"deltanet", {"memory.inner.clip=0.05", "memory.read=before-write"}}}) {
     MemoryLayer layer = make_layer(test_rule(c.preset, c.set), 16, 2, torch::kFloat64);
     const at::Tensor x = make_input(3, 13, 16, torch::kFloat64);
@@ -86,7 +97,7 @@ TEST_CASE("fused chunkwise: outputs, end states and outer gradients equal the AT
 
 TEST_CASE("fused chunkwise: float32 outputs equal the ATen form's to rounding, and the clip bites", "[model]") {
   for (const char* clip : {"memory.inner.clip=0", "memory.inner.clip=0.05"}) {
-    MemoryLayer layer = make_layer(test_rule("titans-lmm", {clip}), 64, 4, torch::kFloat32);
+    MemoryLayer layer = make_layer(test_rule("titans-lmm", {kLinear, clip}), 64, 4, torch::kFloat32);
     const at::Tensor x = make_input(4, 40, 64, torch::kFloat32);
     torch::NoGradGuard no_grad;
     MemoryState a = layer->initial_state(4), b = layer->initial_state(4);
@@ -99,9 +110,26 @@ TEST_CASE("fused chunkwise: float32 outputs equal the ATen form's to rounding, a
     CHECK(relative(b.memory[0], a.memory[0]) < 2e-5);
     // The bound changes the run (so the clipped case above tests the clip, not a no-op).
     if (std::string(clip) != "memory.inner.clip=0") {
-      MemoryLayer unclipped = make_layer(test_rule("titans-lmm"), 64, 4, torch::kFloat32);
+      MemoryLayer unclipped = make_layer(test_rule("titans-lmm", {kLinear}), 64, 4, torch::kFloat32);
       MemoryState u = unclipped->initial_state(4);
       CHECK(relative(unclipped->forward(x, u, 4).y, fused) > 1e-3);
     }
   }
+}
+
+TEST_CASE("fused chunkwise: a double backward is refused in one line, not answered wrongly", "[model]") {
+  MemoryLayer layer = make_layer(test_rule("titans-lmm", {kLinear}), 16, 2, torch::kFloat64);
+  const at::Tensor x = make_input(2, 6, 16, torch::kFloat64).requires_grad_(true);
+  MemoryState state = layer->initial_state(2);
+  const at::Tensor y = layer->forward(x, state, 2).y;
+  REQUIRE(from_fused(y));
+  const at::Tensor loss = y.pow(2).sum();
+  CHECK_THROWS_WITH(torch::autograd::grad({loss}, {x}, {}, /*retain_graph=*/true, /*create_graph=*/true),
+                    Catch::Contains("no double backward"));
+  // The first derivative is still there, and the ATen form gives the second.
+  CHECK(torch::autograd::grad({loss}, {x}, {}, /*retain_graph=*/true)[0].abs().sum().item<double>() > 0);
+  layer->set_fused_step(false);
+  MemoryState general = layer->initial_state(2);
+  const at::Tensor g = torch::autograd::grad({layer->forward(x, general, 2).y.pow(2).sum()}, {x}, {}, true, true)[0];
+  CHECK(g.requires_grad());
 }

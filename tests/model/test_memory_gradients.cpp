@@ -126,7 +126,10 @@ TEST_CASE("memory: the outer gradient through three inner steps passes a finite-
     const char* preset;
     std::vector<std::string> set;
   };
+  // titans-lmm on a linear memory and deltanet take the fused chunkwise form
+  // (fused_linear_chunkwise.cpp) at every chunk size here: its written-out backward is checked too.
   for (const Case& c : {Case{"atlas-linear", {"memory.window.c=2"}}, Case{"titans-lmm", {}},
+                        Case{"titans-lmm", {"memory.structure=linear", "memory.inner.clip=0.3"}}, Case{"deltanet", {}},
                         Case{"atlas", {"memory.window.c=2"}}, Case{"moneta", {}}, Case{"memora", {}},
                         Case{"yaad", {"memory.window.gamma=gated", "memory.window.c=2"}}}) {
     auto layer = make_layer(test_rule(c.preset, c.set), 4, 1, torch::kFloat64);
