@@ -422,6 +422,16 @@ class ChunkRunner {
   at::Tensor ext_phi_, ext_v_, ext_gamma_, win_phi_, win_v_, weights_, loss_weights_, win_delta_, psi_;
 };
 
+// Whether the call can take fused_linear_chunkwise: the linear memory with the l2 bias at c = 1,
+// gd-momentum or dgd (one gate per head), a linear retention, on the CPU, from a chunk boundary.
+bool fused_chunkwise_applies(const MemoryRule& r, const at::Tensor& x, const MemoryState& state, int64_t chunk) {
+  return x.size(1) > 0 && r.structure == Structure::Linear && r.bias == Bias::L2 && r.window == 1 &&
+         (r.optimiser == Optimiser::GdMomentum || (r.optimiser == Optimiser::Dgd && !r.dgd_per_feature)) &&
+         (r.retention == Retention::L2Decay || r.retention == Retention::None) && state.memory.size() == 1 &&
+         !state.latent.defined() && state.tokens % chunk == 0 && x.device().is_cpu() &&
+         (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble);
+}
+
 }  // namespace
 
 ForwardOutput MemoryLayerImpl::forward(const at::Tensor& x, MemoryState& state, int64_t chunk, bool record) const {
@@ -432,13 +442,7 @@ ForwardOutput MemoryLayerImpl::forward(const at::Tensor& x, MemoryState& state, 
   const MemoryRule& r = rule_;
   // Titans' and DeltaNet's rules go through one function with a written-out backward
   // (fused_linear_chunkwise.cpp); set_fused_step(false) keeps the ATen form below, the reference.
-  const bool fused = fused_step_on_ && !record && T > 0 && r.structure == Structure::Linear && r.bias == Bias::L2 &&
-                     r.window == 1 &&
-                     (r.optimiser == Optimiser::GdMomentum || (r.optimiser == Optimiser::Dgd && !r.dgd_per_feature)) &&
-                     (r.retention == Retention::L2Decay || r.retention == Retention::None) &&
-                     state.memory.size() == 1 && !state.latent.defined() && state.tokens % chunk == 0 &&
-                     x.device().is_cpu() && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble);
-  if (fused) {
+  if (fused_step_on_ && !record && fused_chunkwise_applies(r, x, state, chunk)) {
     LinearChunkwiseInputs in;
     in.m0 = state.memory[0];
     in.s0 = state.momentum[0];
