@@ -72,9 +72,12 @@ template <int R, int S>
 #pragma GCC unroll 4
     for (int s = 0; s < S; ++s) {
       float* out = C + (i + r) * n + j0 + s * kStrip;
-      Strip c;
-      std::memcpy(&c, out, sizeof c);
-      c = beta * c + alpha * acc[r][s];
+      Strip c = alpha * acc[r][s];
+      if (beta != 0.0f) {  // BLAS's convention: with beta = 0, C is not read (it may hold a NaN)
+        Strip old;
+        std::memcpy(&old, out, sizeof old);
+        c = beta * old + c;
+      }
       std::memcpy(out, &c, sizeof c);
     }
   }
@@ -120,7 +123,7 @@ void small_gemm(const float* A, int ai, int ap, const float* B, float* C, int m,
     for (int j = j0; j < n; ++j) {
       float sum = 0;
       for (int p = 0; p < k; ++p) sum += A[i * ai + p * ap] * B[p * n + j];
-      C[i * n + j] = beta * C[i * n + j] + alpha * sum;
+      C[i * n + j] = beta != 0.0f ? beta * C[i * n + j] + alpha * sum : alpha * sum;
     }
   if (symmetric)
     for (int i = 1; i < m; ++i)

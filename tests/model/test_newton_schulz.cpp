@@ -1,6 +1,8 @@
 // SPEC §6: NS_k maps any matrix to one whose singular values sit near 1 (roughly [0.7, 1.2]
 // for the quintic); the issue fixes the test band at [0.6, 1.3].
 #include <catch2/catch.hpp>
+
+#include <limits>
 #include <torch/torch.h>
 
 #include "model/memory/newton_schulz.h"
@@ -63,7 +65,10 @@ TEST_CASE("NS's small-matrix loop equals the batched ATen form for square, tall,
   NsSchedule per_step;
   per_step.per_step = {{3.4445, -4.7750, 2.0315}, {1.5, -0.5, 0.0}, {2.0, -1.5, 0.5}};
   for (const auto& schedule : {NsSchedule{}, per_step})
-    for (auto shape : std::vector<std::vector<int64_t>>{{16, 16}, {4, 16, 16}, {2, 3, 24, 8}, {8, 40}, {1, 1}}) {
+    // 64, 48, 40 and 33 wide reach the 32-column blocks, the symmetric products' skipped blocks and
+    // the ragged columns; 8 and 24 only the ragged ones; 16 the 16-column blocks.
+    for (auto shape : std::vector<std::vector<int64_t>>{{16, 16}, {4, 16, 16}, {2, 3, 24, 8}, {8, 40}, {1, 1},
+                                                        {64, 64}, {3, 48, 64}, {64, 32}, {40, 40}, {2, 33, 50}}) {
       const auto g = torch::randn(shape, torch::kFloat32);
       const auto fast = newton_schulz_small(g, schedule);
       const auto reference = newton_schulz(g.to(torch::kFloat64), schedule);
@@ -77,4 +82,21 @@ TEST_CASE("NS's small-matrix loop equals the batched ATen form for square, tall,
   // Outside its remit (float64, a large side) it is newton_schulz itself.
   const auto big = torch::randn({3, 80, 80}, torch::kFloat64);
   CHECK(torch::equal(newton_schulz_small(big), newton_schulz(big)));
+}
+
+TEST_CASE("NS's small-matrix loop keeps a NaN matrix from reaching the next one in its batch", "[model]") {
+  // Its buffers are reused from matrix to matrix; a NaN or Inf left in one must not reach the next
+  // (a product with beta = 0 does not read C).
+  using memscope::model::newton_schulz_small;
+  torch::manual_seed(5);
+  for (const int64_t side : {16, 64}) {
+    const auto g = torch::randn({3, side, side});
+    auto poisoned = g.clone();
+    poisoned[0][1][2] = std::numeric_limits<float>::quiet_NaN();
+    poisoned[1][0][0] = std::numeric_limits<float>::infinity();
+    const auto clean = newton_schulz_small(g), out = newton_schulz_small(poisoned);
+    INFO("side " << side);
+    CHECK_FALSE(torch::isfinite(out[0]).all().item<bool>());
+    CHECK(torch::equal(out[2], clean[2]));
+  }
 }
