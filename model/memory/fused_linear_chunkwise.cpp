@@ -257,24 +257,40 @@ template <typename T, typename R>
                                                 T* __restrict dS, T* __restrict dq, T* __restrict rv, T alpha, T beta,
                                                 T ui, T dyi, T psi_t, T& d_alpha, T& d_beta, T& row_u) {
   T a = 0, b = 0, u = 0;
-  for (int64_t j = 0; j < dk; ++j) {
-    T dm = dM[j];
-    if (R::read_after) {
-      const T update = R::momentum ? beta * sp[j] + ui * phi[j] : ui * phi[j];
-      dq[j] += (alpha * mp[j] - update) * dyi;
-      dm += dyi * q[j];
-    } else {
-      dq[j] += mp[j] * dyi;
-    }
-    a += dm * mp[j];
-    const T dst = R::momentum ? dS[j] - dm : -dm;  // the adjoint of S_t (of η g for dgd)
-    if (R::momentum) {
+  if constexpr (R::momentum) {
+    for (int64_t j = 0; j < dk; ++j) {
+      T dm = dM[j];
+      if constexpr (R::read_after) {
+        dq[j] += (alpha * mp[j] - (beta * sp[j] + ui * phi[j])) * dyi;  // M_t q_t's adjoint, M_t rebuilt
+        dm += dyi * q[j];
+      } else {
+        dq[j] += mp[j] * dyi;
+      }
+      a += dm * mp[j];
+      const T dst = dS[j] - dm;  // the adjoint of S_t
       b += dst * sp[j];
       dS[j] = beta * dst;
+      u += dst * phi[j];
+      rv[j] += dst * psi_t;
+      dM[j] = R::read_after ? alpha * dm : alpha * dm + dyi * q[j];
     }
-    u += dst * phi[j];
-    rv[j] += dst * psi_t;
-    dM[j] = R::read_after ? alpha * dm : alpha * dm + dyi * q[j];
+  } else {
+    // dgd: M_t = α M_{t−1} − η g, so the adjoint of η g is −dM_t (no S to carry). GCC does not
+    // vectorise this loop once inlined unless told that its rows do not overlap (they never do).
+#pragma GCC ivdep
+    for (int64_t j = 0; j < dk; ++j) {
+      T dm = dM[j];
+      if constexpr (R::read_after) {
+        dq[j] += (alpha * mp[j] - ui * phi[j]) * dyi;
+        dm += dyi * q[j];
+      } else {
+        dq[j] += mp[j] * dyi;
+      }
+      a += dm * mp[j];
+      u -= dm * phi[j];
+      rv[j] -= dm * psi_t;
+      dM[j] = R::read_after ? alpha * dm : alpha * dm + dyi * q[j];
+    }
   }
   d_alpha += a;
   d_beta += b;
