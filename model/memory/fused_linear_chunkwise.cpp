@@ -112,45 +112,39 @@ struct Rule {
 };
 
 // One row of one token's write, S ← β S + u φ and M ← α M − S (dgd: M ← α M − u φ), u = η ρ ψ_i,
-// in place; returns the row's read, M q before or after the write.
+// in place (the backward's re-run, which needs no read).
 template <typename T, typename R>
-[[gnu::always_inline]] inline T write_row(int64_t dk, T* __restrict m, T* __restrict s, const T* __restrict phi,
-                                          const T* __restrict q, T alpha, T beta, T u) {
-  T read = 0;
+[[gnu::always_inline]] inline void write_row(int64_t dk, T* __restrict m, T* __restrict s, const T* __restrict phi,
+                                             T alpha, T beta, T u) {
   for (int64_t j = 0; j < dk; ++j) {
-    if (!R::read_after) read += m[j] * q[j];
     if (R::momentum) {
       s[j] = beta * s[j] + u * phi[j];
       m[j] = alpha * m[j] - s[j];
     } else {
       m[j] = alpha * m[j] - u * phi[j];
     }
-    if (R::read_after) read += m[j] * q[j];
   }
-  return read;
 }
 
-// One token's write and read over all rows. `m_prev`/`s_prev`, when given, receive M and S from
-// before the write (the backward's re-run); `y`, when given, the read.
+// One token's write over all rows, after copying M (and S) from before it into m_prev (s_prev).
 template <typename T, typename R>
-[[gnu::always_inline]] inline void write_and_read(T* m, T* s, const T* psi, T rho, const HeadRows<T>& r,
-                                                  const Sizes<T>& n, T* y, T* m_prev, T* s_prev) {
+[[gnu::always_inline]] inline void write_keeping(T* m, T* s, const T* psi, T rho, const HeadRows<T>& r,
+                                                 const Sizes<T>& n, T* m_prev, T* s_prev) {
   const T alpha = *r.alpha, eta = *r.eta, beta = *r.beta;
   for (int64_t i = 0; i < n.dv; ++i) {
     T* mr = m + i * n.dk;
     T* sr = s + i * n.dk;
-    if (m_prev) std::copy(mr, mr + n.dk, m_prev + i * n.dk);
-    if (s_prev && R::momentum) std::copy(sr, sr + n.dk, s_prev + i * n.dk);
-    const T read = write_row<T, R>(n.dk, mr, sr, r.phi, r.q, alpha, beta, eta * (rho * psi[i]));
-    if (y) y[i] = read;
+    std::copy(mr, mr + n.dk, m_prev + i * n.dk);
+    if (R::momentum) std::copy(sr, sr + n.dk, s_prev + i * n.dk);
+    write_row<T, R>(n.dk, mr, sr, r.phi, alpha, beta, eta * (rho * psi[i]));
   }
 }
 
 // G tokens' writes and reads in one pass over M and S, for tokens of one chunk (their ψ all come
 // from the chunk-start M̄, so they are known before the first write): each element of M and S is
 // loaded and stored once for the G of them, not G times. `phis` and `qs` are the tokens' φ and q
-// rows side by side, `us` their u = η ρ ψ, `ys` where their reads go. Per element the arithmetic
-// is write_row's, token after token.
+// rows side by side, `us` their u = η ρ ψ, `ys` where their reads go (M q before or after each
+// write). Per element the arithmetic is write_row's, token after token.
 template <typename T, typename R, int G>
 [[gnu::always_inline]] inline void write_group(const Sizes<T>& n, T* __restrict m, T* __restrict s,
                                                const T* __restrict phis, const T* __restrict qs, const T* alphas,
@@ -370,6 +364,8 @@ template <typename T, typename R>
   const int64_t dd = n.dd(), segment = segment_length(o.chunk, n.dd(), sizeof(T)), dv = n.dv;
   // One segment's re-run: M_{t−1}, S_{t−1}, each chunk's M̄, and each token's e, ψ and clip.
   std::vector<T> m_prev(segment * dd), s_prev(R::momentum ? segment * dd : dd), mbars(segment / o.chunk * dd);
+  // dgd keeps no S: its one slot is never read.
+  auto s_slot = [&](int64_t k) { return s_prev.data() + (R::momentum ? k * dd : 0); };
   std::vector<T> e(segment * dv), psi(segment * dv);
   std::vector<Clip<T>> clips(segment);
   std::vector<T> dM(dd, 0), dS(dd, 0), dMbar(dd, 0), m(dd), s(dd), u(dv), rv(n.dk);
@@ -388,12 +384,12 @@ template <typename T, typename R>
       const HeadRows<T> r = rows_at(head, t, n);
       clips[k] = inner_gradient(mbars.data() + k / o.chunk * dd, r.phi, r.v, *r.w, n, o.clip, e.data() + k * dv,
                                 psi.data() + k * dv);
-      write_and_read<T, R>(m.data(), s.data(), psi.data() + k * dv, clips[k].rho, r, n, static_cast<T*>(nullptr),
-                           m_prev.data() + k * dd, R::momentum ? s_prev.data() + k * dd : nullptr);
+      write_keeping<T, R>(m.data(), s.data(), psi.data() + k * dv, clips[k].rho, r, n, m_prev.data() + k * dd,
+                          s_slot(k));
     }
     for (int64_t t = t1 - 1; t >= t0; --t) {
       const int64_t k = t - t0;
-      backward_token<T, R>(m_prev.data() + k * dd, R::momentum ? s_prev.data() + k * dd : s_prev.data(),
+      backward_token<T, R>(m_prev.data() + k * dd, s_slot(k),
                            mbars.data() + k / o.chunk * dd, e.data() + k * dv, psi.data() + k * dv, clips[k],
                            rows_at(head, t, n), dy + t * n.value_stride(), grad, t, t % o.chunk == 0, n, dM.data(), dS.data(),
                            dMbar.data(), u.data(), rv.data());
@@ -424,14 +420,18 @@ template <typename T>
                                                 const LinearChunkwiseOptions& o, const T* checkpoint_m,
                                                 const T* checkpoint_s, const T* dy, const T* d_m_end, const T* d_s_end,
                                                 const T* d_anchor, T* d_m0, T* d_s0) {
-#define MEMSCOPE_BACKWARD_HEAD(M, R)                                                                                 \
-  backward_head<T, Rule<M, R>>(head, grad, n, o, checkpoint_m, checkpoint_s, dy, d_m_end, d_s_end, d_anchor, d_m0, \
-                               d_s0)
-  if (o.momentum && o.read_after) MEMSCOPE_BACKWARD_HEAD(true, true);
-  else if (o.momentum) MEMSCOPE_BACKWARD_HEAD(true, false);
-  else if (o.read_after) MEMSCOPE_BACKWARD_HEAD(false, true);
-  else MEMSCOPE_BACKWARD_HEAD(false, false);
-#undef MEMSCOPE_BACKWARD_HEAD
+  if (o.momentum && o.read_after)
+    backward_head<T, Rule<true, true>>(head, grad, n, o, checkpoint_m, checkpoint_s, dy, d_m_end, d_s_end, d_anchor,
+                                       d_m0, d_s0);
+  else if (o.momentum)
+    backward_head<T, Rule<true, false>>(head, grad, n, o, checkpoint_m, checkpoint_s, dy, d_m_end, d_s_end, d_anchor,
+                                        d_m0, d_s0);
+  else if (o.read_after)
+    backward_head<T, Rule<false, true>>(head, grad, n, o, checkpoint_m, checkpoint_s, dy, d_m_end, d_s_end, d_anchor,
+                                        d_m0, d_s0);
+  else
+    backward_head<T, Rule<false, false>>(head, grad, n, o, checkpoint_m, checkpoint_s, dy, d_m_end, d_s_end,
+                                         d_anchor, d_m0, d_s0);
 }
 MEMSCOPE_SIMD_CLONES void forward_head_f32(const HeadRows<float>& head, const Sizes<float>& n,
                                            const LinearChunkwiseOptions& o, const float* m0, const float* s0,

@@ -36,9 +36,9 @@ at::Tensor newton_schulz(const at::Tensor& g, const NsSchedule& schedule) {
 
 namespace {
 
-// C[m,n] = beta·C + alpha·A[m,k]·B[k,n], row-major (A with any strides, below). A block of R rows × S strips of 16 columns of
-// C is accumulated in registers over the whole k loop, as axpys of B's rows (written through C
-// instead, every step would wait on its own store). Eight accumulators: an FMA's result is ready
+// C[m,n] = beta·C + alpha·A[m,k]·B[k,n], row-major (A with any strides, below). A block of R
+// rows × S strips of 16 columns of C is accumulated in registers over the whole k loop, as axpys
+// of B's rows (written through C instead, every step would wait on its own store). Eight accumulators: an FMA's result is ready
 // four cycles later and a core with two FMA units needs eight independent chains to start one on
 // each every cycle (with four, an Intel core ran this at half its peak; an AMD one, whose 512-bit
 // FMAs issue one a cycle, did not mind). Each element's sum still runs over k in order, so the
