@@ -26,6 +26,7 @@
 #include "model/memory/memory_rule.h"
 #include "model/train/trainer.h"
 #include "model/util/allocator.h"
+#include "model/util/small_block_cache.h"
 #include "model/util/compute_threads.h"
 #include "model/util/device.h"
 
@@ -200,6 +201,7 @@ void bench_train_demo(int64_t steps) {
 
 int main(int argc, char** argv) {
   keep_large_blocks_in_heap();  // model/util/allocator.h
+  install_small_block_cache();  // model/util/small_block_cache.h
   int64_t tokens = 2048, reps = 5, train_batch = 8, train_steps = 5;
   std::string only, device_name = "auto";
   memscope::bench::BenchFlags flags("device_bench");

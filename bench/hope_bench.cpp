@@ -17,6 +17,7 @@
 #include "model/memory/self_modifying_memory.h"
 #include "model/train/trainer.h"
 #include "model/util/allocator.h"
+#include "model/util/small_block_cache.h"
 
 using namespace memscope::model;
 using memscope::bench::median;
@@ -95,6 +96,7 @@ void bench_train_step(int64_t reps, int64_t steps) {
 
 int main(int argc, char** argv) {
   keep_large_blocks_in_heap();  // model/util/allocator.h
+  install_small_block_cache();  // model/util/small_block_cache.h
   int64_t reps = 5, steps = 3, tokens = 32, batch = 16;
   memscope::bench::BenchFlags flags("hope_bench");
   flags.add("--reps", reps).add("--steps", steps).add("--tokens", tokens).add("--batch", batch);

@@ -16,6 +16,7 @@
 #include "model/memory/memory_layer.h"
 #include "model/memory/memory_rule.h"
 #include "model/util/allocator.h"
+#include "model/util/small_block_cache.h"
 
 using namespace memscope::model;
 
@@ -23,6 +24,7 @@ using memscope::bench::seconds_of;
 
 int main(int argc, char** argv) {
   memscope::model::keep_large_blocks_in_heap();  // model/util/allocator.h
+  memscope::model::install_small_block_cache();  // model/util/small_block_cache.h
   int64_t tokens = 2048, heads = 4, head_dim = 64;
   bool quick = false;
   std::string only, only_optimiser;

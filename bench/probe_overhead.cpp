@@ -18,6 +18,8 @@
 
 #include "bench/bench_flags.h"
 #include "bench/bench_timing.h"
+#include "model/util/allocator.h"
+#include "model/util/small_block_cache.h"
 #include "model/util/compute_threads.h"
 #include "model/config/preset.h"
 #include "model/data/task.h"
@@ -37,6 +39,8 @@ struct Config {
 }  // namespace
 
 int main(int argc, char** argv) {
+  keep_large_blocks_in_heap();  // model/util/allocator.h: as the app runs
+  install_small_block_cache();  // model/util/small_block_cache.h
   std::string preset = "demo-mqar", mode = "inspect";
   int64_t steps = 64, reps = 5;
   int threads = 1;

@@ -21,6 +21,7 @@
 #include "model/memory/memory_rule.h"
 #include "model/train/trainer.h"
 #include "model/util/allocator.h"
+#include "model/util/small_block_cache.h"
 
 using namespace memscope::model;
 
@@ -64,6 +65,7 @@ struct LayerCase {
 
 int main(int argc, char** argv) {
   memscope::model::keep_large_blocks_in_heap();  // model/util/allocator.h
+  memscope::model::install_small_block_cache();  // model/util/small_block_cache.h
   int64_t tokens = 2048, reps = 5;
   std::string only, model_preset = "demo-mqar";
   memscope::bench::BenchFlags flags("step_bench");

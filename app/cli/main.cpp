@@ -6,11 +6,13 @@
 #include "app/cli/rank_launcher.h"
 #include "memscope/version.h"
 #include "model/util/allocator.h"
+#include "model/util/small_block_cache.h"
 #include "model/util/device.h"
 #include "model/util/errors.h"
 
 int main(int argc, char** argv) {
   memscope::model::keep_large_blocks_in_heap();  // model/util/allocator.h
+  memscope::model::install_small_block_cache();  // model/util/small_block_cache.h
   CLI::App app{"memscope-cli: headless tools for test-time-learning memory (Titans, Atlas, HOPE, TTT)"};
   app.set_version_flag("--version", std::string("memscope ") + MEMSCOPE_VERSION +
                                         " (LibTorch " + MEMSCOPE_TORCH_VERSION + ")");

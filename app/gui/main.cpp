@@ -18,6 +18,7 @@
 #include "memscope/version.h"
 #include "model/engine/command.h"
 #include "model/util/allocator.h"
+#include "model/util/small_block_cache.h"
 #include "model/util/device.h"
 #include "model/util/errors.h"
 #include "viz/app_window.h"
@@ -168,6 +169,7 @@ int run(Options options) {
 
 int main(int argc, char** argv) {
   memscope::model::keep_large_blocks_in_heap();  // model/util/allocator.h
+  memscope::model::install_small_block_cache();  // model/util/small_block_cache.h
   watch_quit_signals();
   CLI::App cli{"memscope: a debugger for test-time-learning memory (Titans, Atlas, HOPE, TTT)"};
   cli.set_version_flag("--version", std::string("memscope ") + MEMSCOPE_VERSION);

@@ -1,0 +1,134 @@
+#include "model/util/small_block_cache.h"
+
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <string>
+#include <vector>
+
+namespace memscope::model {
+
+namespace {
+
+// c10's alignment for CPU storage (gAlignment): vector loads over a tensor's start stay aligned.
+constexpr std::size_t kAlignment = 64;
+// Each block starts with one alignment's worth of header that holds its size class (the data
+// follows, still aligned), so that the deleter, which gets only the data pointer, knows its list.
+constexpr std::size_t kHeader = kAlignment;
+constexpr int kSmallestShift = 6;                      // 64 B
+constexpr int kClasses = 15;                           // 64 B … 1 MB
+constexpr int kUncached = -1;                          // a larger block: freed at once
+constexpr std::size_t kMaxCachedBytes = 128u << 20;
+
+std::size_t class_bytes(int size_class) { return std::size_t{1} << (size_class + kSmallestShift); }
+
+int size_class_of(std::size_t bytes) {
+  int c = 0;
+  while (c < kClasses && class_bytes(c) < bytes) ++c;
+  return c < kClasses ? c : kUncached;
+}
+
+class SmallBlockCache final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(std::size_t bytes) const override {
+    if (bytes == 0) return {nullptr, nullptr, &release, c10::Device(c10::DeviceType::CPU)};
+    const int size_class = size_class_of(bytes);
+    void* data = size_class == kUncached ? nullptr : take(size_class);
+    if (!data) {
+      void* raw = nullptr;
+      const std::size_t payload = size_class == kUncached ? bytes : class_bytes(size_class);
+      if (posix_memalign(&raw, kAlignment, kHeader + payload) != 0) throw std::bad_alloc();
+      std::memcpy(raw, &size_class, sizeof size_class);
+      data = static_cast<char*>(raw) + kHeader;
+    }
+    return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  // LibTorch 2.3 and later declare this pure virtual; 1.13 has no such member, so no `override`.
+  void copy_data(void* dest, const void* src, std::size_t count) const { std::memcpy(dest, src, count); }
+
+  SmallBlockCacheStats stats() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return {true, cached_bytes_, reused_};
+  }
+
+ private:
+  static void release(void* data);
+
+  void* take(int size_class) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& list = free_[static_cast<std::size_t>(size_class)];
+    if (list.empty()) return nullptr;
+    void* data = list.back();
+    list.pop_back();
+    cached_bytes_ -= class_bytes(size_class);
+    ++reused_;
+    return data;
+  }
+
+  // Keeps the block for its class unless the cache is full; false: the caller frees it.
+  bool keep(void* data, int size_class) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (cached_bytes_ + class_bytes(size_class) > kMaxCachedBytes) return false;
+    free_[static_cast<std::size_t>(size_class)].push_back(data);
+    cached_bytes_ += class_bytes(size_class);
+    return true;
+  }
+
+  // Tensors are freed on whichever thread drops them last (the engine, the GUI, a writer).
+  mutable std::mutex mutex_;
+  mutable std::array<std::vector<void*>, kClasses> free_;
+  mutable std::size_t cached_bytes_ = 0, reused_ = 0;
+};
+
+// Never destroyed: tensors held by static objects are freed after main() returns.
+SmallBlockCache& cache() {
+  static auto* instance = new SmallBlockCache();
+  return *instance;
+}
+
+bool g_installed = false;
+
+void SmallBlockCache::release(void* data) {
+  if (!data) return;
+  char* raw = static_cast<char*>(data) - kHeader;
+  int size_class = kUncached;
+  std::memcpy(&size_class, raw, sizeof size_class);
+  if (size_class == kUncached || !cache().keep(data, size_class)) std::free(raw);
+}
+
+bool sanitized() {
+#if defined(__SANITIZE_ADDRESS__)
+  return true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  return true;
+#else
+  return false;
+#endif
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+void install_small_block_cache() {
+  const char* setting = std::getenv("MEMSCOPE_SMALL_BLOCK_CACHE");
+  if (g_installed || sanitized() || (setting && std::string(setting) == "0")) return;
+  // Priority above c10's default CPU allocator (0), so that it is the one LibTorch uses.
+  c10::SetCPUAllocator(&cache(), /*priority=*/1);
+  g_installed = true;
+}
+
+SmallBlockCacheStats small_block_cache_stats() {
+  if (!g_installed) return {};
+  return cache().stats();
+}
+
+}  // namespace memscope::model
