@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "model/memory/attentional_bias.h"
+#include "model/memory/decayed_contractions.h"
 #include "model/memory/dgd_preconditioner.h"
 #include "model/memory/fused_linear_chunkwise.h"
 #include "model/memory/inner_clip.h"
@@ -319,7 +320,17 @@ class ChunkRunner {
     const at::Tensor ln_w = layer_.ln_weight.to(win_phi_.dtype()), ln_b = layer_.ln_bias.to(win_phi_.dtype());
     SlotGradients g;
     g.phi = win_phi_.flatten(2, 3);  // every window slot a row
-    const MlpPass at_slots = mlp_pass(g.phi, gradient_point[0], gradient_point[1], ln_w, ln_b);
+    // Every slot reads the same chunk-start W, so a key's pass is the same in each of the c windows
+    // it is in: one pass over the n + c − 1 distinct keys, then windowed, rather than n·c passes.
+    const MlpPass distinct = mlp_pass(ext_phi_, gradient_point[0], gradient_point[1], ln_w, ln_b);
+    auto windowed = [&](const at::Tensor& t) { return windows(t, c).flatten(2, 3); };  // [B,H,n·c,…]
+    MlpPass at_slots;
+    at_slots.h = windowed(distinct.h);
+    at_slots.a = windowed(distinct.a);
+    at_slots.o = windowed(distinct.o);
+    at_slots.n = windowed(distinct.n);
+    at_slots.stdev = windowed(distinct.stdev);
+    at_slots.y = windowed(distinct.y);
     auto slots = [&](const at::Tensor& t) { return t.unflatten(2, {n, c}); };  // [B,H,n·c,…] → [B,H,n,c,…]
     const at::Tensor psi = bias_grad(slots(at_slots.y), win_v_, rule_, win_delta_) * loss_weights_.unsqueeze(-1);
     const MlpBackward back = mlp_backward(at_slots, psi.flatten(2, 3), gradient_point[0], ln_w);
@@ -388,25 +399,39 @@ class ChunkRunner {
     const at::Tensor k_sq = key_squares();  // [B,H,n,d_φ]
     const at::Tensor lr = rule_.dgd_per_feature ? eta : eta.unsqueeze(-1).expand_as(k_sq);
     const at::Tensor keep = (rule_.dgd_per_feature ? alpha : alpha.unsqueeze(-1).expand_as(k_sq)) - lr * k_sq;
-    const DecayProducts per_feature = decay_products(keep.transpose(-1, -2));  // over [B,H,d_φ,n]
-    at::Tensor D = per_feature.within.permute({0, 1, 3, 4, 2});                 // [B,H,n(t),n(r),d_φ]
-    at::Tensor P = per_feature.from_start.transpose(-1, -2);                    // [B,H,n,d_φ]
-    const at::Tensor D_end = D.select(2, n - 1), P_end = P.select(2, n - 1);  // the chunk-end state's
-    if (rule_.read == ReadOrder::BeforeWrite) {  // y_t = M_{t−1} q_t: the products of row t−1
-      P = at::cat({at::ones_like(P.slice(2, 0, 1)), P.slice(2, 0, n - 1)}, 2);
-      D = at::cat({at::zeros_like(D.slice(2, 0, 1)), D.slice(2, 0, n - 1)}, 2);
-    }
+    const bool before_write = rule_.read == ReadOrder::BeforeWrite;  // y_t = M_{t−1} q_t: the products of row t−1
     auto slots = [&](const at::Tensor& t) { return t.unflatten(2, {n, c}); };  // [B,H,n,c,…]
     const at::Tensor w1 = state_.memory[0], w2 = state_.memory[1];
+    // Inference takes the two contractions over D as loops (decayed_contractions.h) and never
+    // builds D; autograd, and set_fused_step(false), the ATen form.
+    const bool loops = layer_.fused_step_on() && decayed_contractions_apply(q);
+    at::Tensor P, P_end, D_end, D;  // P_t, P_n and D[n,r]: [B,H,n,d_φ]; D [B,H,n(t),n(r),d_φ]
+    if (loops) {
+      P = at::cumprod(keep, 2);
+      const at::Tensor from = at::cumprod(keep.flip(2), 2).flip(2);  // [r] = Π_{l≥r} p_l
+      D_end = at::cat({from.slice(2, 1, n), at::ones_like(from.slice(2, 0, 1))}, 2);
+    } else {
+      const DecayProducts per_feature = decay_products(keep.transpose(-1, -2));  // over [B,H,d_φ,n]
+      D = per_feature.within.permute({0, 1, 3, 4, 2});
+      P = per_feature.from_start.transpose(-1, -2);
+      D_end = D.select(2, n - 1);
+      if (before_write) D = at::cat({at::zeros_like(D.slice(2, 0, 1)), D.slice(2, 0, n - 1)}, 2);
+    }
+    P_end = P.select(2, n - 1);
+    if (before_write) P = at::cat({at::ones_like(P.slice(2, 0, 1)), P.slice(2, 0, n - 1)}, 2);
     MlpPass y;
     // ⟨φ_{r,j} ⊙ η_r ⊙ D[t,r], q_t⟩ → [B,H,n(t),n·c]
-    const at::Tensor scaled_phi = slots(g.phi) * lr.unsqueeze(3);
-    const at::Tensor key_query = at::einsum("bhtrf,bhrjf->bhtrj", {D * q.unsqueeze(3), scaled_phi}).flatten(3, 4);
+    const at::Tensor key_query =
+        loops ? decayed_key_query(keep, q, lr, slots(g.phi), before_write)
+              : at::einsum("bhtrf,bhrjf->bhtrj", {D * q.unsqueeze(3), slots(g.phi) * lr.unsqueeze(3)}).flatten(3, 4);
     y.h = at::matmul(P * q, w2.transpose(-1, -2)) - at::matmul(key_query, g.d_h);
     y.a = exact_gelu(y.h);
-    const at::Tensor gram = at::matmul(y.a, g.a.transpose(-1, -2)).unflatten(3, {n, c});  // ⟨a_t, a_{r,j}⟩
-    const at::Tensor mixed = at::einsum("bhtrj,bhrjf->bhtrf", {gram, slots(g.d_o)});      // Σ_j ⟨·⟩ δo_{r,j}
-    y.o = P * at::matmul(y.a, w1.transpose(-1, -2)) - (D * lr.unsqueeze(2) * mixed).sum(3);
+    const at::Tensor gram = at::matmul(y.a, g.a.transpose(-1, -2));  // ⟨a_t, a_{r,j}⟩: [B,H,n,n·c]
+    // Σ_r D[t,r] ⊙ η_r ⊙ Σ_j ⟨a_t, a_{r,j}⟩ δo_{r,j} → [B,H,n,d_φ]
+    const at::Tensor mixed =
+        loops ? decayed_mixed_read(keep, lr, gram, slots(g.d_o), before_write)
+              : (D * lr.unsqueeze(2) * at::einsum("bhtrj,bhrjf->bhtrf", {gram.unflatten(3, {n, c}), slots(g.d_o)})).sum(3);
+    y.o = P * at::matmul(y.a, w1.transpose(-1, -2)) - mixed;
     finish_mlp_pass(y, q, ln_w, ln_b);
 
     const at::Tensor to_end = (lr * D_end).unsqueeze(3);  // η_r ⊙ D[n,r]: [B,H,n,1,d_φ]

@@ -154,7 +154,10 @@ class MemoryLayerImpl : public torch::nn::Module {
 
   // The fused step (fused_linear_step.cpp) is on by default where it applies; off, every step
   // takes the general path of sequential_step.cpp, the reference the fused one is tested against.
+  // The same switch keeps the chunkwise form's ATen reference (fused_linear_chunkwise.cpp and the
+  // MLP dgd form's decayed_contractions.cpp are its fused parts).
   void set_fused_step(bool on) { fused_step_on_ = on; }
+  bool fused_step_on() const { return fused_step_on_; }
 
   void set_override(Gate gate, GateOverride value);
   const GateOverride& override_of(Gate gate) const { return overrides_[static_cast<int>(gate)]; }

@@ -381,3 +381,29 @@ TEST_CASE("memory: stepping across calls equals one sequential run", "[model]") 
   CHECK(max_abs_diff(whole.y, torch::cat({first.y, second.y}, 1)) < 1e-12);
   CHECK(max_abs_diff(one.memory[0], two.memory[0]) < 1e-12);
 }
+
+TEST_CASE("memory: the MLP dgd form's decayed contractions (loops) equal its ATen form, both read orders", "[model]") {
+  // Inference takes decayed_contractions.cpp's loops, which never build D[t,r,f]; set_fused_step
+  // (false) keeps the ATen form with D. Same math, sums in another order.
+  for (const char* window : {"memory.window.c=1", "memory.window.c=3", "memory.window.c=8"})
+    for (const char* read : {"memory.read=after-write", "memory.read=before-write"})
+      for (const char* per_feature : {"memory.dgd.per_feature=false", "memory.dgd.per_feature=true"})
+        for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
+          INFO(window << " " << read << " " << per_feature << " " << dtype);
+          auto layer = make_layer(test_rule("atlas", {"memory.conv=false", "memory.structure=mlp", "memory.optimiser=dgd",
+                                                      "memory.momentum.enabled=false", "memory.inner.clip=0.05", window,
+                                                      read, per_feature}),
+                                  16, 2, dtype);
+          auto x = make_input(2, 37, 16, dtype);  // chunks of 16, 16 and 5
+          torch::NoGradGuard no_grad;
+          MemoryState loops = layer->initial_state(2), aten = layer->initial_state(2);
+          const at::Tensor y_loops = layer->forward(x, loops, 16).y;
+          layer->set_fused_step(false);
+          const at::Tensor y_aten = layer->forward(x, aten, 16).y;
+          layer->set_fused_step(true);
+          const double tolerance = dtype == torch::kFloat64 ? 1e-12 : 2e-5;
+          CHECK(max_abs_diff(y_loops, y_aten) < tolerance * scale_of(y_aten));
+          CHECK(max_abs_diff(y_loops, y_aten) > 0);  // the loops ran: their sums go in another order
+          for (size_t i = 0; i < 2; ++i) CHECK(max_abs_diff(loops.memory[i], aten.memory[i]) < tolerance * scale_of(aten.memory[i]));
+        }
+}
