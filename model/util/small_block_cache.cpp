@@ -2,6 +2,7 @@
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
+#include <torch/version.h>
 
 #include <array>
 #include <cstdlib>
@@ -11,8 +12,18 @@
 #include <string>
 #include <vector>
 
+// LibTorch 2.3 made Allocator::allocate non-const and added pure virtuals (copy_data) whose exact
+// form later versions changed again; the cache is built against the interface of 1.13 to 2.2, and
+// elsewhere install_small_block_cache() leaves LibTorch's allocator in place.
+#if TORCH_VERSION_MAJOR < 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR < 3)
+#define MEMSCOPE_SMALL_BLOCK_CACHE_BUILT 1
+#else
+#define MEMSCOPE_SMALL_BLOCK_CACHE_BUILT 0
+#endif
+
 namespace memscope::model {
 
+#if MEMSCOPE_SMALL_BLOCK_CACHE_BUILT
 namespace {
 
 // c10's alignment for CPU storage (gAlignment): vector loads over a tensor's start stay aligned.
@@ -49,8 +60,6 @@ class SmallBlockCache final : public c10::Allocator {
     return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
-  // LibTorch 2.3 and later declare this pure virtual; 1.13 has no such member, so no `override`.
-  void copy_data(void* dest, const void* src, std::size_t count) const { std::memcpy(dest, src, count); }
 
   SmallBlockCacheStats stats() const {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -118,6 +127,8 @@ bool sanitized() {
 
 }  // namespace
 
+bool small_block_cache_supported() { return !sanitized(); }
+
 void install_small_block_cache() {
   const char* setting = std::getenv("MEMSCOPE_SMALL_BLOCK_CACHE");
   if (g_installed || sanitized() || (setting && std::string(setting) == "0")) return;
@@ -130,5 +141,13 @@ SmallBlockCacheStats small_block_cache_stats() {
   if (!g_installed) return {};
   return cache().stats();
 }
+
+#else  // LibTorch 2.3 or later: LibTorch's own allocator stays
+
+bool small_block_cache_supported() { return false; }
+void install_small_block_cache() {}
+SmallBlockCacheStats small_block_cache_stats() { return {}; }
+
+#endif
 
 }  // namespace memscope::model

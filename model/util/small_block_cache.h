@@ -11,9 +11,13 @@ namespace memscope::model {
 
 // Makes the cache LibTorch's CPU allocator for this process; call once, early in main(), before
 // any thread makes tensors. Blocks larger than 1 MB, and blocks beyond 128 MB held in the cache,
-// go straight back to malloc. A no-op under AddressSanitizer, whose use-after-free checks a cache
-// would blind, and where MEMSCOPE_SMALL_BLOCK_CACHE=0 is set (to measure without it).
+// go straight back to malloc. A no-op where MEMSCOPE_SMALL_BLOCK_CACHE=0 is set (to measure
+// without it) and where the cache is not supported (below).
 void install_small_block_cache();
+
+// False under AddressSanitizer, whose use-after-free checks a cache would blind, and against
+// LibTorch 2.3 or later, whose allocator interface the cache is not built for.
+bool small_block_cache_supported();
 
 // What the cache holds now, for tests and benches.
 struct SmallBlockCacheStats {
