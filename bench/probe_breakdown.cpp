@@ -1,0 +1,157 @@
+// Where a probed inspect step's time goes (issue 20's "say where the remaining time goes"):
+// probe_overhead measures the whole engine step with and without probes; this splits a probed
+// step into its parts, each timed per token over the same token stream, stepped as the engine
+// steps it (batch 1, one token at a time):
+//   step_us           the model step without a record (an unprobed step's model work)
+//   record_us         what asking for the record adds to the model step
+//   extras_us         the token's argmax and scored loss over the vocabulary
+//   collect_us        collect_probes without snapshots, of which
+//   spectra_us          the batched singular values alone (erank, NS spectra), as collect builds them
+//   snapshots_us      what collect adds on a snapshot step (probe.matrices_every)
+//   detectors_us      Detectors::observe on the frame
+// One JSON line; medians over repetitions of the stream. Flags: --preset P (demo-mqar),
+// --tokens T per repetition (256), --reps R (5), --threads T (1).
+#include <torch/torch.h>
+
+#include <chrono>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "bench/bench_flags.h"
+#include "bench/bench_timing.h"
+#include "model/config/preset.h"
+#include "model/probe/detectors.h"
+#include "model/probe/probe_collector.h"
+#include "model/probe/small_singular_values.h"
+#include "model/train/trainer.h"
+#include "model/util/allocator.h"
+#include "model/util/compute_threads.h"
+#include "model/util/small_block_cache.h"
+
+using namespace memscope::model;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double micros_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+}
+
+// The stack of matrices collect_fused_probes hands to small_singular_values: every head's M, then
+// (Muon) every head's U = NS(S) from the record, batch row 0.
+at::Tensor spectra_stack(const LmState& state, const LmStepOutput& out) {
+  std::vector<at::Tensor> parts;
+  for (const auto& block : state.blocks) parts.push_back(block.memory.memory.front().select(0, 0));
+  for (const auto& record : out.records)
+    if (record && !record->ns_output.empty()) parts.push_back(record->ns_output.front().select(0, 0));
+  return at::cat(parts, 0).contiguous();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  keep_large_blocks_in_heap();   // model/util/allocator.h: as the app runs
+  install_small_block_cache();   // model/util/small_block_cache.h
+  std::string preset_name = "demo-mqar";
+  int64_t tokens = 256, reps = 5;
+  int threads = 1;
+  memscope::bench::BenchFlags flags("probe_breakdown");
+  flags.add("--preset", preset_name).add("--tokens", tokens).add("--reps", reps).add("--threads", threads);
+  if (!flags.parse(argc, argv)) return 2;
+  set_compute_threads(threads);
+  at::NoGradGuard no_grad;
+
+  const Preset preset = load_preset(preset_name);
+  Trainer trainer(preset);
+  const LanguageModel& model = trainer.model();
+  const ProbeConfig& probe = preset.probe;
+  std::vector<at::Tensor> stream;  // the task's sequences one after another, as the probe stream
+  int64_t sequence_length = 0;
+  while (static_cast<int64_t>(stream.size()) < tokens) {
+    const at::Tensor sequence = trainer.training_batch(1).tokens.select(0, 0);
+    sequence_length = sequence.size(0);
+    for (int64_t t = 0; t < sequence_length && static_cast<int64_t>(stream.size()) < tokens; ++t)
+      stream.push_back(sequence.narrow(0, t, 1));
+  }
+
+  enum Part { Step, StepRecord, Extras, Collect, Spectra, CollectSnapshots, DetectorsPart, kParts };
+  std::vector<std::vector<double>> per_rep(kParts);
+  int64_t snapshot_steps = 0;
+  for (int64_t r = 0; r < reps; ++r) {
+    std::vector<double> total(kParts, 0.0);
+    int64_t plain = 0, snapshots = 0;
+    LmState unprobed = model->initial_state(1), probed = model->initial_state(1);
+    Detectors detectors(preset.detect);
+    for (int64_t i = 0; i < tokens; ++i) {
+      if (i % sequence_length == 0) unprobed = model->initial_state(1), probed = model->initial_state(1);
+      auto start = Clock::now();
+      model->step(stream[static_cast<size_t>(i)], unprobed, 1, StepDetail::OutputOnly);
+      total[Step] += micros_since(start);
+
+      std::vector<std::vector<at::Tensor>> before;
+      for (const auto& b : probed.blocks) before.push_back(b.memory.memory);
+      start = Clock::now();
+      const LmStepOutput out = model->step(stream[static_cast<size_t>(i)], probed, 1, StepDetail::Record);
+      total[StepRecord] += micros_since(start);
+
+      start = Clock::now();
+      ProbeInputs in;
+      in.model = &model;
+      in.state = &probed;
+      in.memory_before = &before;
+      in.records = &out.records;
+      const at::Tensor logits = out.logits[0];
+      in.extra.push_back(logits.argmax());
+      in.extra.push_back(-at::log_softmax(logits.to(at::kDouble), 0)[0]);
+      total[Extras] += micros_since(start);
+
+      in.matrices = probe.matrices_every > 0 && i % probe.matrices_every == 0;
+      Frame frame;
+      frame.step = i + 1;
+      frame.kind = FrameKind::Inspect;
+      frame.token_index = i % sequence_length;
+      start = Clock::now();
+      collect_probes(frame, in, probe);
+      (in.matrices ? total[CollectSnapshots] : total[Collect]) += micros_since(start);
+      (in.matrices ? snapshots : plain) += 1;
+
+      if (model->config().has_memory()) {
+        const at::Tensor stack = spectra_stack(probed, out);
+        start = Clock::now();
+        small_singular_values(stack);
+        total[Spectra] += micros_since(start);
+      }
+
+      start = Clock::now();
+      detectors.observe(frame);
+      total[DetectorsPart] += micros_since(start);
+    }
+    const double n = static_cast<double>(tokens);
+    per_rep[Step].push_back(total[Step] / n);
+    per_rep[StepRecord].push_back((total[StepRecord] - total[Step]) / n);
+    per_rep[Extras].push_back(total[Extras] / n);
+    per_rep[Collect].push_back(total[Collect] / static_cast<double>(std::max<int64_t>(plain, 1)));
+    per_rep[Spectra].push_back(total[Spectra] / n);
+    per_rep[CollectSnapshots].push_back(
+        snapshots > 0 ? total[CollectSnapshots] / static_cast<double>(snapshots) - per_rep[Collect].back() : 0.0);
+    per_rep[DetectorsPart].push_back(total[DetectorsPart] / n);
+    snapshot_steps = snapshots;
+  }
+  using memscope::bench::median;
+  std::cout << nlohmann::json{{"bench", "probe_breakdown"},
+                              {"preset", preset_name},
+                              {"tokens", tokens},
+                              {"reps", reps},
+                              {"threads", threads},
+                              {"snapshot_steps_per_rep", snapshot_steps},
+                              {"step_us", median(per_rep[Step])},
+                              {"record_us", median(per_rep[StepRecord])},
+                              {"extras_us", median(per_rep[Extras])},
+                              {"collect_us", median(per_rep[Collect])},
+                              {"spectra_us", median(per_rep[Spectra])},
+                              {"snapshots_us", median(per_rep[CollectSnapshots])},
+                              {"detectors_us", median(per_rep[DetectorsPart])}}
+                   .dump()
+            << std::endl;
+  return 0;
+}
