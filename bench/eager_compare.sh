@@ -6,9 +6,9 @@
 #          the ratio, GFLOP/s and the share of this core's sgemm peak (step_bench measures it)
 #   model  the whole demo-mqar-titans and demo-mqar models token by token (eager_lm.py, checked
 #          first against memscope's recorded step of the same checkpoint): both medians and the ratio
-#   chunkwise  the Titans layer's chunkwise form at c = 1, b = 64 (memory_bench's row against
-#          time_eager.py's eager_chunkwise, the same configuration): both medians, the ratio, and
-#          memscope's GFLOP/s counted for the per-token form it runs (below) against the peak
+#   chunkwise  the Titans and Atlas (Muon) layers' chunkwise forms at c = 1, b = 64 (memory_bench's
+#          rows against time_eager.py's eager_chunkwise, the same configuration): both medians, the
+#          ratio, and memscope's GFLOP/s counted for the per-token form it runs (below) against the peak
 #   train  demo-mqar-titans's training step (eager_lm_train.py, checked first against the loss and
 #          gradient norm memscope's trainer reports for the same weights and batch)
 # Needs Debian's python3-torch, for this benchmark only: apt-get install python3-torch.
@@ -53,6 +53,7 @@ DEVICE_BENCH=${DEVICE_BENCH:-build/bench/device_bench}
 MEMORY_BENCH=${MEMORY_BENCH:-build/bench/memory_bench}
 for _ in $(seq 1 "$REPS"); do
   "$MEMORY_BENCH" --only linear --c 1 --optimiser gd-momentum --chunk 64 >>"$OUT/memscope.jsonl"
+  "$MEMORY_BENCH" --only linear --c 1 --optimiser muon --chunk 64 >>"$OUT/memscope.jsonl"
   "$PY" bench/eager/time_eager.py --bench eager_chunkwise --chunk 64 --reps 1 >>"$OUT/eager.jsonl"
   "$STEP" --only layer --reps 1 >>"$OUT/memscope.jsonl"
   "$PY" bench/eager/time_eager.py --bench eager_layer --reps 1 >>"$OUT/eager.jsonl"
@@ -97,8 +98,9 @@ for model, eager_bench in (("demo-mqar-titans", "eager_lm"), ("demo-mqar", "eage
 # counted for that form: per token the q/k/v projection 2·D·3D and the gates 3·2·D·H, per token and
 # head e = M̄φ − v, the S and M updates and the read, 2d² each (8d²). Eager's dual form has its own
 # count (time_eager.py); the ratio of tokens/s is what compares them.
-m = [r for r in ours if r.get("bench") == "memory" and r.get("chunk") == 64 and r.get("c") == 1]
-e = [r for r in eager if r["bench"] == "eager_chunkwise"]
+m = [r for r in ours if r.get("bench") == "memory" and r.get("chunk") == 64 and r.get("c") == 1
+     and r.get("optimiser") == "gd-momentum"]
+e = [r for r in eager if r["bench"] == "eager_chunkwise" and r.get("rule") == "titans"]
 if m and e:
     H, d = m[0]["heads"], m[0]["head_dim"]
     D = H * d
@@ -112,6 +114,26 @@ if m and e:
                       "memscope_gflops": round(tps * flops / 1e9, 2), "sgemm_peak_gflops": round(peak, 1),
                       "share_of_peak": round(tps * flops / 1e9 / peak, 3), "eager_gflops": round(statistics.median(r["gflops"] for r in e), 2),
                       "rounds": len(m)}))
+# Atlas's chunkwise layer (Muon, c = 1, b = 64). In inference memscope runs it as the fused step
+# per token with the gradient point frozen at the chunk start (chunkwise_forward.cpp), so its FLOPs
+# are the sequential step's: the projections and gates, and per token and head the prediction, the
+# gradient, the read (2d² each) and NS (30d³). Eager's form has its own count (time_eager.py).
+m = [r for r in ours if r.get("bench") == "memory" and r.get("chunk") == 64 and r.get("c") == 1
+     and r.get("optimiser") == "muon"]
+e = [r for r in eager if r["bench"] == "eager_chunkwise" and r.get("rule") == "atlas"]
+if m and e:
+    H, d = m[0]["heads"], m[0]["head_dim"]
+    D = H * d
+    flops = 2 * D * 3 * D + 3 * 2 * D * H + H * (6 * d * d + 30 * d ** 3)
+    tps = statistics.median(r["chunkwise_tokens_per_s"] for r in m)
+    e_tps = statistics.median(r["tokens_per_s"] for r in e)
+    peak = statistics.median(r["sgemm_peak_gflops"] for r in ours if "sgemm_peak_gflops" in r)
+    print(json.dumps({"bench": "eager_compare", "chunkwise": "atlas (muon) c=1 b=64", "memscope_tokens_per_s": round(tps, 1),
+                      "eager_tokens_per_s": round(e_tps, 1), "ratio": round(tps / e_tps, 3),
+                      "memscope_sequential_tokens_per_s": round(statistics.median(r["sequential_tokens_per_s"] for r in m), 1),
+                      "memscope_gflops": round(tps * flops / 1e9, 2), "sgemm_peak_gflops": round(peak, 1),
+                      "share_of_peak": round(tps * flops / 1e9 / peak, 3), "eager_gflops": round(statistics.median(r["gflops"] for r in e), 2),
+                      "eager_share_of_peak": round(statistics.median(r["gflops"] for r in e) / peak, 3), "rounds": len(m)}))
 m = [r for r in ours if r.get("case") == "train/demo-mqar-titans"]
 e = [r for r in eager if r["bench"] == "eager_lm_train"]
 tps, e_tps = statistics.median(r["tokens_per_s"] for r in m), statistics.median(r["tokens_per_s"] for r in e)

@@ -11,13 +11,14 @@ checks two things against the trace:
               nothing per token from the trace; compared: y_t, M_t, S_t, and the per-token inputs it
               computed on the way (phi_k, phi_q, v, retain, lr, momentum).
 
-Then, for rules eager_memory.run_memory_chunkwise covers (gd-momentum, c = 1, read after write; with
-the default rules: titans), the chunkwise form: `memory-trace --chunk B --parameters` over
+Then, for rules the eager chunkwise forms cover (run_memory_chunkwise: gd-momentum, and
+run_memory_chunkwise_muon: muon; c = 1, read after write; with the default rules: titans and atlas),
+the chunkwise form: `memory-trace --chunk B --parameters` over
 --chunk-tokens tokens (default 200 = 3 chunks of 64 and one of 8, so the short last chunk is
 covered too). memscope's trace of the chunkwise form holds M, S after every token (it runs the
 materialised path: ChunkRunner::materialised, since record is on) and y; compared:
-  chunkwise recurrence  run_memory_chunkwise (dual form) from the traced inputs and M_0: y, every
-                        M_t, S_t (materialised from the same coefficients), loss_before/after
+  chunkwise recurrence  run_memory_chunkwise (the dual form; muon: run_memory_chunkwise_muon) from
+                        the traced inputs and M_0: y, every M_t, S_t, loss_before/after
   chunkwise reference   run_memory_chunkwise against run_memory(grad_chunk=B), the per-token loop
                         with the gradient frozen at chunk starts (§9's reference), same traced
                         inputs, both in float64: y, M, S
@@ -128,7 +129,8 @@ def trace(name, preset, sets, args, workdir, tokens, chunk=None):
 def chunkwise_unsupported(rule):
     m = rule["memory"]
     why = unsupported(rule)
-    if m["optimiser"] != "gd-momentum": why.append(f"optimiser {m['optimiser']} (only gd-momentum)")
+    if m["optimiser"] not in ("gd-momentum", "muon"):
+        why.append(f"optimiser {m['optimiser']} (only gd-momentum, muon)")
     if m["window"]["c"] != 1: why.append(f"window c = {m['window']['c']} (only c = 1)")
     if m["read"] != "after-write": why.append(f"read {m['read']} (only after-write)")
     return why
@@ -150,8 +152,15 @@ def check_chunkwise(name, preset, sets, args, workdir):
     keys = ("phi_k", "v", "phi_q", "retain", "lr", "momentum", "gamma")
     inputs = lambda dtype: [tr["M"][0].to(dtype)] + [tr[k].to(dtype) for k in keys]
     opts = dict(inner_scale=inner_scale, inner_clip=m["inner"]["clip"], record=True)
+    ns = m["ns"]
+    ns_opts = dict(ns_steps=ns["steps"], ns_coefficients=tuple(ns["coefficients"]),
+                   ns_per_step=[tuple(c) for c in ns["per_step"]] or None)
+    if m["optimiser"] == "gd-momentum":
+        chunkwise = eager_memory.run_memory_chunkwise
+    else:  # muon: the einsum-built S_t, one batched NS per chunk
+        chunkwise = lambda *a, **k: eager_memory.run_memory_chunkwise_muon(*a, **k, **ns_opts)
     f = lambda key: tr[key].to(dt)
-    y, M, S = eager_memory.run_memory_chunkwise(*inputs(dt), chunk=args.chunk, **opts)
+    y, M, S = chunkwise(*inputs(dt), chunk=args.chunk, **opts)
     ours = {
         "M": M, "S": S, "y": y,
         "loss_before": eager_memory.inner_loss(M[:-1], f("phi_k"), f("v"), f("gamma"), inner_scale),
@@ -161,12 +170,13 @@ def check_chunkwise(name, preset, sets, args, workdir):
     print(f"{name} chunkwise: preset {preset}, chunk b = {args.chunk}, T = {T} "
           f"({T // args.chunk} full chunks{f' + one of {T % args.chunk}' if T % args.chunk else ''}), "
           f"H = {args.heads}, d = {d_v}, eager in {dt}")
-    print(f"  chunkwise recurrence (dual form), from the traced per-token inputs:")
+    print(f"  chunkwise recurrence (the eager chunkwise form), from the traced per-token inputs:")
     worst = compare(ours, tr, args.tol)
 
-    print(f"  chunkwise reference: dual form vs run_memory(grad_chunk={args.chunk}), both float64, same inputs:")
-    ref_y, ref_M, ref_S = eager_memory.run_memory("gd-momentum", *inputs(torch.float64), grad_chunk=args.chunk, **opts)
-    y64, M64, S64 = eager_memory.run_memory_chunkwise(*inputs(torch.float64), chunk=args.chunk, **opts)
+    print(f"  chunkwise reference: the chunkwise form vs run_memory(grad_chunk={args.chunk}), both float64, same inputs:")
+    ref_y, ref_M, ref_S = eager_memory.run_memory(m["optimiser"], *inputs(torch.float64), grad_chunk=args.chunk,
+                                                  **(ns_opts if m["optimiser"] == "muon" else {}), **opts)
+    y64, M64, S64 = chunkwise(*inputs(torch.float64), chunk=args.chunk, **opts)
     ref_worst = compare({"y": y64, "M": M64, "S": S64}, {"y": ref_y, "M": ref_M, "S": ref_S}, args.tol)
 
     why = layer_unsupported(rule)
@@ -175,10 +185,10 @@ def check_chunkwise(name, preset, sets, args, workdir):
         return worst, ref_worst, None
     params = {key[len("param/"):]: f(key) for key in tr if key.startswith("param/")}
     layer = eager_memory.MemoryLayer(params, args.heads, m["optimiser"], max_lr=m["lr"]["max"],
-                                     inner_scale=inner_scale, inner_clip=m["inner"]["clip"])
+                                     inner_scale=inner_scale, inner_clip=m["inner"]["clip"], **ns_opts)
     y, M, S, inputs = layer.run(f("x"), record=True, chunk=args.chunk)
     print(f"  chunkwise layer, from x {list(tr['x'].shape)}: projections, conv ({'on' if m['conv'] else 'off'}), "
-          f"phi, gates batched over T, then the dual form:")
+          f"phi, gates batched over T, then the chunkwise form:")
     layer_worst = compare({"y": y, "M": M, "S": S, **inputs}, tr, args.layer_tol)
     return worst, ref_worst, layer_worst
 
@@ -267,8 +277,8 @@ def main():
                 else:
                     print(f"{name} {part}: ok, max rel error {worst:.3g} <= {tol:g}")
             if args.chunk > 0:
-                # Rules the eager chunkwise form does not cover (atlas: muon) are skipped, not counted
-                # as unsupported: the chunkwise check is about Titans' rule.
+                # Rules the eager chunkwise forms do not cover (a window c > 1, the read before the
+                # write) are skipped, not counted as unsupported.
                 for part, worst, tol in zip(("chunkwise recurrence", "chunkwise reference", "chunkwise layer"),
                                             check_chunkwise(name, preset, sets, args, workdir),
                                             (args.tol, args.tol, args.layer_tol)):

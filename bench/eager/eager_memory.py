@@ -221,6 +221,61 @@ def run_memory_chunkwise(m0, phi_k, v, phi_q, retain, lr, momentum, gamma=None, 
     return y
 
 
+def run_memory_chunkwise_muon(m0, phi_k, v, phi_q, retain, lr, momentum, gamma=None, *, chunk,
+                              ns_steps=5, ns_coefficients=MUON_COEFFICIENTS, ns_per_step=None,
+                              inner_scale=1.0, inner_clip=0.0, record=False):
+    """The chunkwise form (§9) of Atlas's rule at c = 1: linear memory, l2 bias, Muon with l2-decay
+    retention, read after write; inputs and outputs as run_memory_chunkwise. As a researcher writes
+    it in eager PyTorch: inside a chunk every gradient g_r = psi_r phi_r^T is taken at the
+    chunk-start M_0, so the momentum is a linear scan,
+        S_t = Pb_t S_0 + sum_r Db[t,r] g_r,
+    but NS is not linear in S_t, so every S_t is built ([H,b,d,d], one einsum), orthogonalised in one
+    batched newton_schulz over the chunk's H*b matrices, and the retention scan then gives
+        M_t = Pa_t M_0 - sum_s Da[t,s] eta_s NS(S_s),   y_t = M_t q_t."""
+    if gamma is not None and gamma.size(-1) != 1:
+        raise ValueError("run_memory_chunkwise_muon: window c = 1 only (gamma [T,H,1])")
+    T, H, _ = phi_k.shape
+    b = chunk
+    N = -(-T // b)
+    pad = N * b - T
+    e_last = (T - 1) % b
+
+    def chunked(z, fill):  # as run_memory_chunkwise: [T,H,...] -> [N,H,b,...], padding causally after
+        if pad:
+            z = torch.cat([z, z.new_full((pad,) + z.shape[1:], fill)])
+        return z.view(N, b, *z.shape[1:]).transpose(1, 2)
+
+    phi, q, val = chunked(phi_k, 0), chunked(phi_q, 0), chunked(v, 0)
+    alpha, eta, beta = chunked(retain, 1), chunked(lr, 0), chunked(momentum, 1)
+    weight = inner_scale * (gamma[..., 0] if gamma is not None else torch.ones_like(retain))
+    scale = chunked(weight, 0)[..., None]
+    Da, Db = decay_matrix(alpha), decay_matrix(beta)
+    Pa, Pb = alpha.cumprod(-1), beta.cumprod(-1)
+    retention = Da * eta[..., None, :]                  # M_t's coefficient of NS(S_s)
+
+    M = m0
+    S = torch.zeros_like(m0)
+    ys, Ms, Ss = [], [m0[None]], [S[None]]
+    for i in range(N):
+        e = b - 1 if i < N - 1 else e_last
+        psi = scale[i] * (phi[i] @ M.transpose(-1, -2) - val[i])                # [H,b,d_v]
+        if inner_clip > 0:
+            norm = psi.norm(dim=-1, keepdim=True) * phi[i].norm(dim=-1, keepdim=True)
+            psi = psi * (inner_clip / norm.clamp_min(1e-15)).clamp_max(1)
+        S_t = Pb[i, :, :, None, None] * S[:, None] + torch.einsum("htr,hrv,hrp->htvp", Db[i], psi, phi[i])
+        U = newton_schulz(S_t.flatten(0, 1), ns_steps, ns_coefficients, ns_per_step).view_as(S_t)
+        M_t = Pa[i, :, :, None, None] * M[:, None] - torch.einsum("hts,hsvp->htvp", retention[i], U)
+        ys.append(torch.einsum("htvp,htp->htv", M_t, q[i]))
+        if record:
+            Ms.append(M_t[:, :e + 1].transpose(0, 1))
+            Ss.append(S_t[:, :e + 1].transpose(0, 1))
+        M, S = M_t[:, e], S_t[:, e]
+    y = torch.stack(ys).transpose(1, 2).reshape(N * b, H, -1)[:T]
+    if record:
+        return y, torch.cat(Ms), torch.cat(Ss)
+    return y
+
+
 def inner_loss(M, phi_k, v, gamma=None, inner_scale=1.0):
     """The surprise L_t(M) = inner_scale * sum_i gamma_{t,i} 1/2 ||M phi_i - v_i||^2 over the window
     (§4, §8) for one memory per token, M [T,H,d_v,d_phi]; phi_k [T,H,d_phi], v [T,H,d_v] -> [T,H].
@@ -336,12 +391,18 @@ class MemoryLayer:
         ([T+1,H,...], M_0 and S_0 first) and the per-token inputs the layer computed (dict of [T,H,...]).
         chunk=b: the chunkwise form (§9), project() then run_memory_chunkwise."""
         if chunk is not None:
-            if self.optimiser != "gd-momentum" or not self.read_after_write:
-                raise ValueError("the chunkwise form here is gd-momentum with the read after the write")
+            if not self.read_after_write:
+                raise ValueError("the chunkwise forms here read after the write")
             p = self.project(x)
-            out = run_memory_chunkwise(self.m0, p["phi_k"], p["v"], p["phi_q"], p["retain"], p["lr"], p["momentum"],
-                                       chunk=chunk, inner_scale=self.inner_scale,
-                                       inner_clip=self.ns["inner_clip"], record=record)
+            inputs = (self.m0, p["phi_k"], p["v"], p["phi_q"], p["retain"], p["lr"], p["momentum"])
+            if self.optimiser == "gd-momentum":
+                out = run_memory_chunkwise(*inputs, chunk=chunk, inner_scale=self.inner_scale,
+                                           inner_clip=self.ns["inner_clip"], record=record)
+            else:
+                out = run_memory_chunkwise_muon(*inputs, chunk=chunk, ns_steps=self.ns["ns_steps"],
+                                                ns_coefficients=self.ns["ns_coefficients"],
+                                                ns_per_step=self.ns["ns_per_step"], inner_scale=self.inner_scale,
+                                                inner_clip=self.ns["inner_clip"], record=record)
             return (*out, p) if record else out
         state = self.initial_state()
         ys = []

@@ -9,13 +9,14 @@ Three benches, all by default (--bench picks some):
                 has conv on; atlas: atlas-linear has it off), per-head split, identity phi (L2
                 normalise), the three gates, the recurrence and the read. x ~ N(0,1), parameters
                 random with memscope's shapes and initialisation (MemoryLayerImpl's constructor).
-  eager_chunkwise  MemoryLayer.run(x, chunk=b), titans only (gd-momentum; atlas's muon is not in
-                the eager chunkwise form): project() batched over all T tokens (fused q/k/v
-                projection, three gate projections, norms), then run_memory_chunkwise, the dual form
-                with chunk b = --chunk (default 64), SPEC §9. Configured as memscope's memory_bench
-                row it is compared with (`memory_bench --only linear`: preset omeganet with
-                structure linear, identity phi, c = 1, gd-momentum, l2-decay): conv OFF, unlike
-                eager_layer's titans (titans-lmm has conv on); --chunkwise-conv turns it on.
+  eager_chunkwise  MemoryLayer.run(x, chunk=b): project() batched over all T tokens (fused q/k/v
+                projection, three gate projections, norms), then the chunkwise form with chunk
+                b = --chunk (default 64), SPEC §9: titans' run_memory_chunkwise (the dual form) and
+                atlas' run_memory_chunkwise_muon (S_t built per token, one batched NS per chunk).
+                Configured as memscope's memory_bench rows they are compared with (`memory_bench
+                --only linear --c 1 --optimiser gd-momentum|muon`: preset omeganet with structure
+                linear, identity phi, c = 1, l2-decay): conv OFF, unlike eager_layer's titans
+                (titans-lmm has conv on); --chunkwise-conv turns it on.
 T = 2048 tokens, H = 4 heads, head dim 64 (D = H*d = 256), torch.no_grad(), float32. One JSON line
 per bench and rule:
 
@@ -51,6 +52,10 @@ so per token and head 10 d^2 + 4 b d + 2 b^2 + 2 b = 65,664 at d = b = 64 (2.7x 
 6 d^2: the price of matmul-shaped work). Not counted: the segsum exp/cumsum, the elementwise
 coefficient products, the gate arithmetic. Per token with the batched projections and gates above
 (conv off): 393,216 + 6,144 + H * 65,664 = 662,016 at H = 4 (conv on: + 6,144).
+
+For atlas (run_memory_chunkwise_muon), per token and head: psi 2 d^2, S_t built by the einsum over
+the chunk 2 b d^2, NS 30 d^3, M_t by the einsum 2 b d^2, the read 2 d^2: 4 d^2 + 4 b d^2 + 30 d^3
+= 8,929,280 at d = b = 64; per token with the projections and gates: 36,116,480 at H = 4.
 
     /usr/bin/python3 bench/eager/time_eager.py [--bench eager_layer] [--tokens 2048] [--heads 4] [--head-dim 64] [--reps 5]
     /usr/bin/python3 bench/eager/time_eager.py --bench eager_chunkwise --chunk 64 --reps 21
@@ -95,9 +100,13 @@ def chunkwise_flops_per_token_head(d, b):
     return 10 * d * d + 4 * b * d + 2 * b * b + 2 * b
 
 
-def chunkwise_layer_flops_per_token(H, d, b, conv):
+def chunkwise_muon_flops_per_token_head(d, b):
+    return 4 * d * d + 4 * b * d * d + NS_STEPS * 3 * 2 * d ** 3
+
+
+def chunkwise_layer_flops_per_token(H, d, b, conv, per_head=chunkwise_flops_per_token_head):
     D = W = H * d
-    return 2 * D * 3 * W + 3 * 2 * D * H + H * chunkwise_flops_per_token_head(d, b) + (2 * 4 * 3 * W if conv else 0)
+    return 2 * D * 3 * W + 3 * 2 * D * H + H * per_head(d, b) + (2 * 4 * 3 * W if conv else 0)
 
 
 def random_parameters(rule, H, d, generator, conv=None):
@@ -195,14 +204,16 @@ def main():
             seconds = timed(lambda: layer.run(x), args.reps)
             report("eager_layer", rule, T, H, d, layer_flops_per_token(rule, H, d), seconds, d_model=H * d,
                    conv=CONV[rule], recurrence_flops_per_token=flops_per_token_head(rule, d) * H)
-        if "eager_chunkwise" in benches and RULES[rule] == "gd-momentum":
+        if "eager_chunkwise" in benches:
             generator = torch.Generator().manual_seed(args.seed)
             conv, b = args.chunkwise_conv, args.chunk
-            layer = eager_memory.MemoryLayer(on(random_parameters(rule, H, d, generator, conv)), H, RULES[rule])
+            layer = eager_memory.MemoryLayer(on(random_parameters(rule, H, d, generator, conv)), H, RULES[rule],
+                                             ns_steps=NS_STEPS)
             x = torch.randn(T, H * d, generator=generator).to(DEVICE)
             seconds = timed(lambda: layer.run(x, chunk=b), args.reps)
-            report("eager_chunkwise", rule, T, H, d, chunkwise_layer_flops_per_token(H, d, b, conv), seconds,
-                   chunk=b, d_model=H * d, conv=conv, recurrence_flops_per_token=chunkwise_flops_per_token_head(d, b) * H)
+            per_head = chunkwise_flops_per_token_head if RULES[rule] == "gd-momentum" else chunkwise_muon_flops_per_token_head
+            report("eager_chunkwise", rule, T, H, d, chunkwise_layer_flops_per_token(H, d, b, conv, per_head), seconds,
+                   chunk=b, d_model=H * d, conv=conv, recurrence_flops_per_token=per_head(d, b) * H)
 
 
 if __name__ == "__main__":

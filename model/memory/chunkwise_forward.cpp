@@ -461,6 +461,17 @@ bool fused_chunkwise_applies(const MemoryRule& r, const at::Tensor& x, const Mem
 
 ForwardOutput MemoryLayerImpl::forward(const at::Tensor& x, MemoryState& state, int64_t chunk, bool record) const {
   TORCH_CHECK(chunk >= 1, "memory forward: chunk size must be at least 1, got ", chunk);
+  // Muon runs one Newton–Schulz per token in either form (NS is nonlinear in S_t, so a chunk cannot
+  // share it); the batched form below adds only per-token S_t and M_t built through ATen around
+  // it. In inference the fused step with the gradient point frozen at the chunk start, which is
+  // step(x_t, state, b) (SPEC §9), is the same chunkwise model without them.
+  if (!record && rule_.optimiser == Optimiser::Muon && x.size(1) > 0 && fused_step_applies(x.select(1, 0), state, chunk)) {
+    std::vector<at::Tensor> ys;
+    for (int64_t t = 0; t < x.size(1); ++t) ys.push_back(fused_step(x.select(1, t), state, false, chunk).y);
+    ForwardOutput result;
+    result.y = at::stack(ys, 1);
+    return result;
+  }
   ProjectedTokens p = project(x, state);
   const int64_t T = x.size(1);
   auto heads_first = [](const at::Tensor& t) { return t.transpose(1, 2); };  // [B,T,H,…] → [B,H,T,…]

@@ -44,7 +44,7 @@ bool MemoryLayerImpl::fused_step_applies(const at::Tensor& x_t, const MemoryStat
   for (const auto& o : overrides_) overridden = overridden || o.mode != GateOverride::Mode::Off;
   // A probed step is fused too: it fills the record (allocate_fused_record) that the probes read.
   // Grad mode (stepping into a training batch) needs the general path's autograd graph.
-  return fused_step_on_ && chunk == 1 && !at::GradMode::is_enabled() && !overridden &&
+  return fused_step_on_ && (chunk == 1 || window_step_rule()) && !at::GradMode::is_enabled() && !overridden &&
          r.structure == Structure::Linear && r.bias == Bias::L2 &&
          (r.feature_map == FeatureMapKind::Identity || r.feature_map == FeatureMapKind::Poly) &&
          r.gamma != WindowWeights::Gated &&
@@ -54,6 +54,10 @@ bool MemoryLayerImpl::fused_step_applies(const at::Tensor& x_t, const MemoryStat
          (r.retention == Retention::L2Decay || r.retention == Retention::None) && feature_dim_ == head_dim_ &&
          x_t.device().is_cpu() && x_t.scalar_type() == at::kFloat && state.memory.size() == 1 &&
          state.memory[0].scalar_type() == at::kFloat && !state.latent.defined();
+}
+
+bool MemoryLayerImpl::window_step_rule() const {
+  return rule_.window > 1 || rule_.optimiser == Optimiser::Muon || rule_.feature_map != FeatureMapKind::Identity;
 }
 
 const at::Tensor& MemoryLayerImpl::fused_projection() const {
@@ -69,7 +73,7 @@ const at::Tensor& MemoryLayerImpl::fused_projection() const {
   return fused_projection_;
 }
 
-StepOutput MemoryLayerImpl::fused_step(const at::Tensor& x_t, MemoryState& state, bool record) const {
+StepOutput MemoryLayerImpl::fused_step(const at::Tensor& x_t, MemoryState& state, bool record, int64_t chunk) const {
   const int64_t B = x_t.size(0), H = heads_, d = head_dim_, W = H * d;
   const at::Tensor projected = at::mm(x_t.contiguous(), fused_projection());  // [B, 3W + gates·H]
   const int64_t columns = projected.size(1);
@@ -120,7 +124,7 @@ StepOutput MemoryLayerImpl::fused_step(const at::Tensor& x_t, MemoryState& state
   const at::Tensor lr_b = bias_of(Gate::Lr);
   const at::Tensor momentum_b = momentum_at >= 0 ? bias_of(Gate::Momentum) : at::Tensor();
   const float max_lr = static_cast<float>(rule_.max_lr);
-  if (rule_.window > 1 || rule_.optimiser == Optimiser::Muon || rule_.feature_map != FeatureMapKind::Identity) {
+  if (window_step_rule()) {
     // Atlas's rules: the gates per (sequence, head), then fused_window_step.cpp.
     std::vector<float> alphas(static_cast<size_t>(B * H)), etas(alphas.size()), betas(alphas.size());
     for (int64_t b = 0; b < B; ++b)
@@ -131,7 +135,7 @@ StepOutput MemoryLayerImpl::fused_step(const at::Tensor& x_t, MemoryState& state
         etas[at] = max_lr * sigmoid(logits[lr_at + h] + lr_b.data_ptr<float>()[h]);
         betas[at] = momentum_at >= 0 ? sigmoid(logits[momentum_at + h] + momentum_b.data_ptr<float>()[h]) : 0.0f;
       }
-    return fused_window_step(qkv, alphas, etas, betas, state, record);
+    return fused_window_step(qkv, alphas, etas, betas, state, record, chunk);
   }
   const float scale = static_cast<float>(inner_loss_scale(rule_, head_dim_));  // γ = 1 at c = 1
   const bool momentum = rule_.optimiser == Optimiser::GdMomentum;

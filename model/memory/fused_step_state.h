@@ -1,5 +1,6 @@
 // What both fused steps (fused_linear_step.cpp, fused_window_step.cpp) leave in the state, as the
-// general step does for an exact (chunk 1) step: the new M and S, one more token, no chunk anchor.
+// general step does: the new M and S, one more token, and the chunk's gradient point as the anchor
+// while a chunk of b > 1 is open (none at chunk 1).
 #pragma once
 #include <ATen/ATen.h>
 
@@ -22,12 +23,18 @@ inline StepRecord allocate_fused_record(int64_t B, int64_t H, int64_t d, int64_t
 }
 
 inline StepOutput finish_fused_step(MemoryState& state, const at::Tensor& memory, const at::Tensor& momentum,
-                                    const at::Tensor& y, StepRecord record = {}) {
+                                    const at::Tensor& y, StepRecord record = {}, int64_t chunk = 1,
+                                    const at::Tensor& gradient_point = {}) {
   state.memory[0] = memory;
   state.momentum[0] = momentum;
   state.tokens += 1;
-  state.anchor.clear();
-  state.anchor_chunk = 0;
+  if (chunk > 1 && state.tokens % chunk != 0) {  // sequential_step.cpp's rule
+    state.anchor = {gradient_point};
+    state.anchor_chunk = chunk;
+  } else {
+    state.anchor.clear();
+    state.anchor_chunk = 0;
+  }
   StepOutput result;
   result.y = y;
   result.record = std::move(record);

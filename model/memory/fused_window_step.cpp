@@ -5,6 +5,8 @@
 //   g = Σ_{j in window} s·γ_j·(M φ_j − v_j) φ_jᵀ, clipped to memory.inner.clip     (SPEC §4)
 //   Muon: S ← β S + g, M ← α M − η NS(S);  gd: S ← β S + η g, M ← α M − S          (SPEC §5, §6)
 //   y = M φ_q, with the memory after the write unless the rule reads before it.
+// With chunk b > 1 the gradient is taken at the chunk-start memory (SPEC §9, the anchor), as
+// sequential_step.cpp does; momentum, retention and the read use the current memory.
 // Newton–Schulz runs through newton_schulz_small(), a plain loop per head equal to the general
 // step's newton_schulz() up to float rounding (at d = 16 the ATen calls were most of the cost).
 // The window's older tokens live in the state's ring, oldest first; the slots before the sequence
@@ -24,7 +26,7 @@ namespace memscope::model {
 
 StepOutput MemoryLayerImpl::fused_window_step(const at::Tensor& qkv, const std::vector<float>& alpha,
                                               const std::vector<float>& eta, const std::vector<float>& beta,
-                                              MemoryState& state, bool record) const {
+                                              MemoryState& state, bool record, int64_t chunk) const {
   const int64_t B = qkv.size(0), H = heads_, d = head_dim_, W = H * d, c = rule_.window;
   const bool muon = rule_.optimiser == Optimiser::Muon;
   const float scale = static_cast<float>(inner_loss_scale(rule_, head_dim_));
@@ -68,6 +70,8 @@ StepOutput MemoryLayerImpl::fused_window_step(const at::Tensor& qkv, const std::
 
   const at::Tensor m_old = state.memory[0].contiguous();
   const at::Tensor s_old = state.momentum[0].contiguous();
+  const bool continuing = chunk > 1 && state.tokens % chunk != 0 && state.anchor_chunk == chunk && !state.anchor.empty();
+  const at::Tensor gradient_point = continuing ? state.anchor[0].to(at::kFloat).contiguous() : m_old;
   at::Tensor m_new = at::empty_like(m_old), s_new = at::empty_like(s_old);
   at::Tensor phi_queries = at::empty({B, H, d}, options);
   std::vector<float> keys(static_cast<size_t>(c * d)), values(static_cast<size_t>(c * d)), gammas(static_cast<size_t>(c));
@@ -99,8 +103,9 @@ StepOutput MemoryLayerImpl::fused_window_step(const at::Tensor& qkv, const std::
 
       const float* M = m_old.data_ptr<float>() + bh * d * d;
       const float* S = s_old.data_ptr<float>() + bh * d * d;
+      const float* at_point = gradient_point.data_ptr<float>() + bh * d * d;  // M, or the chunk start's
       std::fill(g.begin(), g.end(), 0.0f);
-      float loss_before = 0;  // L_t = Σ_j w_j·½‖M φ_j − v_j‖², w_j = s·γ_j
+      float loss_before = 0;  // L_t = Σ_j w_j·½‖M φ_j − v_j‖² at the gradient point, w_j = s·γ_j
       for (int64_t j = 0; j < c; ++j) {
         const float weight = gammas[static_cast<size_t>(j)] * position[j] * scale;
         if (record) rec.gamma.data_ptr<float>()[bh * c + j] = gammas[static_cast<size_t>(j)] * position[j];
@@ -110,7 +115,7 @@ StepOutput MemoryLayerImpl::fused_window_step(const at::Tensor& qkv, const std::
         float squares = 0;
         for (int64_t r = 0; r < d; ++r) {
           float predicted = 0;
-          for (int64_t k = 0; k < d; ++k) predicted += M[r * d + k] * phi[k];
+          for (int64_t k = 0; k < d; ++k) predicted += at_point[r * d + k] * phi[k];
           error[static_cast<size_t>(r)] = (predicted - v[r]) * weight;
           squares += (predicted - v[r]) * (predicted - v[r]);
         }
@@ -200,7 +205,7 @@ StepOutput MemoryLayerImpl::fused_window_step(const at::Tensor& qkv, const std::
     state.ring_v = next_v.to(state.ring_v.dtype());
     state.ring_gamma = next_gamma.to(state.ring_gamma.dtype());
   }
-  return finish_fused_step(state, m_new, s_new, y, std::move(rec));
+  return finish_fused_step(state, m_new, s_new, y, std::move(rec), chunk, gradient_point);
 }
 
 }  // namespace memscope::model

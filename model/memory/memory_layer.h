@@ -189,13 +189,16 @@ class MemoryLayerImpl : public torch::nn::Module {
 
   // fused_linear_step.cpp: the sequential step of the common linear rules in one pass per head
   // (issue 20), with its record when `record` (a probed step). fused_step_applies() says when it
-  // computes what step() does.
+  // computes what step() does: at chunk 1, and for Atlas's rules (fused_window_step) at any chunk b,
+  // with the gradient point frozen at the chunk start as step(x, state, b) has it (SPEC §9).
   bool fused_step_applies(const at::Tensor& x_t, const MemoryState& state, int64_t chunk) const;
-  StepOutput fused_step(const at::Tensor& x_t, MemoryState& state, bool record) const;
+  StepOutput fused_step(const at::Tensor& x_t, MemoryState& state, bool record, int64_t chunk = 1) const;
   // fused_window_step.cpp: the rest of fused_step for Atlas's rules, from q|k|v [B,3W] after the
   // conv and the gates α, η, β per (sequence, head).
   StepOutput fused_window_step(const at::Tensor& qkv, const std::vector<float>& alpha, const std::vector<float>& eta,
-                               const std::vector<float>& beta, MemoryState& state, bool record) const;
+                               const std::vector<float>& beta, MemoryState& state, bool record, int64_t chunk) const;
+  // Whether fused_step hands this rule to fused_window_step.
+  bool window_step_rule() const;
   // [W_q; W_k; W_v; the used gates' W], rebuilt when a parameter changes (by identity and version).
   const at::Tensor& fused_projection() const;
   mutable at::Tensor fused_projection_;

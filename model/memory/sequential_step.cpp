@@ -19,7 +19,7 @@ at::Tensor as_matrix_scale(const at::Tensor& gate) { return gate.unsqueeze(-1).u
 
 StepOutput MemoryLayerImpl::step(const at::Tensor& x_t, MemoryState& state, int64_t chunk, StepDetail detail) const {
   const bool recording = detail == StepDetail::Record;
-  if (fused_step_applies(x_t, state, chunk)) return fused_step(x_t, state, recording);
+  if (fused_step_applies(x_t, state, chunk)) return fused_step(x_t, state, recording, chunk);
   TORCH_CHECK(x_t.dim() == 2, "memory step: expected x_t of shape [B,D], got ", x_t.sizes());
   TORCH_CHECK(chunk >= 1, "memory step: chunk size must be at least 1, got ", chunk);
   ProjectedTokens p = project(x_t.unsqueeze(1), state);

@@ -43,7 +43,7 @@ double record_difference(const StepRecord& general, const StepRecord& fused) {
 // recorded), the fused step recorded (a probed step) and unprobed. Returns the largest |difference|
 // between the general and the fused path over y, the record, M, S, the conv and the ring; the
 // fused step's two details must agree bit for bit.
-double largest_difference(const MemoryLayer& fused_layer, int64_t T, int64_t batch) {
+double largest_difference(const MemoryLayer& fused_layer, int64_t T, int64_t batch, int64_t chunk = 1) {
   torch::NoGradGuard no_grad;
   MemoryLayer layer = fused_layer;  // the same module, switched per call
   const at::Tensor x = torch::randn({batch, T, layer->d_model()});
@@ -52,10 +52,10 @@ double largest_difference(const MemoryLayer& fused_layer, int64_t T, int64_t bat
   double worst = 0;
   for (int64_t t = 0; t < T; ++t) {
     layer->set_fused_step(false);
-    const StepOutput a = layer->step(x.select(1, t), general, 1, StepDetail::Record);
+    const StepOutput a = layer->step(x.select(1, t), general, chunk, StepDetail::Record);
     layer->set_fused_step(true);
-    const StepOutput b = layer->step(x.select(1, t), fused, 1, StepDetail::Record);
-    const StepOutput c = layer->step(x.select(1, t), unprobed, 1, StepDetail::OutputOnly);
+    const StepOutput b = layer->step(x.select(1, t), fused, chunk, StepDetail::Record);
+    const StepOutput c = layer->step(x.select(1, t), unprobed, chunk, StepDetail::OutputOnly);
     worst = std::max(worst, (a.y - b.y).abs().max().item<double>());
     worst = std::max(worst, record_difference(a.record, b.record));
     CHECK(torch::equal(b.y, c.y));
@@ -69,6 +69,11 @@ double largest_difference(const MemoryLayer& fused_layer, int64_t T, int64_t bat
                              std::pair{general.ring_gamma, fused.ring_gamma}})
     if (a.defined() && a.numel() > 0) worst = std::max(worst, (a - b).abs().max().item<double>());
   CHECK(general.tokens == fused.tokens);
+  // A chunk left open keeps its gradient point (SPEC §9), in both paths alike.
+  CHECK(general.anchor_chunk == fused.anchor_chunk);
+  REQUIRE(general.anchor.size() == fused.anchor.size());
+  for (size_t i = 0; i < general.anchor.size(); ++i)
+    worst = std::max(worst, (general.anchor[i] - fused.anchor[i]).abs().max().item<double>());
   return worst;
 }
 
@@ -126,6 +131,53 @@ TEST_CASE("the fused step equals the general step on Atlas's rules: windows, pol
     // 40 tokens cross the window's fill at the sequence start; Newton–Schulz amplifies the
     // float32 rounding of the other summation order, hence 1e-4.
     CHECK(largest_difference(layer, 40, 2) < 1e-4);
+  }
+}
+
+TEST_CASE("the fused step with chunk b equals the general step: gradients at the chunk start, an open chunk kept",
+          "[model]") {
+  // step(x, state, b) takes every gradient of a chunk at its first token's memory (SPEC §9). 42
+  // tokens at b = 4 and 8 leave the last chunk open, so the anchor is compared too.
+  for (const int64_t chunk : {4, 8})
+    for (const auto& sets : std::vector<std::vector<std::string>>{
+             {}, {"memory.window.c=1"}, {"memory.read=before-write"}, {"memory.optimiser=gd-momentum"}}) {
+      std::string name = "atlas-linear chunk " + std::to_string(chunk) + " ";
+      for (const auto& s : sets) name += s + " ";
+      INFO(name);
+      CHECK(largest_difference(layer_for("atlas-linear", sets), 42, 2, chunk) < 1e-4);
+    }
+}
+
+TEST_CASE("Muon's chunkwise forward in inference (the fused step per token) equals the ATen chunkwise form",
+          "[model]") {
+  // forward(x, state, b) with Muon and no autograd runs the fused step with the chunk's gradient
+  // point; set_fused_step(false) keeps the batched ATen form. Two calls of 21 tokens at b = 8
+  // leave a chunk open across them.
+  for (const auto& sets : std::vector<std::vector<std::string>>{{}, {"memory.window.c=1", "memory.feature_map.kind=identity"},
+                                                                 {"memory.read=before-write"}}) {
+    std::string name = "atlas-linear ";
+    for (const auto& s : sets) name += s + " ";
+    INFO(name);
+    MemoryLayer layer = layer_for("atlas-linear", sets);
+    torch::NoGradGuard no_grad;
+    const at::Tensor x = torch::randn({2, 42, layer->d_model()});
+    MemoryState fast = layer->initial_state(2), aten = layer->initial_state(2);
+    std::vector<at::Tensor> y_fast, y_aten;
+    for (int64_t part = 0; part < 2; ++part) {
+      const at::Tensor xs = x.slice(1, part * 21, (part + 1) * 21);
+      y_fast.push_back(layer->forward(xs, fast, 8).y);
+      layer->set_fused_step(false);
+      y_aten.push_back(layer->forward(xs, aten, 8).y);
+      layer->set_fused_step(true);
+    }
+    const at::Tensor a = at::cat(y_fast, 1), b = at::cat(y_aten, 1);
+    CHECK((a - b).abs().max().item<double>() < 1e-4 * (1 + b.abs().max().item<double>()));
+    CHECK((fast.memory[0] - aten.memory[0]).abs().max().item<double>() < 1e-4);
+    CHECK((fast.momentum[0] - aten.momentum[0]).abs().max().item<double>() < 1e-4);
+    CHECK(fast.tokens == aten.tokens);
+    CHECK(fast.anchor_chunk == aten.anchor_chunk);
+    REQUIRE(fast.anchor.size() == aten.anchor.size());
+    for (size_t i = 0; i < fast.anchor.size(); ++i) CHECK((fast.anchor[i] - aten.anchor[i]).abs().max().item<double>() < 1e-4);
   }
 }
 
