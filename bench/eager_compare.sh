@@ -94,46 +94,36 @@ for model, eager_bench in (("demo-mqar-titans", "eager_lm"), ("demo-mqar", "eage
         print(json.dumps({"bench": "eager_compare", "model": model, "step": "probed" if record else "unprobed",
                           "memscope_tokens_per_s": round(tps, 1), "eager_tokens_per_s": round(e_tps, 1),
                           "ratio": round(tps / e_tps, 3), "rounds": len(m)}))
-# The chunkwise layer. memscope runs it per token (fused_linear_chunkwise.cpp), so its FLOPs are
-# counted for that form: per token the q/k/v projection 2·D·3D and the gates 3·2·D·H, per token and
-# head e = M̄φ − v, the S and M updates and the read, 2d² each (8d²). Eager's dual form has its own
-# count (time_eager.py); the ratio of tokens/s is what compares them.
-m = [r for r in ours if r.get("bench") == "memory" and r.get("chunk") == 64 and r.get("c") == 1
-     and r.get("optimiser") == "gd-momentum"]
-e = [r for r in eager if r["bench"] == "eager_chunkwise" and r.get("rule") == "titans"]
-if m and e:
+# The chunkwise layers, c = 1, b = 64. memscope runs both per token, so its FLOPs are counted for
+# that form: per token the q/k/v projection 2·D·3D and the gates 3·2·D·H, and per token and head
+#   titans (fused_linear_chunkwise.cpp): e = M̄φ − v, the S and M updates and the read, 2d² each (8d²);
+#   atlas, Muon (in inference the fused step per token with the gradient point frozen at the chunk
+#     start, chunkwise_forward.cpp): the prediction, the gradient and the read (6d²) and NS (30d³).
+# Eager's forms have their own counts (time_eager.py); the ratio of tokens/s is what compares them.
+def chunkwise_pair(rule, optimiser, per_head_flops, memscope_extra):
+    m = [r for r in ours if r.get("bench") == "memory" and r.get("chunk") == 64 and r.get("c") == 1
+         and r.get("optimiser") == optimiser]
+    e = [r for r in eager if r["bench"] == "eager_chunkwise" and r.get("rule") == rule]
+    if not (m and e):
+        return
     H, d = m[0]["heads"], m[0]["head_dim"]
     D = H * d
-    flops = 2 * D * 3 * D + 3 * 2 * D * H + H * 8 * d * d
+    flops = 2 * D * 3 * D + 3 * 2 * D * H + H * per_head_flops(d)
     tps = statistics.median(r["chunkwise_tokens_per_s"] for r in m)
     e_tps = statistics.median(r["tokens_per_s"] for r in e)
+    e_gflops = statistics.median(r["gflops"] for r in e)
     peak = statistics.median(r["sgemm_peak_gflops"] for r in ours if "sgemm_peak_gflops" in r)
-    print(json.dumps({"bench": "eager_compare", "chunkwise": "titans c=1 b=64", "memscope_tokens_per_s": round(tps, 1),
-                      "eager_tokens_per_s": round(e_tps, 1), "ratio": round(tps / e_tps, 3),
-                      "memscope_aten_form_tokens_per_s": round(statistics.median(r["chunkwise_aten_tokens_per_s"] for r in m), 1),
+    print(json.dumps({"bench": "eager_compare", "chunkwise": f"{rule} ({optimiser}) c=1 b=64",
+                      "memscope_tokens_per_s": round(tps, 1), "eager_tokens_per_s": round(e_tps, 1),
+                      "ratio": round(tps / e_tps, 3),
+                      **{name: round(statistics.median(r[key] for r in m), 1) for name, key in memscope_extra},
                       "memscope_gflops": round(tps * flops / 1e9, 2), "sgemm_peak_gflops": round(peak, 1),
-                      "share_of_peak": round(tps * flops / 1e9 / peak, 3), "eager_gflops": round(statistics.median(r["gflops"] for r in e), 2),
-                      "rounds": len(m)}))
-# Atlas's chunkwise layer (Muon, c = 1, b = 64). In inference memscope runs it as the fused step
-# per token with the gradient point frozen at the chunk start (chunkwise_forward.cpp), so its FLOPs
-# are the sequential step's: the projections and gates, and per token and head the prediction, the
-# gradient, the read (2d² each) and NS (30d³). Eager's form has its own count (time_eager.py).
-m = [r for r in ours if r.get("bench") == "memory" and r.get("chunk") == 64 and r.get("c") == 1
-     and r.get("optimiser") == "muon"]
-e = [r for r in eager if r["bench"] == "eager_chunkwise" and r.get("rule") == "atlas"]
-if m and e:
-    H, d = m[0]["heads"], m[0]["head_dim"]
-    D = H * d
-    flops = 2 * D * 3 * D + 3 * 2 * D * H + H * (6 * d * d + 30 * d ** 3)
-    tps = statistics.median(r["chunkwise_tokens_per_s"] for r in m)
-    e_tps = statistics.median(r["tokens_per_s"] for r in e)
-    peak = statistics.median(r["sgemm_peak_gflops"] for r in ours if "sgemm_peak_gflops" in r)
-    print(json.dumps({"bench": "eager_compare", "chunkwise": "atlas (muon) c=1 b=64", "memscope_tokens_per_s": round(tps, 1),
-                      "eager_tokens_per_s": round(e_tps, 1), "ratio": round(tps / e_tps, 3),
-                      "memscope_sequential_tokens_per_s": round(statistics.median(r["sequential_tokens_per_s"] for r in m), 1),
-                      "memscope_gflops": round(tps * flops / 1e9, 2), "sgemm_peak_gflops": round(peak, 1),
-                      "share_of_peak": round(tps * flops / 1e9 / peak, 3), "eager_gflops": round(statistics.median(r["gflops"] for r in e), 2),
-                      "eager_share_of_peak": round(statistics.median(r["gflops"] for r in e) / peak, 3), "rounds": len(m)}))
+                      "share_of_peak": round(tps * flops / 1e9 / peak, 3), "eager_gflops": round(e_gflops, 2),
+                      "eager_share_of_peak": round(e_gflops / peak, 3), "rounds": len(m)}))
+chunkwise_pair("titans", "gd-momentum", lambda d: 8 * d * d,
+               [("memscope_aten_form_tokens_per_s", "chunkwise_aten_tokens_per_s")])
+chunkwise_pair("atlas", "muon", lambda d: 6 * d * d + 30 * d ** 3,
+               [("memscope_sequential_tokens_per_s", "sequential_tokens_per_s")])
 m = [r for r in ours if r.get("case") == "train/demo-mqar-titans"]
 e = [r for r in eager if r["bench"] == "eager_lm_train"]
 tps, e_tps = statistics.median(r["tokens_per_s"] for r in m), statistics.median(r["tokens_per_s"] for r in e)

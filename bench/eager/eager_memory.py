@@ -141,6 +141,39 @@ def decay_matrix(a):
     return seg.masked_fill(~ones.tril(), float("-inf")).exp()
 
 
+def chunk_major(phi_k, v, phi_q, retain, lr, momentum, gamma, chunk, inner_scale):
+    """The §9 chunking both chunkwise forms share: [T,H,...] -> [N,H,b,...], chunk-major, heads
+    batched; the padding (after the last real token, so causally invisible to it) is alpha = beta = 1,
+    everything else 0. Returns N, the last chunk's last real token, and phi, q, v, alpha, eta, beta
+    and the inner-loss weights s_r = gamma_r * inner_scale ([N,H,b,1]) in chunks."""
+    if gamma is not None and gamma.size(-1) != 1:
+        raise ValueError("the chunkwise forms here have window c = 1 only (gamma [T,H,1])")
+    T = phi_k.size(0)
+    b = chunk
+    N = -(-T // b)
+    pad = N * b - T
+
+    def chunked(z, fill):
+        if pad:
+            z = torch.cat([z, z.new_full((pad,) + z.shape[1:], fill)])
+        return z.view(N, b, *z.shape[1:]).transpose(1, 2)
+
+    weight = inner_scale * (gamma[..., 0] if gamma is not None else torch.ones_like(retain))
+    return (N, (T - 1) % b, chunked(phi_k, 0), chunked(phi_q, 0), chunked(v, 0), chunked(retain, 1),
+            chunked(lr, 0), chunked(momentum, 1), chunked(weight, 0)[..., None])
+
+
+def chunk_psi(scale, phi, M, val, inner_clip):
+    """psi_r = s_r (M_0 phi_r - v_r) for every token of a chunk at its start memory M_0 (§4, §9):
+    [H,b,d_v]. inner_clip > 0: g_r = psi_r phi_r^T has Frobenius norm |psi_r| |phi_r|, so clipping
+    scales psi_r."""
+    psi = scale * (phi @ M.transpose(-1, -2) - val)
+    if inner_clip > 0:
+        norm = psi.norm(dim=-1, keepdim=True) * phi.norm(dim=-1, keepdim=True)
+        psi = psi * (inner_clip / norm.clamp_min(1e-15)).clamp_max(1)
+    return psi
+
+
 def run_memory_chunkwise(m0, phi_k, v, phi_q, retain, lr, momentum, gamma=None, *, chunk,
                          inner_scale=1.0, inner_clip=0.0, record=False):
     """The chunkwise-parallel form (§9; Titans §3.2, TTT's dual form) of Titans' rule: linear memory
@@ -167,25 +200,10 @@ def run_memory_chunkwise(m0, phi_k, v, phi_q, retain, lr, momentum, gamma=None, 
     record=True materialises M_t and S_t from the same coefficients (an einsum over the chunk; for the
     check only) and returns y, M, S like run_memory.
     """
-    if gamma is not None and gamma.size(-1) != 1:
-        raise ValueError("run_memory_chunkwise: window c = 1 only (gamma [T,H,1])")
     T, H, _ = phi_k.shape
     b = chunk
-    N = -(-T // b)                     # chunks
-    pad = N * b - T
-    e_last = (T - 1) % b               # the last chunk's last real token
-
-    def chunked(z, fill):
-        """[T,H,...] -> [N,H,b,...]: chunk-major, heads batched; the padding (after the last real
-        token, so causally invisible to it) is alpha = beta = 1, everything else 0."""
-        if pad:
-            z = torch.cat([z, z.new_full((pad,) + z.shape[1:], fill)])
-        return z.view(N, b, *z.shape[1:]).transpose(1, 2)
-
-    phi, q, val = chunked(phi_k, 0), chunked(phi_q, 0), chunked(v, 0)            # [N,H,b,d]
-    alpha, eta, beta = chunked(retain, 1), chunked(lr, 0), chunked(momentum, 1)  # [N,H,b]
-    weight = inner_scale * (gamma[..., 0] if gamma is not None else torch.ones_like(retain))
-    scale = chunked(weight, 0)[..., None]                                        # [N,H,b,1]
+    N, e_last, phi, q, val, alpha, eta, beta, scale = chunk_major(   # [N,H,b,d], [N,H,b], [N,H,b,1]
+        phi_k, v, phi_q, retain, lr, momentum, gamma, chunk, inner_scale)
 
     # The scan coefficients (§9), for all chunks at once.
     Da, Db = decay_matrix(alpha), decay_matrix(beta)                             # [N,H,b,b]
@@ -200,10 +218,7 @@ def run_memory_chunkwise(m0, phi_k, v, phi_q, retain, lr, momentum, gamma=None, 
     ys, Ms, Ss = [], [m0[None]], [S[None]]
     for i in range(N):
         e = b - 1 if i < N - 1 else e_last
-        psi = scale[i] * (phi[i] @ M.transpose(-1, -2) - val[i])                # [H,b,d_v]
-        if inner_clip > 0:
-            norm = psi.norm(dim=-1, keepdim=True) * phi[i].norm(dim=-1, keepdim=True)
-            psi = psi * (inner_clip / norm.clamp_min(1e-15)).clamp_max(1)
+        psi = chunk_psi(scale[i], phi[i], M, val[i], inner_clip)                 # [H,b,d_v]
         ys.append(Pa[i, ..., None] * (q[i] @ M.transpose(-1, -2))
                   - c[i, ..., None] * (q[i] @ S.transpose(-1, -2)) - attn[i] @ psi)
         if record:
@@ -232,23 +247,10 @@ def run_memory_chunkwise_muon(m0, phi_k, v, phi_q, retain, lr, momentum, gamma=N
     but NS is not linear in S_t, so every S_t is built ([H,b,d,d], one einsum), orthogonalised in one
     batched newton_schulz over the chunk's H*b matrices, and the retention scan then gives
         M_t = Pa_t M_0 - sum_s Da[t,s] eta_s NS(S_s),   y_t = M_t q_t."""
-    if gamma is not None and gamma.size(-1) != 1:
-        raise ValueError("run_memory_chunkwise_muon: window c = 1 only (gamma [T,H,1])")
     T, H, _ = phi_k.shape
     b = chunk
-    N = -(-T // b)
-    pad = N * b - T
-    e_last = (T - 1) % b
-
-    def chunked(z, fill):  # as run_memory_chunkwise: [T,H,...] -> [N,H,b,...], padding causally after
-        if pad:
-            z = torch.cat([z, z.new_full((pad,) + z.shape[1:], fill)])
-        return z.view(N, b, *z.shape[1:]).transpose(1, 2)
-
-    phi, q, val = chunked(phi_k, 0), chunked(phi_q, 0), chunked(v, 0)
-    alpha, eta, beta = chunked(retain, 1), chunked(lr, 0), chunked(momentum, 1)
-    weight = inner_scale * (gamma[..., 0] if gamma is not None else torch.ones_like(retain))
-    scale = chunked(weight, 0)[..., None]
+    N, e_last, phi, q, val, alpha, eta, beta, scale = chunk_major(
+        phi_k, v, phi_q, retain, lr, momentum, gamma, chunk, inner_scale)
     Da, Db = decay_matrix(alpha), decay_matrix(beta)
     Pa, Pb = alpha.cumprod(-1), beta.cumprod(-1)
     retention = Da * eta[..., None, :]                  # M_t's coefficient of NS(S_s)
@@ -258,10 +260,7 @@ def run_memory_chunkwise_muon(m0, phi_k, v, phi_q, retain, lr, momentum, gamma=N
     ys, Ms, Ss = [], [m0[None]], [S[None]]
     for i in range(N):
         e = b - 1 if i < N - 1 else e_last
-        psi = scale[i] * (phi[i] @ M.transpose(-1, -2) - val[i])                # [H,b,d_v]
-        if inner_clip > 0:
-            norm = psi.norm(dim=-1, keepdim=True) * phi[i].norm(dim=-1, keepdim=True)
-            psi = psi * (inner_clip / norm.clamp_min(1e-15)).clamp_max(1)
+        psi = chunk_psi(scale[i], phi[i], M, val[i], inner_clip)                 # [H,b,d_v]
         S_t = Pb[i, :, :, None, None] * S[:, None] + torch.einsum("htr,hrv,hrp->htvp", Db[i], psi, phi[i])
         U = newton_schulz(S_t.flatten(0, 1), ns_steps, ns_coefficients, ns_per_step).view_as(S_t)
         M_t = Pa[i, :, :, None, None] * M[:, None] - torch.einsum("hts,hsvp->htvp", retention[i], U)
