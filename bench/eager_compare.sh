@@ -52,8 +52,9 @@ STEP3=$("$CLI" train --preset demo-mqar-titans --steps 3 --json | grep '"step":3
 DEVICE_BENCH=${DEVICE_BENCH:-build/bench/device_bench}
 MEMORY_BENCH=${MEMORY_BENCH:-build/bench/memory_bench}
 for _ in $(seq 1 "$REPS"); do
-  "$MEMORY_BENCH" --only linear --c 1 --optimiser gd-momentum --chunk 64 >>"$OUT/memscope.jsonl"
-  "$MEMORY_BENCH" --only linear --c 1 --optimiser muon --chunk 64 >>"$OUT/memscope.jsonl"
+  # --warm: one untimed run first, as time_eager.py times the eager side.
+  "$MEMORY_BENCH" --warm --only linear --c 1 --optimiser gd-momentum --chunk 64 >>"$OUT/memscope.jsonl"
+  "$MEMORY_BENCH" --warm --only linear --c 1 --optimiser muon --chunk 64 >>"$OUT/memscope.jsonl"
   "$PY" bench/eager/time_eager.py --bench eager_chunkwise --chunk 64 --reps 1 >>"$OUT/eager.jsonl"
   "$STEP" --only layer --reps 1 >>"$OUT/memscope.jsonl"
   "$PY" bench/eager/time_eager.py --bench eager_layer --reps 1 >>"$OUT/eager.jsonl"

@@ -4,10 +4,14 @@
 // gd-momentum or dgd), also the ATen dual form it replaces, and both with their backward.
 // Flags: --tokens T (default 2048), --quick (T = 256, b = 64 only), --heads H, --head-dim d; and
 // filters --only linear|mlp, --c N, --optimiser NAME, --chunk b (one configuration: eager_compare.sh).
+// Each form is timed once from a fresh state, by default; --warm runs it once untimed first and
+// --reps R takes the median of R timed runs, as time_eager.py times the eager side (eager_compare.sh
+// passes --warm, so that both sides of its chunkwise pairings are timed warm).
 #include <torch/torch.h>
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -20,13 +24,14 @@
 
 using namespace memscope::model;
 
+using memscope::bench::median;
 using memscope::bench::seconds_of;
 
 int main(int argc, char** argv) {
   memscope::model::keep_large_blocks_in_heap();  // model/util/allocator.h
   memscope::model::install_small_block_cache();  // model/util/small_block_cache.h
-  int64_t tokens = 2048, heads = 4, head_dim = 64;
-  bool quick = false;
+  int64_t tokens = 2048, heads = 4, head_dim = 64, reps = 1;
+  bool quick = false, warm = false;
   std::string only, only_optimiser;
   int64_t only_c = 0, only_chunk = 0;  // 0: every one
   for (int i = 1; i < argc; ++i) {
@@ -35,12 +40,15 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--heads")) heads = next();
     else if (!std::strcmp(argv[i], "--head-dim")) head_dim = next();
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else if (!std::strcmp(argv[i], "--warm")) warm = true;
+    else if (!std::strcmp(argv[i], "--reps")) reps = std::max<int64_t>(1, next());
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else if (!std::strcmp(argv[i], "--c")) only_c = next();
     else if (!std::strcmp(argv[i], "--optimiser") && i + 1 < argc) only_optimiser = argv[++i];
     else if (!std::strcmp(argv[i], "--chunk")) only_chunk = next();
     else {
-      std::cerr << "usage: memory_bench [--tokens T] [--heads H] [--head-dim d] [--quick] [--only linear|mlp]"
+      std::cerr << "usage: memory_bench [--tokens T] [--heads H] [--head-dim d] [--quick] [--warm] [--reps R]"
+                   " [--only linear|mlp]"
                    " [--c N] [--optimiser gd-momentum|muon|dgd] [--chunk b]\n";
       return 2;
     }
@@ -50,6 +58,14 @@ int main(int argc, char** argv) {
   if (only_chunk > 0) chunks = {only_chunk};
   memscope::model::set_compute_threads(1);  // ATen and OpenBLAS: one core, as every ratio here states
   torch::NoGradGuard no_grad;  // inference (stepping) cost; training adds the backward pass
+  // One form's time: after a warm-up run with --warm, the median of --reps runs, each from a fresh
+  // state (`run` makes its own).
+  auto timed = [&](const std::function<void()>& run) {
+    if (warm) run();
+    std::vector<double> times;
+    for (int64_t r = 0; r < reps; ++r) times.push_back(seconds_of(run));
+    return median(times);
+  };
 
   for (const char* structure : {"linear", "mlp"}) {
     if (!only.empty() && only != structure) continue;
@@ -69,8 +85,10 @@ int main(int argc, char** argv) {
           layer->forward(x.slice(1, 0, 32), s, 16);
           layer->forward_sequential(x.slice(1, 0, 8), s);
         }
-        MemoryState s = layer->initial_state(1);
-        const double sequential = seconds_of([&] { layer->forward_sequential(x, s); });
+        const double sequential = timed([&] {
+          MemoryState s = layer->initial_state(1);
+          layer->forward_sequential(x, s);
+        });
         // Where the time goes: the q/k/v/gate projections are the same work in both forms
         // (batched over T in one, per token in the other).
         MemoryState sp = layer->initial_state(1);
@@ -87,8 +105,10 @@ int main(int argc, char** argv) {
         // forward only and forward + backward (a training step's share), in the same run.
         const bool fused_form = std::string(structure) == "linear" && c == 1 && !ns;
         for (int64_t b : chunks) {
-          MemoryState sc = layer->initial_state(1);
-          const double chunked = seconds_of([&] { layer->forward(x, sc, b); });
+          const double chunked = timed([&] {
+            MemoryState sc = layer->initial_state(1);
+            layer->forward(x, sc, b);
+          });
           nlohmann::json aten = nullptr, train_fused = nullptr, train_aten = nullptr;
           if (fused_form) {
             auto train_step = [&] {
@@ -97,11 +117,13 @@ int main(int argc, char** argv) {
               layer->forward(x, st, b).y.sum().backward();
             };
             layer->set_fused_step(false);
-            MemoryState sa = layer->initial_state(1);
-            aten = tokens / seconds_of([&] { layer->forward(x, sa, b); });
-            train_aten = tokens / seconds_of(train_step);
+            aten = tokens / timed([&] {
+              MemoryState sa = layer->initial_state(1);
+              layer->forward(x, sa, b);
+            });
+            train_aten = tokens / timed(train_step);
             layer->set_fused_step(true);
-            train_fused = tokens / seconds_of(train_step);
+            train_fused = tokens / timed(train_step);
           }
           std::cout << nlohmann::json{{"bench", "memory"},
                                       {"structure", structure},
