@@ -324,10 +324,9 @@ class ChunkRunner {
     // it is in: one pass over the n + c − 1 distinct keys, then windowed, rather than n·c passes.
     const MlpPass distinct = mlp_pass(ext_phi_, gradient_point[0], gradient_point[1], ln_w, ln_b);
     auto windowed = [&](const at::Tensor& t) { return windows(t, c).flatten(2, 3); };  // [B,H,n·c,…]
-    MlpPass at_slots;
+    MlpPass at_slots;  // the fields mlp_backward and the rank-1 factors read (not o)
     at_slots.h = windowed(distinct.h);
     at_slots.a = windowed(distinct.a);
-    at_slots.o = windowed(distinct.o);
     at_slots.n = windowed(distinct.n);
     at_slots.stdev = windowed(distinct.stdev);
     at_slots.y = windowed(distinct.y);
