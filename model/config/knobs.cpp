@@ -329,6 +329,9 @@ std::vector<Knob> probe_detect_engine_record_knobs() {
                          KNOB_FIELD(p.detect.ns_degraded)));
   k.push_back(float_knob("detect.norm_growth", 0.0, 1e6, Live, "||M|| over its largest in the last 64 probes that fires an event (0 = off)",
                          KNOB_FIELD(p.detect.norm_growth)));
+  k.push_back(float_knob("detect.lr_jump", 0.0, 1e6, Live,
+                         "the outer learning rate rising by more than this factor in one training step fires a spike (0 = off)",
+                         KNOB_FIELD(p.detect.lr_jump)));
 
   k.push_back(enum_knob("engine.mode", std::array{EngineMode::Train, EngineMode::Inspect, EngineMode::TrainInspect}, Live,
                         "what the engine runs: train, step a probe sequence, or train and re-step it every inspect_every",

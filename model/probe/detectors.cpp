@@ -15,9 +15,9 @@ std::string place(int layer, int head, const std::string& tensor) {
   return "layer " + std::to_string(layer) + " head " + std::to_string(head) + " " + tensor;
 }
 
-std::string format(double v) {
+std::string format(double v, int digits = 4) {
   std::ostringstream s;
-  s.precision(4);
+  s.precision(digits);
   s << v;
   return s.str();
 }
@@ -66,6 +66,7 @@ void Detectors::reset() {
   nonfinite_.clear();
   ns_high_.clear();
   previous_norm_s_.clear();
+  previous_lr_ = 0;
   ns_baseline_.clear();
 }
 
@@ -105,6 +106,16 @@ std::vector<Event> Detectors::observe(const Frame& f) {
       where += " (largest in " + f.module_names[top] + ": " + format(f.module_grad_norm[top]) + ")";
     }
     spike("grad_norm", f.grad_norm, -1, -1, "grad_norm", where);
+    // The learning rate itself: a schedule bug or a wrong unit. Its effects on a trained model's
+    // loss and gradient norm can stay below any spike threshold (detect.lr_jump in probe_config.h).
+    if (std::isfinite(f.lr) && f.lr > 0) {
+      if (config_.lr_jump > 0 && previous_lr_ > 0 && f.lr > config_.lr_jump * previous_lr_)
+        events.push_back(make_event(f, EventKind::Spike,
+                                    "the learning rate rose " + format(f.lr / previous_lr_, 3) + "-fold in one step (" +
+                                        format(previous_lr_) + " to " + format(f.lr) + ")",
+                                    -1, -1, "lr", f.lr));
+      previous_lr_ = f.lr;
+    }
   }
 
   const int W = static_cast<int>(f.weights.size());

@@ -42,6 +42,7 @@ class Detectors {
   std::map<std::string, bool> nonfinite_;        // places already reported non-finite (one event each)
   std::map<std::string, bool> ns_high_;          // heads whose NS error is above the threshold (fires on crossing)
   std::map<std::string, double> previous_norm_s_;  // the last ‖S‖ per head and stream, for S's growth
+  double previous_lr_ = 0;  // the last training frame's outer learning rate, for detect.lr_jump (0 = none yet)
 
   // A degraded Newton–Schulz (too few steps, bad coefficients) leaves U = NS(S) far from
   // orthogonal. The NS error alone cannot show it: a rank-k S gives √((r−k)/r) by itself, so a

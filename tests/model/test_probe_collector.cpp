@@ -12,6 +12,7 @@
 #include "model/probe/frame_json.h"
 #include "model/probe/matrix_metrics.h"
 #include "model/probe/probe_collector.h"
+#include "model/train/lr_schedule.h"
 
 namespace {
 
@@ -448,6 +449,40 @@ TEST_CASE("detectors: a trending memory norm in training frames is not a spike, 
   REQUIRE(fired.size() == 1);
   CHECK(fired[0].tensor == "loss");
   CHECK(fired[0].step == 250);
+}
+
+TEST_CASE("detectors: the schedule's learning rate is quiet, a 30-fold jump in one step is a spike", "[probe]") {
+  // issue 19: a 30× train.lr for one step left a trained model's loss and gradient norm below the
+  // threshold 9 times in 10; the learning rate itself shows it. Warmup and cosine never fire.
+  TrainConfig schedule;
+  schedule.lr = 3e-3;
+  schedule.warmup = 20;
+  schedule.steps = 400;
+  auto run = [&](DetectConfig config, int64_t planted_at) {
+    Detectors detectors(config);
+    std::vector<Event> fired;
+    for (int64_t step = 0; step < schedule.steps; ++step) {
+      Frame f = synthetic(step + 1, 2.0, 1.0, 1.0f);  // a flat loss and gradient norm: only the lr moves
+      f.lr = learning_rate_at(schedule, step) * (step == planted_at ? 30.0 : 1.0);
+      for (auto& e : detectors.observe(f)) fired.push_back(e);
+    }
+    return fired;
+  };
+  CHECK(run({}, -1).empty());
+  const auto fired = run({}, 150);
+  REQUIRE(fired.size() == 1);  // the return to the schedule is a fall, not an event
+  CHECK(fired[0].kind == EventKind::Spike);
+  CHECK(fired[0].tensor == "lr");
+  CHECK(fired[0].step == 151);
+  CHECK(fired[0].value == Approx(30.0 * learning_rate_at(schedule, 150)));
+  INFO(fired[0].message);
+  CHECK(fired[0].message.find("rose 29.9-fold in one step") != std::string::npos);  // 30 × the cosine's step
+  DetectConfig off;
+  off.lr_jump = 0;
+  CHECK(run(off, 150).empty());
+  DetectConfig strict;  // a jump smaller than the factor stays quiet
+  strict.lr_jump = 40;
+  CHECK(run(strict, 150).empty());
 }
 
 TEST_CASE("detectors: under Muon a momentum blow-up early in a sequence fires by S's growth, the refill does not", "[probe]") {
