@@ -53,28 +53,31 @@ const char* to_string(EventKind kind) {
 
 Detectors::Detectors(DetectConfig config) : config_(config) {}
 
+SpikeDetectorConfig Detectors::spike_config() const {
+  return {config_.spike_threshold, config_.spike_half_life, static_cast<int>(config_.spike_warmup)};
+}
+
 void Detectors::set_config(const DetectConfig& config) {
   config_ = config;
-  for (auto& [key, d] : spikes_) d.set_config({config_.spike_threshold, config_.spike_half_life, static_cast<int>(config_.spike_warmup)});
-  for (auto& [key, b] : ns_baseline_)
-    for (auto& d : b.by_place) d.set_config({config_.spike_threshold, config_.spike_half_life, kNsWarmup});
+  for (auto& [key, d] : spikes_) d.set_config(spike_config());
+  for (auto& [key, w] : weights_) {
+    w.norm.set_config(spike_config());
+    w.growth_s.set_config(spike_config());
+    for (auto& d : w.ns.by_place) d.set_config({config_.spike_threshold, config_.spike_half_life, kNsWarmup});
+  }
 }
 
 void Detectors::reset() {
   spikes_.clear();
-  recent_norms_.clear();
-  nonfinite_.clear();
-  ns_high_.clear();
-  previous_norm_s_.clear();
   previous_lr_ = 0;
-  ns_baseline_.clear();
+  weights_.clear();
+  nonfinite_weights_.clear();
+  nonfinite_heads_.clear();
 }
 
 SpikeDetector& Detectors::series(const std::string& key) {
   auto it = spikes_.find(key);
-  if (it == spikes_.end())
-    it = spikes_.emplace(key, SpikeDetector({config_.spike_threshold, config_.spike_half_life,
-                                             static_cast<int>(config_.spike_warmup)})).first;
+  if (it == spikes_.end()) it = spikes_.emplace(key, SpikeDetector(spike_config())).first;
   return it->second;
 }
 
@@ -82,11 +85,12 @@ std::vector<Event> Detectors::observe(const Frame& f) {
   std::vector<Event> events;
   const std::string stream = to_string(f.kind);  // train and inspect frames are separate series
 
-  auto spike = [&](const std::string& key, double value, int layer, int head, const std::string& tensor,
-                   const std::string& what) {
-    if (const auto s = series(stream + "/" + key).observe(f.step, value))
+  // `what` is a callable giving the series' description: built only when an event fires.
+  auto spike = [&](SpikeDetector& detector, double value, int layer, int head, const std::string& tensor,
+                   const auto& what) {
+    if (const auto s = detector.observe(f.step, value))
       events.push_back(make_event(f, EventKind::Spike,
-                                  "spike in " + what + ": " + format(value) + " is " + format(s->z) +
+                                  "spike in " + what() + ": " + format(value) + " is " + format(s->z) +
                                       " standard deviations above its moving mean",
                                   layer, head, tensor, value));
   };
@@ -96,16 +100,18 @@ std::vector<Event> Detectors::observe(const Frame& f) {
       events.push_back(make_event(f, EventKind::NonFinite, "the outer " + what + " is not finite", -1, -1, what,
                                   !std::isfinite(f.loss) ? f.loss : f.grad_norm));
     }
-    spike("loss", f.loss, -1, -1, "loss", "the training loss");
-    std::string where = "the gradient norm";
-    if (!f.module_grad_norm.empty() && f.module_grad_norm.size() == f.module_names.size()) {
-      // Name the module with the largest norm, so the event says where the blow-up sits.
-      size_t top = 0;
-      for (size_t i = 1; i < f.module_grad_norm.size(); ++i)
-        if (!(f.module_grad_norm[i] <= f.module_grad_norm[top])) top = i;
-      where += " (largest in " + f.module_names[top] + ": " + format(f.module_grad_norm[top]) + ")";
-    }
-    spike("grad_norm", f.grad_norm, -1, -1, "grad_norm", where);
+    spike(series(stream + "/loss"), f.loss, -1, -1, "loss", [] { return std::string("the training loss"); });
+    auto where = [&] {  // name the module with the largest norm, so the event says where the blow-up sits
+      std::string text = "the gradient norm";
+      if (!f.module_grad_norm.empty() && f.module_grad_norm.size() == f.module_names.size()) {
+        size_t top = 0;
+        for (size_t i = 1; i < f.module_grad_norm.size(); ++i)
+          if (!(f.module_grad_norm[i] <= f.module_grad_norm[top])) top = i;
+        text += " (largest in " + f.module_names[top] + ": " + format(f.module_grad_norm[top]) + ")";
+      }
+      return text;
+    };
+    spike(series(stream + "/grad_norm"), f.grad_norm, -1, -1, "grad_norm", where);
     // The learning rate itself: a schedule bug or a wrong unit. Its effects on a trained model's
     // loss and gradient norm can stay below any spike threshold (detect.lr_jump in probe_config.h).
     if (std::isfinite(f.lr) && f.lr > 0) {
@@ -119,21 +125,28 @@ std::vector<Event> Detectors::observe(const Frame& f) {
   }
 
   const int W = static_cast<int>(f.weights.size());
+  const int stream_id = static_cast<int>(f.kind);
   for (int l = 0; l < f.layers; ++l)
     for (int h = 0; h < f.heads; ++h) {
       for (int w = 0; w < W; ++w) {
         const std::string& name = f.weights[static_cast<size_t>(w)];
-        const std::string key = "l" + std::to_string(l) + "/h" + std::to_string(h) + "/" + name;
+        auto found = weights_.find({stream_id, l, h, name});
+        if (found == weights_.end())
+          found = weights_.emplace(WeightKey{stream_id, l, h, name}, WeightSeries{SpikeDetector(spike_config()),
+                                                                                  SpikeDetector(spike_config())}).first;
+        WeightSeries& series = found->second;
 
         // NaN/Inf: one event per place when it turns bad, naming the tensor.
         const int bad = static_cast<int>(f.weight(l, h, w, WeightMetric::NonFinite));
-        const std::vector<std::pair<int, std::string>> tensors{{1, name}, {2, "S(" + name + ")"}};
-        for (const auto& [bit, tensor] : tensors) {
-          bool& reported = nonfinite_[key + "/" + tensor];
-          if ((bad & bit) && !reported)
+        std::array<bool, 2>& reported = nonfinite_weights_[{l, h, name}];
+        for (int i = 0; i < 2; ++i) {
+          const int bit = 1 << i;  // 1: the weight, 2: its momentum
+          if ((bad & bit) && !reported[static_cast<size_t>(i)]) {
+            const std::string tensor = i == 0 ? name : "S(" + name + ")";
             events.push_back(make_event(f, EventKind::NonFinite, place(l, h, tensor) + " has NaN or Inf values", l, h,
                                         tensor, std::numeric_limits<double>::quiet_NaN()));
-          reported = (bad & bit) != 0;
+          }
+          reported[static_cast<size_t>(i)] = (bad & bit) != 0;
         }
 
         const double norm = f.weight(l, h, w, WeightMetric::NormM);
@@ -143,7 +156,8 @@ std::vector<Event> Detectors::observe(const Frame& f) {
         // healthy demo steps (bench/detector_bench). Training is watched through its loss and
         // gradient norm, which a memory blow-up drives too.
         if (f.kind == FrameKind::Inspect) {
-          spike(key + "/norm", norm, l, h, name, "‖" + name + "‖ of layer " + std::to_string(l) + " head " + std::to_string(h));
+          spike(series.norm, norm, l, h, name,
+                [&] { return "‖" + name + "‖ of layer " + std::to_string(l) + " head " + std::to_string(h); });
           // S too where ‖M‖ cannot show a momentum blow-up: under Muon (an NS error is measured)
           // the update is NS(S), normalised, and bench/fault_bench found 0 of 20 planted blow-ups
           // by ‖M‖ alone. With gd-momentum, M takes S as it is, so ‖M‖ shows it, and S's own
@@ -153,26 +167,26 @@ std::vector<Event> Detectors::observe(const Frame& f) {
           // small against ‖S‖'s moving mean (fault_bench: 17 of 20 found on the trained demo;
           // by its growth, 20 of 20).
           const double norm_s = f.weight(l, h, w, WeightMetric::NormS);
-          double& previous = previous_norm_s_[stream + "/" + key];
+          double& previous = series.previous_norm_s;
           if (std::isfinite(f.weight(l, h, w, WeightMetric::NsError)) && f.token_index > 0 && previous > 0 && norm_s > 0)
-            spike(key + "/growth_s", std::log(norm_s / previous), l, h, "S(" + name + ")",
-                  "the growth of ‖S(" + name + ")‖ in one step, log(‖S_t‖/‖S_t−1‖), of layer " + std::to_string(l) +
-                      " head " + std::to_string(h));
+            spike(series.growth_s, std::log(norm_s / previous), l, h, "S(" + name + ")", [&] {
+              return "the growth of ‖S(" + name + ")‖ in one step, log(‖S_t‖/‖S_t−1‖), of layer " + std::to_string(l) +
+                     " head " + std::to_string(h);
+            });
           previous = norm_s;
         }
 
         const double ns = f.weight(l, h, w, WeightMetric::NsError);
-        bool& high = ns_high_[stream + "/" + key];
-        const bool was_high = high;
-        high = config_.ns_error > 0 && std::isfinite(ns) && ns > config_.ns_error;
-        if (high && !was_high)  // on crossing, not at every step above
+        const bool was_high = series.ns_high;
+        series.ns_high = config_.ns_error > 0 && std::isfinite(ns) && ns > config_.ns_error;
+        if (series.ns_high && !was_high)  // on crossing, not at every step above
           events.push_back(make_event(f, EventKind::NsError,
                                       place(l, h, "NS(S)") + " orthogonality error " + format(ns) + " > " +
                                           format(config_.ns_error),
                                       l, h, name, ns));
 
         if (f.kind == FrameKind::Inspect && config_.ns_degraded > 0 && std::isfinite(ns) && f.token_index >= 0) {
-          NsBaseline& baseline = ns_baseline_[stream + "/" + key];
+          NsBaseline& baseline = series.ns;
           if (baseline.by_place.empty())
             baseline.by_place.assign(kNsPlaces, SpikeDetector({config_.spike_threshold, config_.spike_half_life, kNsWarmup}));
           const int64_t at = std::min<int64_t>(f.token_index, kNsPlaces - 1);
@@ -195,7 +209,7 @@ std::vector<Event> Detectors::observe(const Frame& f) {
           }
         }
 
-        std::deque<double>& recent = recent_norms_[stream + "/" + key];
+        std::deque<double>& recent = series.recent_norms;
         const double level = recent.empty() ? 0.0 : *std::max_element(recent.begin(), recent.end());
         // Not before detect.spike_warmup probes: a run's first sequence fills its memory from M_0.
         // Inspect frames only, like the state-norm spikes above: a training frame's ‖M‖ grows as
@@ -215,14 +229,14 @@ std::vector<Event> Detectors::observe(const Frame& f) {
       }
       // The step's gates and surprise (inspect frames).
       if (f.kind == FrameKind::Inspect && W > 0 && (static_cast<int>(f.weight(l, h, 0, WeightMetric::NonFinite)) & 4)) {
+        std::array<bool, kHeadMetricCount>& reported = nonfinite_heads_[{l, h}];
         for (int k = 0; k < kHeadMetricCount; ++k) {
           const auto m = static_cast<HeadMetric>(k);
-          bool& reported = nonfinite_["l" + std::to_string(l) + "/h" + std::to_string(h) + "/" + to_string(m)];
           const bool is_bad = !std::isfinite(f.head(l, h, m));
-          if (is_bad && !reported)
+          if (is_bad && !reported[static_cast<size_t>(k)])
             events.push_back(make_event(f, EventKind::NonFinite, place(l, h, to_string(m)) + " is NaN or Inf", l, h,
                                         to_string(m), f.head(l, h, m)));
-          reported = is_bad;
+          reported[static_cast<size_t>(k)] = is_bad;
         }
       }
     }

@@ -7,9 +7,11 @@
 // (issue 19: comparing with the previous probe fired 380 times per 10k healthy demo steps). Plain C++ on the
 // scalars the probes already brought to the host; copyable, so keyframes can save it.
 #pragma once
+#include <array>
 #include <deque>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "model/probe/event.h"
@@ -34,15 +36,12 @@ class Detectors {
 
  private:
   SpikeDetector& series(const std::string& key);
+  SpikeDetectorConfig spike_config() const;
 
   DetectConfig config_;
-  std::map<std::string, SpikeDetector> spikes_;  // by series: "train/loss", "inspect/l0/h1/M/norm", …
-  static constexpr size_t kNormWindow = 64;     // probes: longer than a demo sequence
-  std::map<std::string, std::deque<double>> recent_norms_;  // the last kNormWindow ‖M‖ per head and stream
-  std::map<std::string, bool> nonfinite_;        // places already reported non-finite (one event each)
-  std::map<std::string, bool> ns_high_;          // heads whose NS error is above the threshold (fires on crossing)
-  std::map<std::string, double> previous_norm_s_;  // the last ‖S‖ per head and stream, for S's growth
+  std::map<std::string, SpikeDetector> spikes_;  // the outer series by stream: "train/loss", "train/grad_norm"
   double previous_lr_ = 0;  // the last training frame's outer learning rate, for detect.lr_jump (0 = none yet)
+  static constexpr size_t kNormWindow = 64;     // probes: longer than a demo sequence
 
   // A degraded Newton–Schulz (too few steps, bad coefficients) leaves U = NS(S) far from
   // orthogonal. The NS error alone cannot show it: a rank-k S gives √((r−k)/r) by itself, so a
@@ -58,7 +57,33 @@ class Detectors {
     bool alarmed = false;  // fired, and not yet back in range for kNsRearm probes: one event per episode
     int clean = 0;
   };
-  std::map<std::string, NsBaseline> ns_baseline_;  // per head and stream
+
+  // What is kept per memory weight of a layer and head, and per stream (train and inspect frames
+  // are separate series). One lookup a weight and frame: the string-keyed maps this replaced cost
+  // 8 µs a demo-mqar frame (issue 20's probe budget), mostly building keys.
+  struct WeightKey {
+    int stream, layer, head;
+    std::string weight;  // "M", "W1", …
+    bool operator<(const WeightKey& o) const {
+      if (stream != o.stream) return stream < o.stream;
+      if (layer != o.layer) return layer < o.layer;
+      if (head != o.head) return head < o.head;
+      return weight < o.weight;
+    }
+  };
+  struct WeightSeries {
+    SpikeDetector norm;      // ‖M‖ (inspect frames)
+    SpikeDetector growth_s;  // log(‖S_t‖/‖S_t−1‖) within a sequence, under Muon (inspect frames)
+    double previous_norm_s = 0;
+    bool ns_high = false;    // NS error above detect.ns_error (fires on crossing)
+    NsBaseline ns;
+    std::deque<double> recent_norms;  // the last kNormWindow ‖M‖
+  };
+  std::map<WeightKey, WeightSeries> weights_;
+  // Places already reported non-finite (one event each), shared by the streams: per weight {M, S},
+  // and per head its step metrics, by (layer, head, weight) and (layer, head).
+  std::map<std::tuple<int, int, std::string>, std::array<bool, 2>> nonfinite_weights_;
+  std::map<std::pair<int, int>, std::array<bool, kHeadMetricCount>> nonfinite_heads_;
 };
 
 }  // namespace memscope::model
