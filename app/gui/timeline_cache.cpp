@@ -23,6 +23,15 @@ float mean_surprise(const model::Frame& f) {
       const float s = f.head(l, h, model::HeadMetric::SurpriseBefore);
       if (std::isfinite(s)) sum += s, ++n;
     }
+  if (n == 0 && !f.selfmod_error.empty()) {
+    // HOPE blocks have no memory layer: their surprise is the main self-modifying memory's target
+    // error before its write, ½‖M(k) − v̂‖²/d (the last of each layer's five).
+    const size_t layers = f.selfmod_error.size() / 5;
+    for (size_t l = 0; l < layers; ++l) {
+      const float s = f.selfmod_error[l * 5 + 4];
+      if (std::isfinite(s)) sum += s, ++n;
+    }
+  }
   return n ? static_cast<float>(sum / n) : kNaN;
 }
 

@@ -70,11 +70,15 @@ void draw_tokens_panel(GuiApp& app) {
     }
   }
   if (range.hi <= range.lo) range.hi = range.lo + 1.0f;
-  // The colours' scale: the strip's surprise range, low to high.
+  // The colours' scale: the strip's surprise range, low to high; none where nothing measures it.
   ImGui::SameLine();
-  ImGui::TextColored(viz::colors::muted(), "  surprise");
-  ImGui::SameLine();
-  viz::draw_surprise_scale(range, 120.0f);
+  if (any) {
+    ImGui::TextColored(viz::colors::muted(), "  surprise");
+    ImGui::SameLine();
+    viz::draw_surprise_scale(range, 120.0f);
+  } else {
+    ImGui::TextColored(viz::colors::muted(), "  no surprise measured here (no memory, or probes off)");
+  }
   ImGui::SameLine();
   ImGui::TextColored(viz::colors::muted(), "  hover for metrics, click to seek");
   const auto tooltip = [&](size_t index) {

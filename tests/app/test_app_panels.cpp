@@ -81,6 +81,12 @@ TEST_CASE("app: every panel renders on a live HOPE run with a fork", "[gui]") {
   h.frames(2);
   CHECK(h.app().view().show_unused_knobs);
   CHECK(h.app().rects().count("knob/memory.bias") == 1);
+  // The token strip colours a hope block's tokens by its main memory's target error before the
+  // write (a hope block has no memory layer, so no surprise of its own).
+  const auto& tokens = h.app().shown_cache().tokens();
+  REQUIRE(!tokens.empty());
+  CHECK(std::isfinite(tokens.back().surprise));
+  CHECK(tokens.back().surprise > 0.0f);
   // The HOPE panel found its data.
   h.app().view().select_right_tab = 1;
   h.frames(2);
