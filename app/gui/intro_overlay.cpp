@@ -21,7 +21,7 @@ void draw_intro_overlay(GuiApp& app) {
                    ImGuiWindowFlags_NoMove);
   ImGui::TextColored(viz::colors::accent(), "1");
   ImGui::SameLine();
-  ImGui::TextUnformatted("Press Space: the model reads the strip at the bottom one token at a time (key-value pairs, filler, queries).");
+  ImGui::TextUnformatted("The model reads the strip at the bottom one token at a time (key-value pairs, filler, queries). Space pauses, +1 steps.");
   ImGui::TextColored(viz::colors::accent(), "2");
   ImGui::SameLine();
   ImGui::TextUnformatted("Memory panel: each pair is written into M (dM lights up); the memory is the only way back to the pairs.");

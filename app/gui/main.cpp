@@ -83,6 +83,7 @@ int run(Options options) {
     else if (what == "resets") app.view().select_left_tab = 2;
     else if (what == "help") app.view().show_help = true;
     else if (what == "intro") app.view().show_intro = true;
+    else if (what == "batch") app.view().strip_shows_batch = true;  // train+inspect: the training batch in the token strip
     else if (what == "presets") app.view().show_presets = true;
     else if (what == "open") app.view().prompt = "open";  // the File > Open session prompt, on the working folder
     else if (what == "open-checkpoint") app.view().prompt = "checkpoint";
@@ -191,8 +192,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   cli.add_option("--record", options.gui.record, "Record the live run from its first step into DIR (NAME.memscope)");
   cli.add_option("--compare-session", options.gui.compare_session, "A recorded session to show beside the run (compare view)");
-  cli.add_option("--show", options.show, "Open with: compare, hope, modules, breakpoints, resets, help, presets, open (the session prompt), open-checkpoint, enlarge=LAYER")
-      ->check(CLI::IsMember({"compare", "hope", "modules", "breakpoints", "resets", "help", "intro", "presets", "open", "open-checkpoint", "enlarge=0", "enlarge=1", "enlarge=2", "enlarge=3"}));
+  cli.add_option("--show", options.show, "Open with: compare, hope, modules, breakpoints, resets, help, presets, open (the session prompt), open-checkpoint, enlarge=LAYER, batch (the training batch in the token strip)")
+      ->check(CLI::IsMember({"compare", "hope", "modules", "breakpoints", "resets", "help", "intro", "presets", "open", "open-checkpoint", "batch", "enlarge=0", "enlarge=1", "enlarge=2", "enlarge=3"}));
   cli.add_option("--steps", options.steps, "Run this many steps before showing (with --screenshot: what the picture shows)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   cli.add_flag("--paused", options.paused, "Open paused (by default a live run starts at --speed)");

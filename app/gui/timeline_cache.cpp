@@ -94,6 +94,7 @@ void TimelineCache::append(const model::Frame& f) {
   }
   steps_.push_back(static_cast<double>(f.step));
   const bool train = f.kind == model::FrameKind::Train;
+  if (train && !f.batch_tokens.empty()) train_batch_ = {f.step, f.train_step, f.batch_tokens, f.batch_targets, f.batch_loss};
   train_loss_.push_back(train ? static_cast<float>(f.loss) : kNaN);
   token_loss_.push_back(train ? kNaN : static_cast<float>(f.loss));
   grad_norm_.push_back(static_cast<float>(f.grad_norm));

@@ -22,6 +22,14 @@ struct TokenEntry {
   float surprise = 0;  // mean over layers and heads of L_t(M_{t−1}) (SPEC §8)
 };
 
+// Row 0 of the newest training batch (train frames), for the token strip in train mode.
+struct TrainBatchRow {
+  int64_t step = -1;       // the engine step of its train frame; -1: none yet
+  int64_t train_step = 0;  // the training step it was
+  std::vector<int64_t> tokens, targets;  // targets −1 where none
+  std::vector<float> loss;               // −log p(target) before the update, NaN where no target
+};
+
 class TimelineCache {
  public:
   // Appends the frames the ring holds past what the cache has; starts over after a truncation.
@@ -57,6 +65,7 @@ class TimelineCache {
   const std::vector<float>& selfmod_retention(int layer, int bound) const;
 
   const std::vector<TokenEntry>& tokens() const { return tokens_; }
+  const TrainBatchRow& train_batch() const { return train_batch_; }
   // The newest step at or before `step` (< 0: any) whose frame carried matrix snapshots; -1: none.
   int64_t snapshot_step(int64_t step) const;
   int64_t last_step() const { return steps_.empty() ? 0 : static_cast<int64_t>(steps_.back()); }
@@ -75,6 +84,7 @@ class TimelineCache {
   std::vector<float> train_loss_, token_loss_, grad_norm_, acc_;
   std::vector<std::vector<float>> head_, weight_, cms_norm_, cms_tick_, selfmod_, selfmod_retention_;
   std::vector<TokenEntry> tokens_;
+  TrainBatchRow train_batch_;
   std::vector<int64_t> snapshot_steps_;  // ascending
   int64_t generation_ = -1;
   uint64_t revision_ = 0;

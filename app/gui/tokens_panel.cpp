@@ -1,9 +1,12 @@
 // The token strip (DESIGN "GUI" → Tokens): the probe stream's tokens with per-token surprise as
-// the background, the shown step outlined; hover shows that token's metrics, click seeks.
+// the background, the shown step outlined; hover shows that token's metrics, click seeks. In train
+// mode it shows the row of the batch being trained instead, coloured by each token's loss.
 #include <imgui.h>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <limits>
 
 #include "app/gui/gui_app.h"
 #include "app/gui/panels.h"
@@ -39,12 +42,80 @@ viz::Rgba8 token_role(int64_t token, int64_t target, const model::TaskConfig& ta
   return {0, 0, 0, 0};
 }
 
+// The strip's colour scale, its hint and the strip: `cells` coloured by their value, its range
+// written beside `value_name`; none where no cell has a value. Returns the cell clicked, or -1.
+std::ptrdiff_t draw_strip(GuiApp& app, const std::vector<viz::TokenCell>& cells, const char* value_name,
+                          long long current_step, const std::function<void(std::size_t)>& tooltip) {
+  viz::ValueRange range{0.0f, 0.0f};
+  bool any = false;
+  for (const auto& c : cells)
+    if (std::isfinite(c.surprise)) {
+      range.lo = any ? std::min(range.lo, c.surprise) : c.surprise;
+      range.hi = any ? std::max(range.hi, c.surprise) : c.surprise;
+      any = true;
+    }
+  if (range.hi <= range.lo) range.hi = range.lo + 1.0f;
+  ImGui::SameLine();
+  if (any) {
+    ImGui::TextColored(viz::colors::muted(), "  %s", value_name);
+    ImGui::SameLine();
+    viz::draw_surprise_scale(range, 120.0f);
+  } else {
+    ImGui::TextColored(viz::colors::muted(), "  no %s measured here (no memory, or probes off)", value_name);
+  }
+  ImGui::SameLine();
+  ImGui::TextColored(viz::colors::muted(), "  hover for metrics, click to seek");
+  const auto clicked = viz::draw_token_strip("tokens", cells, current_step, range, tooltip, ImGui::GetContentRegionAvail());
+  app.note_rect("tokens/strip");
+  return clicked;
+}
+
+// Train mode (issue 19): row 0 of the batch the newest training step trained on, each target
+// token coloured by its loss under the weights before the update.
+void draw_training_batch(GuiApp& app, const TrainBatchRow& batch, const model::TaskConfig& task) {
+  ImGui::TextColored(viz::colors::accent(), "Training batch");
+  ImGui::SameLine();
+  ImGui::TextColored(viz::colors::muted(), "row 0 of training step %lld; background = each target's loss before the update",
+                     static_cast<long long>(batch.train_step));
+  std::vector<viz::TokenCell> cells;
+  cells.reserve(batch.tokens.size());
+  for (size_t i = 0; i < batch.tokens.size(); ++i) {
+    const int64_t target = i < batch.targets.size() ? batch.targets[i] : -1;
+    const float loss = i < batch.loss.size() ? batch.loss[i] : std::numeric_limits<float>::quiet_NaN();
+    cells.push_back({token_text(batch.tokens[i], task, target >= 0), loss, static_cast<long long>(batch.step),
+                     token_role(batch.tokens[i], target, task)});
+  }
+  const auto tooltip = [&](size_t i) {
+    ImGui::Text("position %zu  token %s  target %s", i, token_text(batch.tokens[i], task).c_str(),
+                token_text(i < batch.targets.size() ? batch.targets[i] : -1, task).c_str());
+    if (i < batch.loss.size() && std::isfinite(batch.loss[i])) ImGui::Text("loss %.4g", batch.loss[i]);
+  };
+  if (draw_strip(app, cells, "loss", static_cast<long long>(batch.step), tooltip) >= 0) app.seek(batch.step);
+}
+
 }  // namespace
 
 void draw_tokens_panel(GuiApp& app) {
   const TimelineCache& cache = app.shown_cache();
   const auto& tokens = cache.tokens();
-  const model::TaskConfig& task = app.main().status.preset.task;
+  const model::Preset& preset = app.main().status.preset;
+  const model::TaskConfig& task = preset.task;
+  // Train mode has only the batch to show; train+inspect has both, and a switch between them.
+  const bool both = preset.engine.mode == model::EngineMode::TrainInspect && cache.train_batch().step >= 0;
+  if (both) {
+    bool& batch = app.view().strip_shows_batch;
+    if (ImGui::RadioButton("probe stream", !batch)) batch = false;
+    app.note_rect("tokens/show probe stream");
+    ImGui::SameLine();
+    if (ImGui::RadioButton("training batch", batch)) batch = true;
+    app.note_rect("tokens/show training batch");
+    ImGui::SameLine();
+  }
+  if (cache.train_batch().step >= 0 &&
+      (preset.engine.mode == model::EngineMode::Train || (both && app.view().strip_shows_batch))) {
+    draw_training_batch(app, cache.train_batch(), task);
+    return;
+  }
   const bool recall = task.kind == "mqar" || task.kind == "needle";
   ImGui::TextColored(viz::colors::accent(), "Tokens");
   ImGui::SameLine();
@@ -57,30 +128,11 @@ void draw_tokens_panel(GuiApp& app) {
   const size_t first = tokens.size() > kStripTokens ? tokens.size() - kStripTokens : 0;
   std::vector<viz::TokenCell> cells;
   cells.reserve(tokens.size() - first);
-  viz::ValueRange range{0.0f, 0.0f};
-  bool any = false;
   for (size_t i = first; i < tokens.size(); ++i) {
     const TokenEntry& t = tokens[i];
     cells.push_back({token_text(t.token, task, t.target >= 0), t.surprise, static_cast<long long>(t.step),
                      token_role(t.token, t.target, task)});
-    if (std::isfinite(t.surprise)) {
-      range.lo = any ? std::min(range.lo, t.surprise) : t.surprise;
-      range.hi = any ? std::max(range.hi, t.surprise) : t.surprise;
-      any = true;
-    }
   }
-  if (range.hi <= range.lo) range.hi = range.lo + 1.0f;
-  // The colours' scale: the strip's surprise range, low to high; none where nothing measures it.
-  ImGui::SameLine();
-  if (any) {
-    ImGui::TextColored(viz::colors::muted(), "  surprise");
-    ImGui::SameLine();
-    viz::draw_surprise_scale(range, 120.0f);
-  } else {
-    ImGui::TextColored(viz::colors::muted(), "  no surprise measured here (no memory, or probes off)");
-  }
-  ImGui::SameLine();
-  ImGui::TextColored(viz::colors::muted(), "  hover for metrics, click to seek");
   const auto tooltip = [&](size_t index) {
     const TokenEntry& t = tokens[first + index];
     ImGui::Text("sequence %lld  target %s  predicted %s", static_cast<long long>(t.sequence), token_text(t.target, task).c_str(),
@@ -90,9 +142,7 @@ void draw_tokens_panel(GuiApp& app) {
       ImGui::TextColored(t.predicted == t.target ? viz::colors::accent() : viz::colors::warning(),
                          t.predicted == t.target ? "recalled" : "missed");
   };
-  const auto clicked = viz::draw_token_strip("tokens", cells, static_cast<long long>(app.shown_step()), range, tooltip,
-                                             ImGui::GetContentRegionAvail());
-  app.note_rect("tokens/strip");
+  const auto clicked = draw_strip(app, cells, "surprise", static_cast<long long>(app.shown_step()), tooltip);
   if (clicked >= 0) app.seek(tokens[first + static_cast<size_t>(clicked)].step);
 }
 

@@ -54,6 +54,7 @@ struct ViewState {
   bool show_presets = false;   // the presets browser
   std::string knob_filter;     // the knobs panel's search box
   bool show_unused_knobs = false;  // the knobs panel also lists knobs the model does not read
+  bool strip_shows_batch = false;  // train+inspect: the token strip shows the training batch's row, not the probe stream
   std::string breakpoint_text = "spike";
   std::map<std::string, std::string> knob_text;  // edit buffers for string and list knobs
 

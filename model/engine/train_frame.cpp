@@ -16,6 +16,9 @@ std::shared_ptr<Frame> train_frame(const Trainer& trainer, const TrainStepResult
   frame->grad_norm = r.grad_norm;
   frame->lr = r.lr;
   frame->tokens_per_s = r.tokens_per_s;
+  frame->batch_tokens = r.row_tokens;
+  frame->batch_targets = r.row_targets;
+  frame->batch_loss = r.row_loss;
   for (const auto& m : r.modules) {
     frame->module_names.push_back(m.name);
     frame->module_grad_norm.push_back(static_cast<float>(m.grad_norm));

@@ -21,8 +21,10 @@ int64_t Frame::bytes() const {
   int64_t total = static_cast<int64_t>(sizeof(Frame) + (head_metrics.size() + weight_metrics.size() + cms_norm.size() +
                                                          cms_tick.size() + selfmod_error.size() + selfmod_retention.size() + selfmod_grad.size() +
                                                          retain_feature.size() + lr_feature.size() +
-                                                         module_grad_norm.size() + module_update_ratio.size()) *
-                                                            sizeof(float));
+                                                         module_grad_norm.size() + module_update_ratio.size() +
+                                                         batch_loss.size()) *
+                                                            sizeof(float) +
+                                                        (batch_tokens.size() + batch_targets.size()) * sizeof(int64_t));
   for (const auto& name : module_names) total += static_cast<int64_t>(sizeof(std::string) + name.size());
   for (const auto& m : matrices) total += static_cast<int64_t>(sizeof(MatrixSnapshot) + m.values.size() * sizeof(float));
   return total;

@@ -115,6 +115,11 @@ struct Frame {
   // before clipping and the step's update-to-weight ratio ‖Δθ‖/‖θ‖. Empty otherwise.
   std::vector<std::string> module_names;  // "layer0/memory.W_K", "embedding", … (model/train/module_norms.h)
   std::vector<float> module_grad_norm, module_update_ratio;
+  // Train frames: row 0 of the batch trained, for the train view (issue 19): tokens, targets (−1:
+  // none) and each token's −log p(target) before the update (NaN: no target). Live only: sessions
+  // do not record them.
+  std::vector<int64_t> batch_tokens, batch_targets;
+  std::vector<float> batch_loss;
 
   float head(int layer, int h, HeadMetric m) const {
     return head_metrics[(static_cast<size_t>(layer) * heads + h) * kHeadMetricCount + static_cast<int>(m)];

@@ -23,6 +23,10 @@ struct QueryScore {
 // Argmax predictions against targets where `query_mask` is true (accuracy per query).
 QueryScore score_queries(const at::Tensor& logits, const at::Tensor& targets, const at::Tensor& query_mask);
 // The same hits as a 0-dim int64 tensor on the logits' device, without a host transfer.
+// Each token's −log p(target) of one row [T,V] against its targets [T], NaN where a token has no
+// target (the train view's batch row, issue 19). No gradient.
+at::Tensor token_losses(const at::Tensor& logits /*[T,V]*/, const at::Tensor& targets /*[T]*/);
+
 at::Tensor query_hits(const at::Tensor& logits, const at::Tensor& targets, const at::Tensor& query_mask);
 
 }  // namespace memscope::model

@@ -102,6 +102,7 @@ TrainStepResult Trainer::train_step() {
   }
   QueryScore score;
   score.total = batch.query_mask.sum().item<int64_t>();
+  const at::Tensor row_tokens = batch.tokens[0].contiguous(), row_targets = batch.targets[0].contiguous();
   batch = batch.to(device());
 
   // Losses and hits stay on the device until one transfer after the backward (on a GPU, a host
@@ -109,6 +110,7 @@ TrainStepResult Trainer::train_step() {
   optimiser_->zero_grad();
   LmState state = model_->initial_state(rows);
   at::Tensor loss_total, hits;
+  std::vector<at::Tensor> row_loss;  // row 0's token losses, segment by segment
   for (int64_t t = 0; t < T; t += segment) {
     const int64_t length = std::min(segment, T - t);
     const at::Tensor targets_here = batch.targets.narrow(1, t, length);
@@ -126,6 +128,7 @@ TrainStepResult Trainer::train_step() {
     const at::Tensor segment_hits = query_hits(logits, targets_here, batch.query_mask.narrow(1, t, length));
     loss_total = loss_total.defined() ? loss_total + segment_loss : segment_loss;
     hits = hits.defined() ? hits + segment_hits : segment_hits;
+    row_loss.push_back(token_losses(logits[0].detach(), targets_here[0]));
     state = state.detached();  // truncated BPTT: carry the state, not its history
   }
 
@@ -135,7 +138,8 @@ TrainStepResult Trainer::train_step() {
   const at::Tensor squared_norm =
       c.module_norms || data_parallel_ ? at::Tensor() : gradient_norm_squared(optimiser_->parameters());
   if (squared_norm.defined()) to_host.push_back(squared_norm);
-  const at::Tensor host = at::stack(to_host).cpu();
+  // Row 0's token losses ride along in the same transfer, after the scalars.
+  const at::Tensor host = at::cat({at::stack(to_host), at::cat(row_loss)}).cpu();
   double loss_sum = host[0].item<double>();
   score.correct = static_cast<int64_t>(host[1].item<double>());
 
@@ -157,6 +161,13 @@ TrainStepResult Trainer::train_step() {
   r.acc = score.accuracy();
   r.lr = lr;
   r.chunk = chunk;
+  r.row_tokens.assign(row_tokens.data_ptr<int64_t>(), row_tokens.data_ptr<int64_t>() + row_tokens.numel());
+  r.row_targets.assign(row_targets.data_ptr<int64_t>(), row_targets.data_ptr<int64_t>() + row_targets.numel());
+  for (auto& target : r.row_targets)
+    if (target == kIgnoreIndex) target = -1;
+  const int64_t scalars = static_cast<int64_t>(to_host.size());
+  const double* losses = host.data_ptr<double>() + scalars;
+  r.row_loss.assign(losses, losses + (host.numel() - scalars));
   // The gradient norm before clipping, measured once: with the per-module probes, by them.
   std::vector<at::Tensor> before;
   if (c.module_norms) r.modules = module_gradient_norms(optimiser_->parameters(), &before, &r.grad_norm);

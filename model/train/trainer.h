@@ -35,6 +35,11 @@ struct TrainStepResult {
   int world_size = 1;     // ranks that computed this step
   double comm_seconds = 0;  // of this step, inside collectives (data-parallel only)
   std::vector<ModuleNorm> modules;  // per module (train.module_norms), in the model's parameter order
+  // Row 0 of the batch this rank trained (the train view shows it, issue 19): its tokens, its
+  // targets (−1 where none) and each token's −log p(target) under the weights before the update
+  // (NaN where there is no target).
+  std::vector<int64_t> row_tokens, row_targets;
+  std::vector<float> row_loss;
 };
 
 struct EvalResult {

@@ -11,6 +11,9 @@
 #include <thread>
 
 #include "app/app_harness.h"
+#include "model/config/preset.h"
+#include "model/data/batch.h"
+#include "model/train/trainer.h"
 #include "viz/colormap.h"
 
 using memscope::test::AppHarness;
@@ -226,6 +229,49 @@ TEST_CASE("app: the Modules tab shows a training step's per-module gradient norm
   for (int y = static_cast<int>(map.Min.y) + 2; y < static_cast<int>(map.Max.y) - 2; ++y)
     colors.insert(image.pixel(static_cast<int>(map.Max.x) - 4, y));
   CHECK(colors.size() > 3);
+}
+
+TEST_CASE("app: in train mode the token strip shows the row of the batch being trained, coloured by its loss", "[gui]") {
+  {  // one window at a time: the harness owns ImGui's context
+    memscope::app::GuiOptions o;
+    o.preset = "demo-mqar";
+    o.sets = {"engine.mode=train", "train.batch=4"};
+    AppHarness h(o);
+    h.app().post_all(model::Command::steps(2));
+    h.settle();
+    const memscope::app::TrainBatchRow& row = h.app().shown_cache().train_batch();
+    REQUIRE(row.step == 2);
+    CHECK(row.train_step == 2);
+    // The row the second training step drew (the batches are a function of the step).
+    const model::Batch batch = model::Trainer(model::load_preset("demo-mqar", o.sets)).training_batch(2);
+    REQUIRE(static_cast<int64_t>(row.tokens.size()) == batch.tokens.size(1));
+    for (size_t t = 0; t < row.tokens.size(); ++t) CHECK(row.tokens[t] == batch.tokens[0][static_cast<int64_t>(t)].item<int64_t>());
+    int scored = 0;
+    for (size_t t = 0; t < row.loss.size(); ++t) scored += std::isfinite(row.loss[t]) && row.targets[t] >= 0;
+    CHECK(scored > 0);
+    // The strip draws it: the scored tokens' cells carry colours of the loss scale.
+    const memscope::test::PngImage image = h.screenshot("train-batch");
+    const ImRect strip = h.app().rects().at("tokens/strip");
+    std::set<unsigned> colors;
+    for (int x = static_cast<int>(strip.Min.x); x < static_cast<int>(strip.Max.x); x += 3)
+      colors.insert(image.pixel(x, static_cast<int>((strip.Min.y + strip.Max.y) * 0.5f)));
+    CHECK(colors.size() > 4);
+  }
+
+  // train+inspect has both: a switch picks the probe stream (the default) or the training batch.
+  memscope::app::GuiOptions both;
+  both.preset = "demo-mqar";
+  both.sets = {"engine.mode=train+inspect", "engine.inspect_every=1", "engine.inspect_tokens=4", "train.batch=4"};
+  AppHarness b(both);
+  b.app().post_all(model::Command::steps(6));
+  b.settle();
+  REQUIRE(b.app().shown_cache().train_batch().step > 0);
+  REQUIRE(!b.app().shown_cache().tokens().empty());
+  CHECK_FALSE(b.app().view().strip_shows_batch);
+  b.click("tokens/show training batch");
+  b.frames(2);
+  CHECK(b.app().view().strip_shows_batch);
+  CHECK(b.app().rects().count("tokens/strip") == 1);
 }
 
 TEST_CASE("app: 'Step into step N' forks at the weights before it and shows the batch with the backward norms", "[gui]") {

@@ -5,10 +5,12 @@
 
 #include "support/test_device.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
 #include "model/config/preset.h"
+#include "model/data/batch.h"
 #include "model/train/adamw.h"
 #include "model/train/checkpoint.h"
 #include "model/train/lr_schedule.h"
@@ -121,6 +123,33 @@ TEST_CASE("truncated BPTT carries the state: segment losses add up to the whole 
   CHECK(a.loss == Approx(b.loss).epsilon(1e-5));
   CHECK(a.acc == b.acc);
   CHECK(a.grad_norm != b.grad_norm);
+}
+
+TEST_CASE("a training step reports row 0 of its batch: the tokens, targets and each target's loss", "[train]") {
+  // With one row the batch loss is the mean of the row's token losses; with segments (train.bptt)
+  // too, since they are read segment by segment. The tokens are the batch the step drew.
+  for (const std::string bptt : {"train.bptt=0", "train.bptt=6"}) {
+    INFO(bptt);
+    Trainer trainer(small_preset("demo-mqar", {"train.batch=1", bptt}));
+    const Batch batch = trainer.training_batch(1);
+    const TrainStepResult r = trainer.train_step();
+    const int64_t T = batch.tokens.size(1);
+    REQUIRE(static_cast<int64_t>(r.row_tokens.size()) == T);
+    REQUIRE(static_cast<int64_t>(r.row_targets.size()) == T);
+    REQUIRE(static_cast<int64_t>(r.row_loss.size()) == T);
+    double sum = 0;
+    int scored = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      CHECK(r.row_tokens[static_cast<size_t>(t)] == batch.tokens[0][t].item<int64_t>());
+      const int64_t target = batch.targets[0][t].item<int64_t>();
+      CHECK(r.row_targets[static_cast<size_t>(t)] == (target == kIgnoreIndex ? -1 : target));
+      const float loss = r.row_loss[static_cast<size_t>(t)];
+      CHECK(std::isfinite(loss) == (target != kIgnoreIndex));
+      if (std::isfinite(loss)) sum += loss, ++scored;
+    }
+    REQUIRE(scored > 0);
+    CHECK(sum / scored == Approx(r.loss).epsilon(1e-6));
+  }
 }
 
 TEST_CASE("checkpoint round trip: identical logits after a reload", "[train]") {
