@@ -31,13 +31,6 @@ std::string timestamp() {
   return buffer;
 }
 
-// Where Ctrl+S and Record put a session: runs/ under the working directory (made when missing),
-// so recordings do not litter the directory the app was started from (issue 19).
-std::string default_session_path() {
-  std::error_code ec;
-  std::filesystem::create_directories("runs", ec);  // a failure shows as the directory check's banner
-  return "runs/memscope-" + timestamp() + ".memscope";
-}
 
 // Wakes the main loop when a source publishes, so an idle window sleeps until there is news.
 class WakeSink : public model::FrameSink {
@@ -467,14 +460,23 @@ bool GuiApp::recording_path_ok(const std::string& what, const std::string& path)
   }
 }
 
-void GuiApp::save_session() {
+// runs/ under the working directory, so that recordings do not litter the directory the app was
+// started from (issue 19).
+std::string default_session_path() {
+  std::error_code ec;
+  std::filesystem::create_directories("runs", ec);  // a failure shows as the directory check's banner
+  return "runs/memscope-" + timestamp() + ".memscope";
+}
+
+void GuiApp::save_session() { save_session(default_session_path()); }
+
+void GuiApp::save_session(const std::string& path) {
   if (!main().status.recording.empty()) {
     view_.notice = "already recording into " + main().status.recording + " (every frame is saved)";
     return;
   }
   // Starting a recording seeds it with every frame and event the run still holds; stopping right
   // after writes it out: the session as it is now.
-  const std::string path = default_session_path();
   if (!recording_path_ok("File > Save", path)) return;
   post(model::Command::start_recording(path));
   post(model::Command{model::Command::Kind::StopRecording});

@@ -30,6 +30,10 @@ struct GuiOptions {
   std::string device_line;
 };
 
+// Where Ctrl+S and Record put a session: runs/memscope-DATE-TIME.memscope under the working
+// directory (runs/ is made when missing).
+std::string default_session_path();
+
 class GuiApp {
  public:
   // Builds the runs: a bad preset or session throws UserError (the caller prints one line).
@@ -72,7 +76,8 @@ class GuiApp {
   void open_checkpoint(const std::string& path);  // replaces the runs with the live run saved there
   void open_compare_session(const std::string& path);
   void toggle_recording();        // Record: start or stop recording into a new session
-  void save_session();            // Ctrl+S: write what the run holds now into a new session
+  void save_session();            // Ctrl+S: write what the run holds now into a new session under runs/
+  void save_session(const std::string& path);  // File > Save session as: the same, into `path`
   // Starts recording the main run into `path`; false (with the reason on the banner) when it cannot.
   bool start_recording(const std::string& path);
   void export_session(bool csv, const std::string& out);

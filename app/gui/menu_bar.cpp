@@ -21,6 +21,7 @@ void open_prompt(ViewState& view, const char* kind, std::string path) {
 
 PathKind kind_of(const std::string& prompt) {
   if (prompt == "open" || prompt == "compare") return PathKind::Session;
+  if (prompt == "save" || prompt == "record") return PathKind::SessionOut;
   if (prompt == "checkpoint") return PathKind::Checkpoint;
   return prompt == "csv" ? PathKind::CsvOut : PathKind::SafetensorsOut;
 }
@@ -48,7 +49,7 @@ bool draw_listing(GuiApp& app) {
                                                                             : "no folders here");
   // An export keeps the file name it was given while the folder changes.
   const std::string name = std::filesystem::path(view.prompt_path).filename().string();
-  const bool keep_name = kind == PathKind::CsvOut || kind == PathKind::SafetensorsOut;
+  const bool keep_name = kind == PathKind::CsvOut || kind == PathKind::SafetensorsOut || kind == PathKind::SessionOut;
   std::string next;
   for (const PathEntry& e : listing.entries) {
     const std::string label = e.folder ? e.name + "/" : e.name;
@@ -74,11 +75,15 @@ void draw_prompt(GuiApp& app) {
   const char* title = view.prompt == "open" ? "Open session###path"
                       : view.prompt == "checkpoint" ? "Open checkpoint###path"
                       : view.prompt == "compare"    ? "Compare with session###path"
+                      : view.prompt == "save"       ? "Save session as###path"
+                      : view.prompt == "record"     ? "Record to###path"
                                                     : "Export###path";
   if (ImGui::BeginPopupModal(title, nullptr, ImGuiWindowFlags_NoSavedSettings)) {
     ImGui::Text("%s", view.prompt == "open"      ? "Open a recorded session (NAME.memscope directory)"
                       : view.prompt == "checkpoint" ? "Open a checkpoint (memscope-cli train --out); it runs live with its own preset"
                       : view.prompt == "compare" ? "Compare with a recorded session"
+                      : view.prompt == "save"    ? "Save what the run holds now as a new session (NAME.memscope directory)"
+                      : view.prompt == "record"  ? "Record the run from now into a new session (NAME.memscope directory)"
                       : view.prompt == "csv"     ? "Export the shown timeline's scalars to CSV"
                                                  : "Export the shown timeline to one safetensors file");
     ImGui::SetNextItemWidth(-1);
@@ -94,6 +99,8 @@ void draw_prompt(GuiApp& app) {
       if (kind == "open") app.open_session(path);
       else if (kind == "checkpoint") app.open_checkpoint(path);
       else if (kind == "compare") app.open_compare_session(path);
+      else if (kind == "save") app.save_session(path);
+      else if (kind == "record") app.start_recording(path);
       else app.export_session(kind == "csv", path);
     }
     ImGui::SameLine();
@@ -118,9 +125,12 @@ void draw_menu_bar(GuiApp& app) {
       if (ImGui::MenuItem("Open session...")) open_prompt(view, "open", sessions);
       if (ImGui::MenuItem("Compare with session...")) open_prompt(view, "compare", sessions);
       ImGui::Separator();
-      if (ImGui::MenuItem("Save session", "Ctrl+S", false, app.main().live)) app.save_session();
-      if (ImGui::MenuItem(app.main().status.recording.empty() ? "Start recording" : "Stop recording"))
-        app.toggle_recording();
+      const bool live = app.main().live, recording = !app.main().status.recording.empty();
+      if (ImGui::MenuItem("Save session", "Ctrl+S", false, live)) app.save_session();
+      if (ImGui::MenuItem("Save session as...", nullptr, false, live && !recording))
+        open_prompt(view, "save", default_session_path());
+      if (ImGui::MenuItem(recording ? "Stop recording" : "Start recording")) app.toggle_recording();
+      if (ImGui::MenuItem("Record to...", nullptr, false, live && !recording)) open_prompt(view, "record", default_session_path());
       ImGui::Separator();
       if (ImGui::MenuItem("Export CSV...", nullptr, false, replay)) open_prompt(view, "csv", "session.csv");
       if (ImGui::MenuItem("Export safetensors...", nullptr, false, replay))

@@ -8,8 +8,9 @@
 namespace memscope::app {
 
 // What a prompt picks: a session directory (open, compare), a checkpoint file, or a place to
-// write (the exports: any folder, and files of the export's kind to overwrite).
-enum class PathKind { Session, Checkpoint, CsvOut, SafetensorsOut };
+// write (the exports: any folder, and files of the export's kind to overwrite; a new session:
+// any folder, never over an existing session).
+enum class PathKind { Session, Checkpoint, CsvOut, SafetensorsOut, SessionOut };
 
 struct PathEntry {
   std::string name;   // the entry's name; ".." for the parent folder

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "app/app_harness.h"
+#include "model/session/session_reader.h"
 #include "support/run_process.h"
 
 namespace fs = std::filesystem;
@@ -88,5 +89,49 @@ TEST_CASE("app: File > Open session, clicked through the listing, opens the sess
   h.frames(3);
   CHECK(h.app().view().prompt.empty());
   CHECK_THAT(h.app().main().label, Catch::Contains("clicked.memscope"));
+  fs::remove_all(root);
+}
+
+TEST_CASE("app: File > Save session as and Record to write into the folder picked in the listing", "[gui]") {
+  const fs::path root = memscope::test::temp_path("save-as");
+  fs::remove_all(root);
+  fs::create_directories(root / "chosen");
+  fs::create_directories(root / "old.memscope");
+  std::ofstream(root / "old.memscope" / "session.json") << "{}";
+  {
+    memscope::app::GuiOptions options;
+    memscope::test::AppHarness h(options);
+    h.app().post_all(memscope::model::Command::steps(8));
+    h.settle();
+    h.app().view().prompt = "save";
+    h.app().view().prompt_path = (root / "mine.memscope").string();
+    h.frames(2);
+    // A new session goes into a folder, never over a session that is there.
+    CHECK(h.app().rects().count("prompt/entry/old.memscope") == 0);
+    REQUIRE(h.app().rects().count("prompt/entry/chosen"));
+    h.click("prompt/entry/chosen");
+    h.frames(2);
+    CHECK(h.app().view().prompt_path == (root / "chosen").string() + "/mine.memscope");  // the name stays
+    h.click("prompt/ok");
+    h.settle();
+    CHECK(h.app().view().banner.empty());
+
+    h.app().view().prompt = "record";
+    h.app().view().prompt_path = (root / "chosen" / "recorded.memscope").string();
+    h.frames(2);
+    h.click("prompt/ok");
+    h.settle();
+    CHECK(h.app().main().status.recording.find("recorded.memscope") != std::string::npos);
+    h.app().post_all(memscope::model::Command::steps(3));
+    h.settle();
+    h.app().toggle_recording();  // stop
+    h.settle();
+  }
+  const memscope::model::SessionReader saved((root / "chosen" / "mine.memscope").string());
+  CHECK(saved.info().closed);
+  CHECK(saved.steps(0).size() == 8);
+  const memscope::model::SessionReader recorded((root / "chosen" / "recorded.memscope").string());
+  CHECK(recorded.info().closed);
+  CHECK(recorded.steps(0).size() == 11);  // seeded with the 8 held, then 3 more
   fs::remove_all(root);
 }
