@@ -30,7 +30,7 @@ struct DetectConfig {
   // below what a degraded NS shows past a sequence's first tokens (0.05–0.5) and above the healthy
   // drift (README "How the detector defaults were chosen").
   double ns_degraded = 0.05;
-  double norm_growth = 2.0;       // detect.norm_growth: ‖M‖ ratio between probes that fires (0 = off)
+  double norm_growth = 2.0;       // detect.norm_growth: ‖M‖ over its largest in the last 64 probes that fires (0 = off)
   // detect.lr_jump: the outer learning rate rising by more than this factor from one training step
   // to the next fires a spike (0 = off). The schedule never does it: warmup at most doubles it.
   // Through its effects alone a 30× lr for one step went unseen 9 times in 10 on the trained demo
