@@ -80,6 +80,7 @@ class Detectors {
     std::deque<double> recent_norms;  // the last kNormWindow ‖M‖
   };
   std::map<WeightKey, WeightSeries> weights_;
+  int64_t inspect_train_step_ = -1;  // the weights' training step the inspect series were learnt under
   // Places already reported non-finite (one event each), shared by the streams: per weight {M, S},
   // and per head its step metrics, by (layer, head, weight) and (layer, head).
   std::map<std::tuple<int, int, std::string>, std::array<bool, 2>> nonfinite_weights_;

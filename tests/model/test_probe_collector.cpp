@@ -451,6 +451,31 @@ TEST_CASE("detectors: a trending memory norm in training frames is not a spike, 
   CHECK(fired[0].step == 250);
 }
 
+TEST_CASE("detectors: new weights (train+inspect) start the inspect statistics over; the same weights keep them", "[probe]") {
+  // Bursts of 28 inspect frames, as train+inspect re-steps its probe sequence after each stretch
+  // of training; from burst 12 on the NS error sits higher at every place (new, healthy weights).
+  auto run = [](bool weights_change) {
+    Detectors detectors;  // default thresholds
+    std::vector<Event> fired;
+    int64_t step = 0;
+    for (int burst = 0; burst < 16; ++burst)
+      for (int token = 0; token < 28; ++token) {
+        const float ns = (burst >= 12 ? 0.67f : 0.5f) + 0.01f * std::sin(0.7f * static_cast<float>(++step));
+        Frame f = synthetic(step, 1.0, 1.0, 1.0f + 0.01f * static_cast<float>(token), ns);
+        f.kind = FrameKind::Inspect;
+        f.token_index = token;
+        f.train_step = weights_change ? 25 * burst : 0;
+        for (auto& e : detectors.observe(f)) fired.push_back(e);
+      }
+    return fired;
+  };
+  CHECK(run(true).empty());
+  const auto same_weights = run(false);  // the same jump under the same weights is a degraded NS
+  REQUIRE(!same_weights.empty());
+  CHECK(same_weights.front().kind == EventKind::NsError);
+  CHECK(same_weights.front().step == 12 * 28 + 1);
+}
+
 TEST_CASE("detectors: the schedule's learning rate is quiet, a 30-fold jump in one step is a spike", "[probe]") {
   // issue 19: a 30× train.lr for one step left a trained model's loss and gradient norm below the
   // threshold 9 times in 10; the learning rate itself shows it. Warmup and cosine never fire.
