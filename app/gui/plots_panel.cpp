@@ -79,6 +79,11 @@ void draw_plots_panel(GuiApp& app) {
   // Newton–Schulz only runs under Muon; the backward norms only when stepping into a training step.
   const bool has_ns = has_values(c.weight(l, h, 0, WeightMetric::NsError));
   const bool has_backward = has_values(c.weight(l, h, 0, WeightMetric::GradM));
+  // Surprise and gates are what a token step measures: a run that only trains has none.
+  const bool has_surprise = has_values(c.head(l, h, HeadMetric::SurpriseBefore));
+  const bool has_gates = has_values(c.head(l, h, HeadMetric::Retain)) || has_values(c.head(l, h, HeadMetric::Lr)) ||
+                         has_values(c.head(l, h, HeadMetric::Momentum)) || has_values(c.head(l, h, HeadMetric::Gamma)) ||
+                         has_values(c.head(l, h, HeadMetric::RetainMin));
   // Training gets its own curves on top: the loss and the outer gradient norm per training step.
   const bool has_train = has_values(c.train_loss()), has_token = has_values(c.token_loss());
   // A model of hope blocks has no memory layer: its surprise, rank, gates and norms would be empty
@@ -92,7 +97,7 @@ void draw_plots_panel(GuiApp& app) {
     ImGui::PopStyleColor();
     app.note_rect("plots/hope pointer");
   }
-  const int plots = (memory_layers ? 4 + (has_ns ? 1 : 0) + (has_backward ? 1 : 0) : 0) + (has_train ? 2 : 0) +
+  const int plots = (memory_layers ? 2 + has_surprise + has_gates + has_ns + has_backward : 0) + (has_train ? 2 : 0) +
                     (has_token || !has_train ? 1 : 0);
   const float height = std::max(60.0f, (ImGui::GetContentRegionAvail().y - plots * (ImGui::GetTextLineHeightWithSpacing() +
                                                                                       ImGui::GetStyle().ItemSpacing.y)) / plots);
@@ -107,10 +112,11 @@ void draw_plots_panel(GuiApp& app) {
   if (has_token || !has_train)
     plot(app, "loss", "token loss: -log p(target) at each scored token", {series("token", c.token_loss(), kBlue)}, markers, height);
   if (!memory_layers) return;
-  plot(app, "surprise", "surprise: inner loss before and after the write",
-       {series("before", c.head(l, h, HeadMetric::SurpriseBefore), kOrange),
-        series("after", c.head(l, h, HeadMetric::SurpriseAfter), kGreen)},
-       markers, height);
+  if (has_surprise)
+    plot(app, "surprise", "surprise: inner loss before and after the write",
+         {series("before", c.head(l, h, HeadMetric::SurpriseBefore), kOrange),
+          series("after", c.head(l, h, HeadMetric::SurpriseAfter), kGreen)},
+         markers, height);
   plot(app, "erank", "effective rank of M", {series("erank", c.weight(l, h, 0, WeightMetric::Erank), kPurple)}, markers, height);
   if (has_ns)
     plot(app, "ns", "Newton-Schulz: orthogonality error, sigma_min, sigma_max",
@@ -122,11 +128,12 @@ void draw_plots_panel(GuiApp& app) {
          {series("dL/dM", c.weight(l, h, 0, WeightMetric::GradM), kRed), series("dL/dS", c.weight(l, h, 0, WeightMetric::GradS), kOrange),
           series("via NS", c.weight(l, h, 0, WeightMetric::GradNs), kPurple)},
          markers, height);
-  plot(app, "gates", "gates: retain alpha, lr eta, momentum beta, gamma; effective retention min/max",
-       {series("retain", c.head(l, h, HeadMetric::Retain), kBlue), series("lr", c.head(l, h, HeadMetric::Lr), kOrange),
-        series("momentum", c.head(l, h, HeadMetric::Momentum), kGreen), series("gamma", c.head(l, h, HeadMetric::Gamma), kPurple),
-        series("ret_min", c.head(l, h, HeadMetric::RetainMin), kGrey)},
-       markers, height);
+  if (has_gates)
+    plot(app, "gates", "gates: retain alpha, lr eta, momentum beta, gamma; effective retention min/max",
+         {series("retain", c.head(l, h, HeadMetric::Retain), kBlue), series("lr", c.head(l, h, HeadMetric::Lr), kOrange),
+          series("momentum", c.head(l, h, HeadMetric::Momentum), kGreen), series("gamma", c.head(l, h, HeadMetric::Gamma), kPurple),
+          series("ret_min", c.head(l, h, HeadMetric::RetainMin), kGrey)},
+         markers, height);
   plot(app, "norms", "norms: |M|, |S|, |dM|",
        {series("|M|", c.weight(l, h, 0, WeightMetric::NormM), kBlue), series("|S|", c.weight(l, h, 0, WeightMetric::NormS), kOrange),
         series("|dM|", c.weight(l, h, 0, WeightMetric::NormDM), kGreen)},

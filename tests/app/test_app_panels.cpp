@@ -256,6 +256,11 @@ TEST_CASE("app: in train mode the token strip shows the row of the batch being t
     for (int x = static_cast<int>(strip.Min.x); x < static_cast<int>(strip.Max.x); x += 3)
       colors.insert(image.pixel(x, static_cast<int>((strip.Min.y + strip.Max.y) * 0.5f)));
     CHECK(colors.size() > 4);
+    // A run that only trains has no token steps: no surprise or gates to plot, so no empty plots.
+    CHECK(h.app().rects().count("plot/train loss") == 1);
+    CHECK(h.app().rects().count("plot/surprise") == 0);
+    CHECK(h.app().rects().count("plot/gates") == 0);
+    CHECK(h.app().rects().count("plot/erank") == 1);
   }
 
   // train+inspect has both: a switch picks the probe stream (the default) or the training batch.
