@@ -451,7 +451,7 @@ TEST_CASE("detectors: a trending memory norm in training frames is not a spike, 
   CHECK(fired[0].step == 250);
 }
 
-TEST_CASE("detectors: new weights (train+inspect) start the inspect statistics over; the same weights keep them", "[probe]") {
+TEST_CASE("detectors: new weights (train+inspect) start the inspect statistics over, the same weights keep them", "[probe]") {
   // Bursts of 28 inspect frames, as train+inspect re-steps its probe sequence after each stretch
   // of training; from burst 12 on the NS error sits higher at every place (new, healthy weights).
   auto run = [](bool weights_change) {
