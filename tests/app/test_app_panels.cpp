@@ -21,6 +21,14 @@ namespace model = memscope::model;
 
 namespace {
 
+// demo-mqar, training only, on batches of 4.
+memscope::app::GuiOptions training_only() {
+  memscope::app::GuiOptions o;
+  o.preset = "demo-mqar";
+  o.sets = {"engine.mode=train", "train.batch=4"};
+  return o;
+}
+
 // Draws every view of the app at least once.
 void visit_everything(AppHarness& h) {
   auto& view = h.app().view();
@@ -209,10 +217,7 @@ TEST_CASE("app: loading a preset from the browser replaces the run, a bad one is
 }
 
 TEST_CASE("app: the Modules tab shows a training step's per-module gradient norms, largest first", "[gui]") {
-  memscope::app::GuiOptions o;
-  o.preset = "demo-mqar";
-  o.sets = {"engine.mode=train", "train.batch=4"};
-  AppHarness h(o);
+  AppHarness h(training_only());
   h.app().post_all(model::Command::steps(6));
   h.settle();
   h.app().view().select_right_tab = 2;
@@ -233,9 +238,7 @@ TEST_CASE("app: the Modules tab shows a training step's per-module gradient norm
 
 TEST_CASE("app: in train mode the token strip shows the row of the batch being trained, coloured by its loss", "[gui]") {
   {  // one window at a time: the harness owns ImGui's context
-    memscope::app::GuiOptions o;
-    o.preset = "demo-mqar";
-    o.sets = {"engine.mode=train", "train.batch=4"};
+    const memscope::app::GuiOptions o = training_only();
     AppHarness h(o);
     h.app().post_all(model::Command::steps(2));
     h.settle();
