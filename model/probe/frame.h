@@ -116,8 +116,8 @@ struct Frame {
   std::vector<std::string> module_names;  // "layer0/memory.W_K", "embedding", … (model/train/module_norms.h)
   std::vector<float> module_grad_norm, module_update_ratio;
   // Train frames: row 0 of the batch trained, for the train view (issue 19): tokens, targets (−1:
-  // none) and each token's −log p(target) before the update (NaN: no target). Live only: sessions
-  // do not record them.
+  // none) and each token's −log p(target) before the update (NaN: no target). Recorded as the
+  // chunk tensors batch_tokens, batch_targets (I64) and batch_loss (F32), [rows, T].
   std::vector<int64_t> batch_tokens, batch_targets;
   std::vector<float> batch_loss;
 

@@ -42,8 +42,9 @@ constexpr std::array<RealColumn, 6> kRealColumns{{{"loss", &Frame::loss},
 
 // HOPE's arrays (issue 8): whole per-row blocks, present or not. The order is the bit order of
 // the `extras` mask in files already written: new arrays go at the end.
-// [layers, levels], [layers, n], [layers, rows, dim], [modules] (names in __metadata__ "modules")
-enum class ExtraLayout { PerLevel, PerLayer, PerFeature, PerModule };
+// [layers, levels], [layers, n], [layers, rows, dim], [modules] (names in __metadata__ "modules"),
+// [tokens of the batch row]
+enum class ExtraLayout { PerLevel, PerLayer, PerFeature, PerModule, PerToken };
 struct ExtraArray {
   const char* name;
   std::vector<float> Frame::*field;
@@ -57,7 +58,16 @@ constexpr std::array<ExtraArray, ChunkBuilder::kExtraArrays> kExtras{{{"cms_norm
                                              {"selfmod_retention", &Frame::selfmod_retention, ExtraLayout::PerLayer},
                                              {"module_grad_norm", &Frame::module_grad_norm, ExtraLayout::PerModule},
                                              {"module_update_ratio", &Frame::module_update_ratio, ExtraLayout::PerModule},
-                                             {"selfmod_grad", &Frame::selfmod_grad, ExtraLayout::PerLayer}}};
+                                             {"selfmod_grad", &Frame::selfmod_grad, ExtraLayout::PerLayer},
+                                             {"batch_loss", &Frame::batch_loss, ExtraLayout::PerToken}}};
+// Train frames' batch row (the train view, issue 19): token ids, I64 [rows, T], −1 where a row has
+// none; their mask bits follow kExtras'.
+struct IdArray {
+  const char* name;
+  std::vector<int64_t> Frame::*field;
+};
+constexpr std::array<IdArray, ChunkBuilder::kIdArrayCount> kIdArrays{{{"batch_tokens", &Frame::batch_tokens},
+                                                                  {"batch_targets", &Frame::batch_targets}}};
 struct ExtraInt {
   const char* name;
   int Frame::*field;
@@ -155,6 +165,10 @@ bool ChunkBuilder::fits(const Frame& frame) const {
     if (!shape.empty() && !extra_shape_[i].empty() && shape != extra_shape_[i]) return false;
   }
   if (!frame.module_names.empty() && !module_names_.empty() && frame.module_names != module_names_) return false;
+  for (size_t j = 0; j < kIdArrays.size(); ++j) {
+    const size_t n = (frame.*kIdArrays[j].field).size();
+    if (n > 0 && id_length_[j] > 0 && n != id_length_[j]) return false;
+  }
   if (have_layout_ && !frame.head_metrics.empty() &&
       (frame.layers != layers_ || frame.heads != heads_ || frame.weights != weights_))
     return false;
@@ -201,6 +215,20 @@ void ChunkBuilder::add(const Frame& frame, int64_t seq) {
     } else {
       mask |= 1u << i;
       extra_values_[i].insert(extra_values_[i].end(), values.begin(), values.end());
+    }
+  }
+  for (size_t j = 0; j < kIdArrays.size(); ++j) {
+    const auto& ids = frame.*kIdArrays[j].field;
+    if (!ids.empty() && id_length_[j] == 0) {
+      id_length_[j] = ids.size();
+      id_values_[j].assign((kinds_.size() - 1) * ids.size(), -1);  // rows before this one lacked it
+    }
+    if (id_length_[j] == 0) continue;
+    if (ids.empty()) {
+      id_values_[j].insert(id_values_[j].end(), id_length_[j], -1);
+    } else {
+      mask |= 1u << (kExtras.size() + j);
+      id_values_[j].insert(id_values_[j].end(), ids.begin(), ids.end());
     }
   }
   extras_.push_back(static_cast<int32_t>(mask));
@@ -251,6 +279,9 @@ std::string ChunkBuilder::encode(const std::string& where, double wall_time,
     shape.insert(shape.end(), extra_shape_[i].begin(), extra_shape_[i].end());
     blobs.push_back({kExtras[i].name, StDtype::F32, shape, extra_values_[i].data()});
   }
+  for (size_t j = 0; j < kIdArrays.size(); ++j)
+    if (id_length_[j] > 0)
+      blobs.push_back({kIdArrays[j].name, StDtype::I64, {k, static_cast<int64_t>(id_length_[j])}, id_values_[j].data()});
   for (size_t i = 0; i < reals_.size(); ++i) append(blobs, kRealColumns[i].name, StDtype::F64, reals_[i]);
 
   // Metric series: the row-major blocks transposed into one [K] column per (layer, head, metric).
@@ -446,6 +477,22 @@ std::vector<Frame> decode_chunk(const SafetensorsFile& file) {
       if (per_module) frames[r].module_names = modules;
       values.resize(per_row);
       if (per_row) std::memcpy(values.data(), bytes.data() + r * per_row * sizeof(float), per_row * sizeof(float));
+    }
+  }
+
+  for (size_t j = 0; j < kIdArrays.size(); ++j) {
+    const uint32_t bit = 1u << (kExtras.size() + j);
+    if (std::none_of(mask.begin(), mask.end(), [&](uint32_t m) { return (m & bit) != 0; })) continue;
+    const StTensorInfo* t = file.find(kIdArrays[j].name);
+    if (!t || t->dtype != StDtype::I64 || t->shape.size() != 2 || t->shape[0] != rows)
+      bad(file, std::string("tensor '") + kIdArrays[j].name + "' should be I64 [rows, tokens]");
+    const auto bytes = file.read(*t);
+    const auto per_row = static_cast<size_t>(t->shape[1]);
+    for (size_t r = 0; r < frames.size(); ++r) {
+      if (!(mask[r] & bit)) continue;
+      auto& ids = frames[r].*kIdArrays[j].field;
+      ids.resize(per_row);
+      if (per_row) std::memcpy(ids.data(), bytes.data() + r * per_row * sizeof(int64_t), per_row * sizeof(int64_t));
     }
   }
 

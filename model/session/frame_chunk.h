@@ -40,7 +40,8 @@ std::string chunk_tensor_name(int layer, int head, const std::string& weight, co
 
 class ChunkBuilder {
  public:
-  static constexpr size_t kExtraArrays = 9;  // HOPE's arrays and the module norms: frame_chunk.cpp's kExtras
+  static constexpr size_t kExtraArrays = 10;  // HOPE's arrays, the module norms, the batch row's losses: kExtras
+  static constexpr size_t kIdArrayCount = 2;     // the batch row's tokens and targets (I64): frame_chunk.cpp's kIdArrays
 
   explicit ChunkBuilder(const RecordConfig& config) : config_(config) {}
 
@@ -82,10 +83,13 @@ class ChunkBuilder {
   std::array<std::vector<double>, 6> reals_;
   std::vector<int64_t> seqs_;
   std::array<std::vector<int32_t>, 3> extra_ints_;  // cms_levels, feature_rows, feature_dim
-  std::vector<int32_t> extras_;                      // bit i: the row has extra array i (U8 before the ninth)
+  std::vector<int32_t> extras_;  // bit i: the row has extra array i, then the id arrays (U8 before the ninth)
   std::vector<std::string> module_names_;            // of the module arrays, from the first row that has them
   std::array<std::vector<int64_t>, kExtraArrays> extra_shape_;  // per row, from the first row that has it
   std::array<std::vector<float>, kExtraArrays> extra_values_;   // [rows, elements of extra_shape_]
+  // The id arrays, mask bits kExtraArrays + j: their length (0 until a row has one), [rows, length], −1 where none.
+  std::array<size_t, kIdArrayCount> id_length_{};
+  std::array<std::vector<int64_t>, kIdArrayCount> id_values_;
   std::vector<int32_t> timelines_;
   std::vector<uint8_t> kinds_, has_probes_;
   // Probe layout (from the first probed frame) and the row-major metric blocks, NaN for unprobed rows.

@@ -49,6 +49,9 @@ inline bool identical_frames(const model::Frame& a, const model::Frame& b) {
       !same_floats(a.selfmod_retention, b.selfmod_retention) || !same_floats(a.retain_feature, b.retain_feature) ||
       !same_floats(a.lr_feature, b.lr_feature))
     return false;
+  // Train frames' batch row (the train view).
+  if (a.batch_tokens != b.batch_tokens || a.batch_targets != b.batch_targets || !same_floats(a.batch_loss, b.batch_loss))
+    return false;
   for (size_t i = 0; i < a.matrices.size(); ++i) {
     const auto &x = a.matrices[i], &y = b.matrices[i];
     if (x.layer != y.layer || x.head != y.head || x.weight != y.weight || x.tensor != y.tensor || x.rows != y.rows ||

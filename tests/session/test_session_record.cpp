@@ -7,6 +7,7 @@
 #include "session/session_test_support.h"
 #include "support/run_process.h"
 
+#include <algorithm>
 #include <set>
 
 using namespace memscope;
@@ -60,6 +61,14 @@ TEST_CASE("a recording reads back equal to the live frames, in every mode", "[se
       CHECK(test::identical_frames(*back, live));
     }
     CHECK_FALSE(session.frame(0, 41));
+    // Training frames carry their batch row (tokens, targets, token losses), and it came back.
+    if (std::string(mode) != "inspect") {
+      const auto train = std::find_if(log->frames.begin(), log->frames.end(),
+                                      [](const Frame& f) { return f.kind == FrameKind::Train; });
+      REQUIRE(train != log->frames.end());
+      CHECK_FALSE(train->batch_tokens.empty());
+      CHECK(session.frame(0, train->step)->batch_tokens == train->batch_tokens);
+    }
     // Snapshots were recorded (probe.matrices_every=2) with their shapes.
     CHECK_FALSE(session.frame(0, 2)->matrices.empty());
     CHECK(session.info().closed);
