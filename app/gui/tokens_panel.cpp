@@ -111,8 +111,10 @@ void draw_tokens_panel(GuiApp& app) {
     app.note_rect("tokens/show training batch");
     ImGui::SameLine();
   }
-  if (cache.train_batch().step >= 0 &&
-      (preset.engine.mode == model::EngineMode::Train || (both && app.view().strip_shows_batch))) {
+  // A run with no token steps shows the batch whatever its preset says (a `memscope-cli train`
+  // recording keeps the preset's engine.mode).
+  const bool only_training = preset.engine.mode == model::EngineMode::Train || tokens.empty();
+  if (cache.train_batch().step >= 0 && (only_training || (both && app.view().strip_shows_batch))) {
     draw_training_batch(app, cache.train_batch(), task);
     return;
   }

@@ -114,3 +114,25 @@ TEST_CASE("app: a session with a corrupt middle chunk opens with a banner and pl
   CHECK(h.app().main().steps() == 20);  // the intact chunks after the damaged one play too
   fs::remove_all(dir);
 }
+
+TEST_CASE("app: a replayed `memscope-cli train` recording shows the batch each step trained on", "[gui]") {
+  // The CLI records with the preset's own engine.mode (inspect here): the strip goes by what the
+  // frames hold, not by the mode.
+  const std::string dir = memscope::test::temp_path("train-batch-replay") + ".memscope";
+  fs::remove_all(dir);
+  const auto record = run_process({MEMSCOPE_CLI_BINARY, "train", "--preset", "demo-mqar", "--steps", "3", "--set",
+                                   "train.batch=4", "--threads", "1", "--record", dir});
+  INFO(record.output);
+  REQUIRE(record.exit_code == 0);
+  memscope::app::GuiOptions o;
+  o.session = dir;
+  AppHarness h(o);
+  h.app().post(model::Command::run());
+  h.settle();
+  REQUIRE(h.app().main().steps() == 3);
+  const memscope::app::TrainBatchRow& row = h.app().shown_cache().train_batch();
+  CHECK(row.train_step == 3);
+  CHECK_FALSE(row.tokens.empty());
+  CHECK(h.app().rects().count("tokens/strip") == 1);
+  fs::remove_all(dir);
+}
