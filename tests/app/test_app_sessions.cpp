@@ -115,7 +115,7 @@ TEST_CASE("app: a session with a corrupt middle chunk opens with a banner and pl
   fs::remove_all(dir);
 }
 
-TEST_CASE("app: a replayed `memscope-cli train` recording shows the batch each step trained on", "[gui]") {
+TEST_CASE("app: a replayed memscope-cli train recording shows the batch each step trained on", "[gui]") {
   // The CLI records with the preset's own engine.mode (inspect here): the strip goes by what the
   // frames hold, not by the mode.
   const std::string dir = memscope::test::temp_path("train-batch-replay") + ".memscope";
