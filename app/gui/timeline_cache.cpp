@@ -25,10 +25,10 @@ float mean_surprise(const model::Frame& f) {
     }
   if (n == 0 && !f.selfmod_error.empty()) {
     // HOPE blocks have no memory layer: their surprise is the main self-modifying memory's target
-    // error before its write, ½‖M(k) − v̂‖²/d (the last of each layer's five).
-    const size_t layers = f.selfmod_error.size() / 5;
+    // error before its write, ½‖M(k) − v̂‖²/d (the last of each layer's kSelfModMemories).
+    const size_t layers = f.selfmod_error.size() / kSelfModMemories;
     for (size_t l = 0; l < layers; ++l) {
-      const float s = f.selfmod_error[l * 5 + 4];
+      const float s = f.selfmod_error[l * kSelfModMemories + kSelfModMemories - 1];
       if (std::isfinite(s)) sum += s, ++n;
     }
   }
