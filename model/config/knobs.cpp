@@ -351,6 +351,9 @@ std::vector<Knob> probe_detect_engine_record_knobs() {
                        KNOB_FIELD(p.engine.keyframe_every)));
   k.push_back(float_knob("engine.keyframe_budget_mb", 0.01, 1 << 20, Live, "memory for keyframes, MiB (older ones are thinned)",
                          KNOB_FIELD(p.engine.keyframe_budget_mb)));
+  k.push_back(bool_knob("engine.overlap", Live,
+                        "step the next inspect token on a second thread while this token's probes are measured (CPU; same frames)",
+                        KNOB_FIELD(p.engine.overlap)));
 
   // Recording (DESIGN "Sessions"): read when a recording starts, never by the model, so all live.
   k.push_back(enum_knob("record.matrix_dtype", std::array{MatrixDtype::F32, MatrixDtype::F16, MatrixDtype::BF16}, Live,

@@ -78,6 +78,32 @@ void add_inner_backward(Frame& frame, const InnerBackward& b, size_t token) {
   if (b.hope_layers > 0) frame.selfmod_grad = b.selfmod[token];
 }
 
+// One inspect token through the model on the calling thread. `state` is a copy: the step replaces
+// the state's tensors and never edits them, so the caller's state (and a frame's view of it) is
+// left as it was while this runs on the side thread.
+SteppedToken step_token(const LanguageModel& model, LmState state, const at::Tensor& token, int64_t target,
+                        int64_t chunk, bool probe) {
+  at::NoGradGuard no_grad;  // grad mode is per thread
+  SteppedToken s;
+  if (probe)
+    for (const auto& b : state.blocks) {
+      std::vector<at::Tensor> weights = b.memory.memory;
+      for (const auto& w : b.selfmod.weights) weights.insert(weights.end(), w.begin(), w.end());  // hope blocks
+      s.before.push_back(std::move(weights));
+    }
+  const auto start = std::chrono::steady_clock::now();
+  // Records only for probed steps (issue 20): an unprobed step skips the inner losses.
+  s.out = model->step(token, state, chunk, probe ? StepDetail::Record : StepDetail::OutputOnly);
+  if (probe) {
+    const at::Tensor logits = s.out.logits[0];
+    s.extra.push_back(logits.argmax());
+    if (target >= 0) s.extra.push_back(-at::log_softmax(logits.to(at::kDouble), 0)[target]);
+  }
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  s.state = std::move(state);
+  return s;
+}
+
 }  // namespace
 
 Branch::Branch(int id, const Preset& preset) : id_(id) {
@@ -92,6 +118,7 @@ Branch::Branch(int id, const std::filesystem::path& checkpoint, const std::vecto
 }
 
 void Branch::start_over(std::unique_ptr<Trainer> trainer) {
+  drop_stepped_ahead();
   trainer_ = std::move(trainer);
   inspect_ = trainer_->model()->initial_state(1);
   cursor_ = {};
@@ -161,6 +188,7 @@ int64_t Branch::inspect_chunk() const {
 }
 
 void Branch::step_into(int64_t train_step, const std::function<void(const std::string&)>& progress) {
+  drop_stepped_ahead();
   const int64_t at = trainer_->step(), steps = preset().train.steps;
   if (train_step < 1) throw UserError("training steps count from 1, got " + std::to_string(train_step));
   if (train_step > steps)
@@ -194,71 +222,39 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
   frame->train_step = trainer_->step();
   frame->sequence = cursor_.sequence;
   frame->token_index = cursor_.token_index;
-  const at::Tensor token = sequence_tokens_.narrow(0, cursor_.token_index, 1);
-  frame->token = host_tokens_[static_cast<size_t>(cursor_.token_index)];
-  frame->target = host_targets_[static_cast<size_t>(cursor_.token_index)];
+  const size_t index = static_cast<size_t>(cursor_.token_index);
+  frame->token = host_tokens_[index];
+  frame->target = host_targets_[index];
 
   const bool probe = due(p.every, step);
-  std::vector<std::vector<at::Tensor>> before;
-  if (probe)
-    for (const auto& b : inspect_.blocks) {  // the step replaces, never edits, them
-      std::vector<at::Tensor> weights = b.memory.memory;
-      for (const auto& w : b.selfmod.weights) weights.insert(weights.end(), w.begin(), w.end());  // hope blocks
-      before.push_back(std::move(weights));
+  std::optional<SteppedToken> stepped = take_stepped_ahead(step);
+  if (!stepped) {
+    // A planted NaN gate: the gate reads NaN (× NaN) for this one step, then its override is put
+    // back, also when the step throws (a failed step pauses the engine; the gate must not stay NaN).
+    struct PutBack {
+      LanguageModel& model;
+      Gate gate;
+      std::vector<std::pair<int64_t, GateOverride>> saved;
+      ~PutBack() {
+        for (auto& [l, previous] : saved) model->block(l)->memory->set_override(gate, previous);
+      }
+    } overridden{trainer_->model(), gate_fault_.gate, {}};
+    if (gate_fault_.pending) {
+      for (int64_t l = 0; l < model->layers(); ++l) {
+        if (gate_fault_.layer >= 0 && gate_fault_.layer != l) continue;
+        MemoryLayer& memory = trainer_->model()->block(l)->memory;
+        std::vector<double> factors(static_cast<size_t>(model->config().memory_heads), 1.0);
+        for (size_t h = 0; h < factors.size(); ++h)
+          if (gate_fault_.head < 0 || gate_fault_.head == static_cast<int>(h)) factors[h] = std::numeric_limits<double>::quiet_NaN();
+        overridden.saved.emplace_back(l, memory->override_of(gate_fault_.gate));
+        memory->set_override(gate_fault_.gate, {GateOverride::Mode::Multiply, factors});
+      }
+      gate_fault_.pending = false;
     }
-
-  const auto start = std::chrono::steady_clock::now();
-  // A planted NaN gate: the gate reads NaN (× NaN) for this one step, then its override is put
-  // back, also when the step throws (a failed step pauses the engine; the gate must not stay NaN).
-  struct PutBack {
-    LanguageModel& model;
-    Gate gate;
-    std::vector<std::pair<int64_t, GateOverride>> saved;
-    void now() {
-      for (auto& [l, previous] : saved) model->block(l)->memory->set_override(gate, previous);
-      saved.clear();
-    }
-    ~PutBack() { now(); }
-  } overridden{trainer_->model(), gate_fault_.gate, {}};
-  if (gate_fault_.pending) {
-    for (int64_t l = 0; l < model->layers(); ++l) {
-      if (gate_fault_.layer >= 0 && gate_fault_.layer != l) continue;
-      MemoryLayer& memory = trainer_->model()->block(l)->memory;
-      std::vector<double> factors(static_cast<size_t>(model->config().memory_heads), 1.0);
-      for (size_t h = 0; h < factors.size(); ++h)
-        if (gate_fault_.head < 0 || gate_fault_.head == static_cast<int>(h)) factors[h] = std::numeric_limits<double>::quiet_NaN();
-      overridden.saved.emplace_back(l, memory->override_of(gate_fault_.gate));
-      memory->set_override(gate_fault_.gate, {GateOverride::Mode::Multiply, factors});
-    }
-    gate_fault_.pending = false;
+    stepped = step_token(model, inspect_, sequence_tokens_.narrow(0, cursor_.token_index, 1), frame->target,
+                         inspect_chunk(), probe);
   }
-  // Records only for probed steps (issue 20): an unprobed step skips the inner losses.
-  const LmStepOutput out =
-      model->step(token, inspect_, inspect_chunk(), probe ? StepDetail::Record : StepDetail::OutputOnly);
-  overridden.now();
-  if (probe) {
-    ProbeInputs in;
-    in.model = &model;
-    in.state = &inspect_;
-    in.memory_before = &before;
-    in.records = &out.records;
-    in.matrices = due(p.matrices_every, step);
-    const at::Tensor logits = out.logits[0];
-    in.extra.push_back(logits.argmax());
-    if (frame->target >= 0) in.extra.push_back(-at::log_softmax(logits.to(at::kDouble), 0)[frame->target]);
-    const std::vector<double> extra = collect_probes(*frame, in, p);
-    if (inner_backward_) add_inner_backward(*frame, *inner_backward_, static_cast<size_t>(cursor_.token_index));
-    frame->predicted = static_cast<int64_t>(extra[0]);
-    if (frame->target >= 0) frame->loss = extra[1];
-  }
-  if (!probe && frame->target >= 0 && preset().engine.inspect_batch > 0) {
-    // A training batch's loss is what the step into it checks: every target token carries it.
-    const at::Tensor log_p = at::log_softmax(out.logits[0].to(at::kDouble), 0);
-    frame->loss = -log_p[frame->target].item<double>();
-    frame->predicted = log_p.argmax().item<int64_t>();
-  }
-  frame->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  frame->tokens_per_s = 1.0 / std::max(frame->seconds, 1e-9);
+  inspect_ = std::move(stepped->state);
 
   ++cursor_.token_index;
   if (cursor_.remaining > 0) --cursor_.remaining;
@@ -266,10 +262,84 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
     ++cursor_.sequence;
     cursor_.token_index = 0;
   }
+
+  const auto start = std::chrono::steady_clock::now();
+  if (probe) {
+    step_ahead();  // the next token, on the side thread, while this one's probes are measured here
+    ProbeInputs in;
+    in.model = &model;
+    in.state = &inspect_;
+    in.memory_before = &stepped->before;
+    in.records = &stepped->out.records;
+    in.matrices = due(p.matrices_every, step);
+    in.extra = std::move(stepped->extra);
+    const std::vector<double> extra = collect_probes(*frame, in, p);
+    if (inner_backward_) add_inner_backward(*frame, *inner_backward_, index);
+    frame->predicted = static_cast<int64_t>(extra[0]);
+    if (frame->target >= 0) frame->loss = extra[1];
+  }
+  if (!probe && frame->target >= 0 && preset().engine.inspect_batch > 0) {
+    // A training batch's loss is what the step into it checks: every target token carries it.
+    const at::Tensor log_p = at::log_softmax(stepped->out.logits[0].to(at::kDouble), 0);
+    frame->loss = -log_p[frame->target].item<double>();
+    frame->predicted = log_p.argmax().item<int64_t>();
+  }
+  frame->seconds = stepped->seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  frame->tokens_per_s = 1.0 / std::max(frame->seconds, 1e-9);
   return frame;
 }
 
+void Branch::step_ahead() {
+  const EngineConfig& e = preset().engine;
+  const bool next_is_inspect = e.mode == EngineMode::Inspect || (e.mode == EngineMode::TrainInspect && cursor_.remaining > 0);
+  // A new sequence loads its tokens on this thread, and a planted gate edits the model: neither
+  // is stepped ahead. On a GPU the step is asynchronous already.
+  if (!e.overlap || !next_is_inspect || cursor_.token_index == 0 || gate_fault_.pending ||
+      !trainer_->model()->embedding.device().is_cpu())
+    return;
+  drop_stepped_ahead();  // none is in hand here; kept so that two can never be
+  if (!side_) side_ = std::make_unique<SideThread>();
+  SteppedToken& out = ahead_.emplace();
+  out.step = step_ + 2;  // this step is step_ + 1 until advance() counts it
+  out.sequence = cursor_.sequence;
+  out.token_index = cursor_.token_index;
+  const bool probe = due(preset().probe.every, out.step);
+  side_->run([&out, model = trainer_->model(), state = inspect_, token = sequence_tokens_.narrow(0, cursor_.token_index, 1),
+              target = host_targets_[static_cast<size_t>(cursor_.token_index)], chunk = inspect_chunk(), probe] {
+    SteppedToken s = step_token(model, state, token, target, chunk, probe);
+    s.step = out.step;
+    s.sequence = out.sequence;
+    s.token_index = out.token_index;
+    out = std::move(s);
+  });
+  ahead_in_hand_ = true;
+}
+
+std::optional<SteppedToken> Branch::take_stepped_ahead(int64_t step) {
+  if (!ahead_in_hand_) return std::nullopt;
+  ahead_in_hand_ = false;
+  side_->wait();  // a step that threw there throws here, as it would have on this thread
+  std::optional<SteppedToken> out = std::exchange(ahead_, std::nullopt);
+  if (out->step != step || out->sequence != cursor_.sequence || out->token_index != cursor_.token_index) return std::nullopt;
+  ++stepped_ahead_;
+  return out;
+}
+
+void Branch::drop_stepped_ahead() {
+  if (!ahead_in_hand_) return;
+  ahead_in_hand_ = false;
+  try {
+    side_->wait();
+  } catch (const std::exception&) {
+    // Thrown away with the token: the step it was for is not going to be taken.
+  }
+  ahead_.reset();
+}
+
+Branch::~Branch() { drop_stepped_ahead(); }
+
 std::shared_ptr<Frame> Branch::train_frame() {
+  drop_stepped_ahead();  // the training step edits the weights a token ahead would read
   const auto start = std::chrono::steady_clock::now();
   const TrainStepResult r = trainer_->train_step();
   auto frame = model::train_frame(*trainer_, r, step_ + 1, id_, preset().probe);
@@ -293,6 +363,7 @@ std::vector<int64_t> Branch::layer_heads(int layer, int head) const {
 }
 
 void Branch::apply(const Command& c) {
+  drop_stepped_ahead();
   using K = Command::Kind;
   const LanguageModel& model = trainer_->model();
   auto each_layer = [&](int layer, const std::function<void(int64_t, MemoryState&)>& f) {
@@ -415,6 +486,7 @@ const Keyframe& Branch::keyframe_at_or_before(int64_t step) const {
 }
 
 void Branch::restore(const Keyframe& k) {
+  drop_stepped_ahead();
   if (!restart_knob_changed(preset(), k.preset).empty()) trainer_ = std::make_unique<Trainer>(k.preset);
   else trainer_->apply_live(k.preset);
   trainer_->restore(k.trainer);

@@ -24,6 +24,7 @@
 #include "model/probe/event.h"
 #include "model/probe/inner_backward.h"
 #include "model/train/trainer.h"
+#include "model/util/side_thread.h"
 
 namespace memscope::model {
 
@@ -52,11 +53,25 @@ struct Keyframe {
   int64_t bytes = 0;
 };
 
+// One inspect token through the model, before its probes are measured: made on the engine thread,
+// or ahead of time on the branch's side thread (engine.overlap) while the engine thread measured
+// the token before it.
+struct SteppedToken {
+  int64_t step = 0;                              // the engine step it is
+  int64_t sequence = 0, token_index = 0;         // the token it stepped
+  LmState state;                                 // after the step
+  LmStepOutput out;
+  std::vector<std::vector<at::Tensor>> before;   // probed: per layer, the memory weights before it
+  std::vector<at::Tensor> extra;                 // probed: the argmax and the target's loss, 0-d
+  double seconds = 0;                            // the step's own time
+};
+
 class Branch {
  public:
   // A fresh run of `preset`, or the run saved in `checkpoint` (with `sets` on its stored preset).
   Branch(int id, const Preset& preset);
   Branch(int id, const std::filesystem::path& checkpoint, const std::vector<std::string>& sets);
+  ~Branch();  // waits for a token being stepped ahead
 
   int id() const { return id_; }
   int64_t step() const { return step_; }
@@ -88,6 +103,8 @@ class Branch {
   int64_t earliest_keyframe() const;
   int64_t keyframe_bytes() const;
   size_t keyframes() const { return keyframes_.size(); }
+  // Inspect tokens taken from the side thread so far (engine.overlap), for tests and benches.
+  int64_t tokens_stepped_ahead() const { return stepped_ahead_; }
 
  private:
   struct LoggedCommand {
@@ -107,6 +124,13 @@ class Branch {
 
   std::shared_ptr<Frame> train_frame();
   std::shared_ptr<Frame> inspect_frame();
+  // After a probed inspect step: the next token starts on the side thread when the next step is
+  // one of the same probe sequence and nothing is planted (engine.overlap, CPU models).
+  void step_ahead();
+  // The token stepped ahead when it is `step`'s, else nothing; either way none is left in hand.
+  std::optional<SteppedToken> take_stepped_ahead(int64_t step);
+  // Before anything changes the weights, the state or the knobs: the token ahead is thrown away.
+  void drop_stepped_ahead();
   std::vector<int64_t> layer_heads(int layer, int head) const;  // checks the indices
 
   int id_;
@@ -123,6 +147,11 @@ class Branch {
   std::vector<LoggedCommand> log_;
   std::shared_ptr<FrameRing> ring_;
   int64_t step_ = 0;
+  // The token stepped ahead: written by the side thread between its run() and wait().
+  std::optional<SteppedToken> ahead_;
+  bool ahead_in_hand_ = false;
+  int64_t stepped_ahead_ = 0;
+  std::unique_ptr<SideThread> side_;  // made on first use
 };
 
 }  // namespace memscope::model

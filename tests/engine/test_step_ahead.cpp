@@ -1,0 +1,132 @@
+// engine.overlap (issue 20): the next inspect token is stepped on a side thread while the engine
+// thread measures this token's probes. The frames and events must be the ones the engine thread
+// alone makes, bit for bit, whatever commands, faults, rewinds and mode changes come in between.
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+#include <thread>
+
+#include "engine/engine_test_support.h"
+#include "model/engine/branch.h"
+#include "model/util/side_thread.h"
+
+using namespace memscope;
+using namespace memscope::model;
+
+namespace {
+
+Command on_layer(Command::Kind kind, int layer, int head = -1, std::string value = {}) {
+  Command c{kind};
+  c.layer = layer;
+  c.head = head;
+  c.value = std::move(value);
+  return c;
+}
+
+// Each branch gets the same script: steps, then a command, and so on; every frame and event is kept.
+struct Script {
+  std::vector<Frame> frames;
+  std::vector<Event> events;
+  int64_t stepped_ahead = 0;
+};
+
+Script run_script(bool overlap) {
+  auto options = test::small_engine({std::string("engine.overlap=") + (overlap ? "true" : "false"),
+                                     "engine.inspect_every=3", "probe.every=1"});
+  Branch branch(0, load_preset(options.preset, options.sets));
+  Script out;
+  auto steps = [&](int n) {
+    for (int i = 0; i < n; ++i) out.frames.push_back(*branch.advance(out.events));
+  };
+  steps(9);
+  branch.apply(Command::set_knob("memory.lr.max", "0.5"));
+  steps(3);
+  branch.apply(on_layer(Command::Kind::ResetMomentum, 1));
+  steps(2);
+  branch.apply(on_layer(Command::Kind::ScaleMomentum, 0, 1, "50"));
+  steps(2);
+  branch.apply(on_layer(Command::Kind::NanGate, 0, 0, "lr"));
+  steps(2);
+  branch.apply(Command::set_knob("probe.every", "2"));  // probed and unprobed steps alternate
+  steps(5);
+  branch.apply(Command::set_knob("probe.every", "1"));
+  steps(2);
+  std::vector<Event> rewind_events;
+  branch.rewind(20, rewind_events, [&](const Frame& f) { out.frames.push_back(f); });
+  steps(4);
+  branch.apply(on_layer(Command::Kind::InjectNan, 1, 0));
+  steps(2);
+  branch.apply(Command::set_knob("engine.mode", "\"train+inspect\""));
+  steps(10);  // training steps, and the probe sequence re-stepped after every third
+  out.stepped_ahead = branch.tokens_stepped_ahead();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("engine.overlap: the tokens stepped ahead give the engine thread's frames and events bit for bit",
+          "[engine]") {
+  const Script alone = run_script(false);
+  const Script overlapped = run_script(true);
+  CHECK(alone.stepped_ahead == 0);
+  // Every command drops the token in hand, and a sequence start is stepped on the engine thread.
+  CHECK(overlapped.stepped_ahead >= 12);
+  REQUIRE(overlapped.frames.size() == alone.frames.size());
+  for (size_t i = 0; i < alone.frames.size(); ++i) {
+    INFO("frame " << i << ", step " << alone.frames[i].step);
+    CHECK(test::same_frame(overlapped.frames[i], alone.frames[i]));
+  }
+  REQUIRE(overlapped.events.size() == alone.events.size());
+  for (size_t i = 0; i < alone.events.size(); ++i) {
+    CHECK(overlapped.events[i].step == alone.events[i].step);
+    CHECK(overlapped.events[i].message == alone.events[i].message);
+  }
+  // The planted faults reached the frames: the script is not trivially quiet.
+  bool non_finite = false;
+  for (const auto& f : alone.frames)
+    for (float v : f.head_metrics) non_finite = non_finite || !std::isfinite(v);
+  CHECK(non_finite);
+}
+
+TEST_CASE("engine.overlap: an engine with it and one without emit the same frames", "[engine]") {
+  std::vector<std::vector<Frame>> runs;
+  for (const char* overlap : {"false", "true"}) {
+    Engine engine(test::small_engine({std::string("engine.overlap=") + overlap}));
+    auto log = std::make_shared<test::FrameLog>();
+    engine.add_sink(log);
+    engine.start();
+    engine.post(Command::steps(12));
+    engine.post(Command::set_knob("memory.window.decay", "0.9"));
+    engine.post(Command::steps(6));
+    engine.post(Command::rewind(8));
+    engine.post(Command::steps(6));
+    engine.wait_idle();
+    runs.push_back(log->frames);
+  }
+  REQUIRE(runs[0].size() == runs[1].size());
+  for (size_t i = 0; i < runs[0].size(); ++i) CHECK(test::same_frame(runs[0][i], runs[1][i]));
+}
+
+TEST_CASE("SideThread runs one job at a time, hands back what it threw, and waits for its job when destroyed",
+          "[engine]") {
+  int value = 0;
+  {
+    SideThread side;
+    side.wait();  // nothing in hand: returns at once
+    side.run([&] { value = 1; });
+    side.wait();
+    CHECK(value == 1);
+    side.run([] { throw std::runtime_error("the step failed"); });
+    CHECK_THROWS_WITH(side.wait(), "the step failed");
+    side.wait();  // told once
+    side.run([&] { value = 2; });
+    side.run([&] { value = value * 10; });  // waits for the first
+    side.wait();
+    CHECK(value == 20);
+    side.run([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      value = 3;
+    });
+  }  // the destructor waits for the job in hand
+  CHECK(value == 3);
+}
