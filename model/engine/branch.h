@@ -150,6 +150,7 @@ class Branch {
   // The token stepped ahead: written by the side thread between its run() and wait().
   std::optional<SteppedToken> ahead_;
   bool ahead_in_hand_ = false;
+  std::shared_ptr<SteppedToken> spent_;  // the last token's, until the next token ahead drops it
   int64_t stepped_ahead_ = 0;
   std::unique_ptr<SideThread> side_;  // made on first use
 };
