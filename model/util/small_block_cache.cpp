@@ -44,39 +44,12 @@ int size_class_of(std::size_t bytes) {
   return c < kClasses ? c : kUncached;
 }
 
-// A few blocks per size class that each thread keeps for itself, in front of the shared lists: the
-// engine thread and its side thread (engine.overlap) each make and drop a few hundred temporaries a
-// step, and one mutex shared between two cores made every one of them move its cache line across.
-// Only the blocks that change hands (a state made on one thread and dropped on the other) still
-// pass through the shared lists.
-constexpr std::size_t kLocalBlocks = 32;
-
-struct LocalLists {
-  std::array<std::vector<void*>, kClasses> free;
-  std::size_t reused = 0;
-  LocalLists() {
-    for (auto& list : free) list.reserve(kLocalBlocks);
-  }
-  ~LocalLists();
-};
-
-// Trivially destructible, so it can be read while the thread's other thread_locals are torn down
-// (a tensor dropped by one of them comes after ~LocalLists and goes to the shared lists).
-thread_local bool t_local_gone = false;
-
-LocalLists* local_lists() {
-  if (t_local_gone) return nullptr;
-  thread_local LocalLists lists;
-  return &lists;
-}
-
 class SmallBlockCache final : public c10::Allocator {
  public:
   c10::DataPtr allocate(std::size_t bytes) const override {
     if (bytes == 0) return {nullptr, nullptr, &release, c10::Device(c10::DeviceType::CPU)};
     const int size_class = size_class_of(bytes);
-    void* data = size_class == kUncached ? nullptr : take_local(size_class);
-    if (!data && size_class != kUncached) data = take(size_class);
+    void* data = size_class == kUncached ? nullptr : take(size_class);
     if (!data) {
       void* raw = nullptr;
       const std::size_t payload = size_class == kUncached ? bytes : class_bytes(size_class);
@@ -88,50 +61,13 @@ class SmallBlockCache final : public c10::Allocator {
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
 
-  // The shared lists and the calling thread's own.
   SmallBlockCacheStats stats() const {
-    std::size_t local_bytes = 0, local_reused = 0;
-    if (LocalLists* local = local_lists()) {
-      for (int c = 0; c < kClasses; ++c) local_bytes += local->free[static_cast<std::size_t>(c)].size() * class_bytes(c);
-      local_reused = local->reused;
-    }
     std::lock_guard<std::mutex> lock(mutex_);
-    return {true, cached_bytes_ + local_bytes, reused_ + local_reused};
-  }
-
-  // Keeps the block for its class unless the cache is full; false: the caller frees it.
-  bool keep(void* data, int size_class) const {
-    if (LocalLists* local = local_lists()) {
-      auto& list = local->free[static_cast<std::size_t>(size_class)];
-      if (list.size() < kLocalBlocks) {
-        list.push_back(data);
-        return true;
-      }
-    }
-    return keep_shared(data, size_class);
-  }
-
-  bool keep_shared(void* data, int size_class) const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (cached_bytes_ + class_bytes(size_class) > kMaxCachedBytes) return false;
-    free_[static_cast<std::size_t>(size_class)].push_back(data);
-    cached_bytes_ += class_bytes(size_class);
-    return true;
+    return {true, cached_bytes_, reused_};
   }
 
  private:
   static void release(void* data);
-
-  static void* take_local(int size_class) {
-    LocalLists* local = local_lists();
-    if (!local) return nullptr;
-    auto& list = local->free[static_cast<std::size_t>(size_class)];
-    if (list.empty()) return nullptr;
-    void* data = list.back();
-    list.pop_back();
-    ++local->reused;
-    return data;
-  }
 
   void* take(int size_class) const {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -142,6 +78,15 @@ class SmallBlockCache final : public c10::Allocator {
     cached_bytes_ -= class_bytes(size_class);
     ++reused_;
     return data;
+  }
+
+  // Keeps the block for its class unless the cache is full; false: the caller frees it.
+  bool keep(void* data, int size_class) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (cached_bytes_ + class_bytes(size_class) > kMaxCachedBytes) return false;
+    free_[static_cast<std::size_t>(size_class)].push_back(data);
+    cached_bytes_ += class_bytes(size_class);
+    return true;
   }
 
   // Tensors are freed on whichever thread drops them last (the engine, the GUI, a writer).
@@ -157,14 +102,6 @@ SmallBlockCache& cache() {
 }
 
 bool g_installed = false;
-
-// A thread's own blocks go to the shared lists when it ends (or back to malloc when they are full).
-LocalLists::~LocalLists() {
-  t_local_gone = true;
-  for (int c = 0; c < kClasses; ++c)
-    for (void* data : free[static_cast<std::size_t>(c)])
-      if (!cache().keep_shared(data, c)) std::free(static_cast<char*>(data) - kHeader);
-}
 
 void SmallBlockCache::release(void* data) {
   if (!data) return;
