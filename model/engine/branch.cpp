@@ -81,8 +81,7 @@ void add_inner_backward(Frame& frame, const InnerBackward& b, size_t token) {
 // One inspect token through the model on the calling thread. `state` is a copy: the step replaces
 // the state's tensors and never edits them, so the caller's state (and a frame's view of it) is
 // left as it was while this runs on the side thread.
-SteppedToken step_token(const LanguageModel& model, LmState state, const at::Tensor& token, int64_t target,
-                        int64_t chunk, bool probe) {
+SteppedToken step_token(const LanguageModel& model, LmState state, const at::Tensor& token, int64_t chunk, bool probe) {
   at::NoGradGuard no_grad;  // grad mode is per thread
   SteppedToken s;
   if (probe)
@@ -94,11 +93,6 @@ SteppedToken step_token(const LanguageModel& model, LmState state, const at::Ten
   const auto start = std::chrono::steady_clock::now();
   // Records only for probed steps (issue 20): an unprobed step skips the inner losses.
   s.out = model->step(token, state, chunk, probe ? StepDetail::Record : StepDetail::OutputOnly);
-  if (probe) {
-    const at::Tensor logits = s.out.logits[0];
-    s.extra.push_back(logits.argmax());
-    if (target >= 0) s.extra.push_back(-at::log_softmax(logits.to(at::kDouble), 0)[target]);
-  }
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   s.state = std::move(state);
   return s;
@@ -251,8 +245,7 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
       }
       gate_fault_.pending = false;
     }
-    stepped = step_token(model, inspect_, sequence_tokens_.narrow(0, cursor_.token_index, 1), frame->target,
-                         inspect_chunk(), probe);
+    stepped = step_token(model, inspect_, sequence_tokens_.narrow(0, cursor_.token_index, 1), inspect_chunk(), probe);
   }
   inspect_ = std::move(stepped->state);
 
@@ -272,7 +265,9 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
     in.memory_before = &stepped->before;
     in.records = &stepped->out.records;
     in.matrices = due(p.matrices_every, step);
-    in.extra = std::move(stepped->extra);
+    const at::Tensor logits = stepped->out.logits[0];
+    in.extra.push_back(logits.argmax());
+    if (frame->target >= 0) in.extra.push_back(-at::log_softmax(logits.to(at::kDouble), 0)[frame->target]);
     const std::vector<double> extra = collect_probes(*frame, in, p);
     if (inner_backward_) add_inner_backward(*frame, *inner_backward_, index);
     frame->predicted = static_cast<int64_t>(extra[0]);
@@ -310,9 +305,9 @@ void Branch::step_ahead() {
   out.token_index = cursor_.token_index;
   const bool probe = due(preset().probe.every, out.step);
   side_->run([&out, model = trainer_->model(), state = inspect_, token = sequence_tokens_.narrow(0, cursor_.token_index, 1),
-              target = host_targets_[static_cast<size_t>(cursor_.token_index)], chunk = inspect_chunk(), probe,
+              chunk = inspect_chunk(), probe,
               spent = std::exchange(spent_, nullptr)]() mutable {
-    SteppedToken s = step_token(model, state, token, target, chunk, probe);
+    SteppedToken s = step_token(model, state, token, chunk, probe);
     s.step = out.step;
     s.sequence = out.sequence;
     s.token_index = out.token_index;

@@ -62,7 +62,6 @@ struct SteppedToken {
   LmState state;                                 // after the step
   LmStepOutput out;
   std::vector<std::vector<at::Tensor>> before;   // probed: per layer, the memory weights before it
-  std::vector<at::Tensor> extra;                 // probed: the argmax and the target's loss, 0-d
   double seconds = 0;                            // the step's own time
 };
 

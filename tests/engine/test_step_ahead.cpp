@@ -88,6 +88,33 @@ TEST_CASE("engine.overlap: the tokens stepped ahead give the engine thread's fra
   CHECK(non_finite);
 }
 
+TEST_CASE("engine.overlap: MLP-memory and HOPE models step ahead to the same frames", "[engine]") {
+  for (const char* preset : {"demo-mqar-atlas-mlp", "demo-mqar-hope"}) {
+    INFO(preset);
+    std::vector<std::vector<Frame>> runs;
+    std::vector<int64_t> ahead;
+    for (const char* overlap : {"false", "true"}) {
+      auto options = test::small_engine({std::string("engine.overlap=") + overlap});
+      Branch branch(0, load_preset(preset, options.sets));
+      std::vector<Frame> frames;
+      std::vector<Event> events;
+      auto steps = [&](int n) {
+        for (int i = 0; i < n; ++i) frames.push_back(*branch.advance(events));
+      };
+      steps(6);
+      branch.apply(Command::set_knob("probe.every", "2"));
+      steps(5);
+      branch.rewind(4, events, [&](const Frame& f) { frames.push_back(f); });
+      steps(4);
+      runs.push_back(frames);
+      ahead.push_back(branch.tokens_stepped_ahead());
+    }
+    CHECK(ahead[1] >= 6);
+    REQUIRE(runs[0].size() == runs[1].size());
+    for (size_t i = 0; i < runs[0].size(); ++i) CHECK(test::same_frame(runs[0][i], runs[1][i]));
+  }
+}
+
 TEST_CASE("engine.overlap: an engine with it and one without emit the same frames", "[engine]") {
   std::vector<std::vector<Frame>> runs;
   for (const char* overlap : {"false", "true"}) {
