@@ -223,6 +223,7 @@ void draw_enlarged_matrix(GuiApp& app) {
                          ? (" shown, area-averaged from " + std::to_string(m->full_rows) + "x" + std::to_string(m->full_cols)).c_str()
                          : "");
   ImGui::EndGroup();
+  app.note_rect("enlarged/matrix");
   // The colour bar's value labels reach past the heatmap's item: leave them room.
   ImGui::SameLine(0.0f, ImGui::CalcTextSize("-0.00000").x + 24.0f);
   ImGui::BeginGroup();
@@ -266,8 +267,19 @@ void draw_enlarged_matrix(GuiApp& app) {
                          {ImGui::GetContentRegionAvail().x, side * 0.6f});
     app.note_rect("enlarged/spectrum");
   }
-  ImGui::TextColored(viz::colors::muted(), "range [%.4g, %.4g], %zu NaN, %zu Inf", heatmap.stats().min, heatmap.stats().max,
-                     heatmap.stats().nan, heatmap.stats().inf);
+  if (shrunk && real) {  // a live run measured the full matrix; two lines, as the column is narrow
+    ImGui::BeginGroup();
+    ImGui::TextColored(viz::colors::muted(), "range of the real %dx%d: [%.4g, %.4g]", m->full_rows, m->full_cols, m->full_min,
+                       m->full_max);
+    ImGui::TextColored(viz::colors::muted(), "%lld NaN, %lld Inf (the colours: the shown copy)", static_cast<long long>(m->full_nan),
+                       static_cast<long long>(m->full_inf));
+    ImGui::EndGroup();
+    app.note_rect("enlarged/range of the real matrix");
+  } else {
+    ImGui::TextColored(viz::colors::muted(), "range [%.4g, %.4g], %zu NaN, %zu Inf%s", heatmap.stats().min, heatmap.stats().max,
+                       heatmap.stats().nan, heatmap.stats().inf, shrunk ? " (of the shown copy)" : "");
+    app.note_rect("enlarged/range");
+  }
   ImGui::EndGroup();
   ImGui::End();
 }

@@ -69,6 +69,10 @@ struct MatrixSnapshot {
   // enlarged view's spectrum is the real one (issue 19). Live frames only: recordings and the wire
   // keep the shown copy, whose spectrum the view then labels as such.
   std::vector<float> singular_values;
+  // With singular_values: the full matrix's finite range and its NaN and Inf counts, which the
+  // shrunk copy's area means would hide (one NaN spreads over a cell; an extreme entry is averaged).
+  float full_min = 0, full_max = 0;
+  int64_t full_nan = 0, full_inf = 0;
 };
 
 inline constexpr double kNotMeasured = std::numeric_limits<double>::quiet_NaN();

@@ -75,12 +75,20 @@ std::vector<double> collect_probes_general(Frame& frame, const ProbeInputs& in, 
   // full [N, r, c] shown as `small`: when shrunk, the full matrices' singular values go to the host
   // too (MatrixSnapshot::singular_values), at matrices_every cadence only; `known` [N, k] where the
   // probes already have them. NaN/Inf read as 0 here: the shown copy carries them, and the view then
-  // shows no spectrum.
+  // shows no spectrum. After each matrix's k values come its finite min and max and its NaN and
+  // Inf counts (MatrixSnapshot::full_min …).
   std::vector<at::Tensor> spectra;
   auto add_spectra = [&spectra](const at::Tensor& full, const at::Tensor& small, const at::Tensor& known = {}) {
     if (full.size(-2) == small.size(-2) && full.size(-1) == small.size(-1)) return;
     const at::Tensor sigma = known.defined() ? known : at::linalg_svdvals(at::nan_to_num(full, 0.0, 0.0, 0.0));
-    spectra.push_back(sigma.to(at::kFloat).flatten());
+    const at::Tensor entries = full.flatten(-2).to(at::kFloat);  // [N, r·c]
+    const at::Tensor finite = at::isfinite(entries);
+    const double inf = std::numeric_limits<double>::infinity();
+    const at::Tensor range = at::stack({std::get<0>(at::where(finite, entries, at::full_like(entries, inf)).min(-1)),
+                                        std::get<0>(at::where(finite, entries, at::full_like(entries, -inf)).max(-1)),
+                                        at::isnan(entries).sum(-1).to(at::kFloat), at::isinf(entries).sum(-1).to(at::kFloat)},
+                                       -1);  // [N, 4]
+    spectra.push_back(at::cat({sigma.to(at::kFloat).reshape({entries.size(0), -1}), range}, -1).flatten());
   };
   int64_t heads = 0;
 
@@ -305,6 +313,11 @@ std::vector<double> collect_probes_general(Frame& frame, const ProbeInputs& in, 
     const auto n = static_cast<size_t>(std::min(m.full_rows, m.full_cols));
     m.singular_values.assign(host.begin() + static_cast<std::ptrdiff_t>(at), host.begin() + static_cast<std::ptrdiff_t>(at + n));
     at += n;
+    m.full_min = host[at];
+    m.full_max = host[at + 1];
+    m.full_nan = static_cast<int64_t>(host[at + 2]);
+    m.full_inf = static_cast<int64_t>(host[at + 3]);
+    at += 4;
   }
   return extras;
 }

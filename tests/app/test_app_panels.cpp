@@ -3,6 +3,7 @@
 // HOPE run, a fork, a compare preset and a replay.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -144,8 +145,45 @@ TEST_CASE("app: clicking a heatmap enlarges it with its singular-value spectrum"
   CHECK((h.app().view().enlarged == memscope::app::MatrixKey{1, 0, "M", "S"}));
   h.frames(2);
   CHECK(h.app().rects().count("enlarged/spectrum") == 1);
+  CHECK(h.app().rects().count("enlarged/range") == 1);  // full size: the shown matrix is the real one
+  // The layout: the spectrum column starts right of the matrix and its colour bar's value labels,
+  // and the range line sits under the spectrum.
+  const ImRect matrix = h.app().rects().at("enlarged/matrix");
+  const ImRect spectrum = h.app().rects().at("enlarged/spectrum");
+  const ImRect range = h.app().rects().at("enlarged/range");
+  CHECK(spectrum.Min.x >= matrix.Max.x + ImGui::CalcTextSize("-0.00000").x);
+  CHECK(range.Min.y >= spectrum.Max.y);
+  CHECK(range.Min.x >= matrix.Max.x);
   h.tap(GLFW_KEY_ESCAPE);
   CHECK_FALSE(h.app().view().has_enlarged);
+}
+
+TEST_CASE("app: an enlarged matrix shown shrunk gives the real matrix's range and spectrum", "[gui]") {
+  // demo-mqar's 16x16 memories shown as 4x4 copies: a live run measured the full ones.
+  memscope::app::GuiOptions o;
+  o.sets = {"probe.matrices_every=1", "probe.downsample=4"};
+  AppHarness h(o);
+  h.app().post_all(model::Command::steps(5));
+  h.settle();
+  REQUIRE(h.app().rects().count("matrix/0/0/0/0/M/M") == 1);
+  h.click("matrix/0/0/0/0/M/M");
+  REQUIRE(h.app().view().has_enlarged);
+  h.frames(2);
+  CHECK(h.app().rects().count("enlarged/range of the real matrix") == 1);
+  CHECK(h.app().rects().count("enlarged/range") == 0);
+  CHECK(h.app().rects().count("enlarged/spectrum") == 1);
+  const auto frame = h.app().runs()[0]->snapshot_frame(0, -1);
+  REQUIRE(frame);
+  const auto m = std::find_if(frame->matrices.begin(), frame->matrices.end(), [](const model::MatrixSnapshot& s) {
+    return s.layer == 0 && s.head == 0 && s.tensor == "M";
+  });
+  REQUIRE(m != frame->matrices.end());
+  CHECK(m->rows == 4);
+  CHECK(m->full_rows == 16);
+  CHECK(m->singular_values.size() == 16);
+  const auto [lo, hi] = std::minmax_element(m->values.begin(), m->values.end());
+  CHECK(m->full_min < *lo);  // the area means narrow the range: the line shows the real one
+  CHECK(m->full_max > *hi);
 }
 
 TEST_CASE("app: a preset with compare runs opens them side by side and steps them in lockstep", "[gui]") {

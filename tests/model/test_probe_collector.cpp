@@ -3,8 +3,10 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 
 #include "model/config/preset.h"
 #include "model/nn/language_model.h"
@@ -253,8 +255,44 @@ TEST_CASE("probe collector: a shrunk snapshot carries its full matrix's singular
       REQUIRE(snap.singular_values.size() == static_cast<size_t>(want.size(0)));
       for (int64_t i = 0; i < want.size(0); ++i)
         CHECK(snap.singular_values[static_cast<size_t>(i)] == Approx(want[i].item<double>()).margin(1e-5).epsilon(1e-4));
+      // The range is the real matrix's, wider than the shown copy's area means.
+      CHECK(snap.full_min == full.min().item<float>());
+      CHECK(snap.full_max == full.max().item<float>());
+      CHECK(snap.full_nan == 0);
+      CHECK(snap.full_inf == 0);
+      const auto [shown_min, shown_max] = std::minmax_element(snap.values.begin(), snap.values.end());
+      CHECK(snap.full_min < *shown_min);
+      CHECK(snap.full_max > *shown_max);
     }
   }
+}
+
+TEST_CASE("probe collector: a shrunk snapshot counts its full matrix's NaN and Inf entries (issue 19)", "[probe]") {
+  // A NaN and two Infs among the entries become averaged cells of a 4×4 copy: the counts are the real ones.
+  Stepped s = step_five("atlas-linear", {});
+  at::Tensor m = s.state.blocks[0].memory.memory[0].clone();
+  m[0][1][3][5] = std::nan("");
+  m[0][1][6][2] = std::numeric_limits<float>::infinity();
+  m[0][1][7][1] = -std::numeric_limits<float>::infinity();
+  s.state.blocks[0].memory.memory[0] = m;
+  Frame frame;
+  ProbeConfig config;
+  config.downsample = 4;
+  collect_probes(frame, probe_inputs(s), config);
+  bool found = false;
+  for (const MatrixSnapshot& snap : frame.matrices) {
+    if (snap.layer != 0 || snap.tensor != "M") continue;
+    INFO("head " << snap.head);
+    REQUIRE_FALSE(snap.singular_values.empty());
+    const at::Tensor full = m[0][snap.head];
+    const at::Tensor finite = full.masked_select(at::isfinite(full));
+    CHECK(snap.full_nan == (snap.head == 1 ? 1 : 0));
+    CHECK(snap.full_inf == (snap.head == 1 ? 2 : 0));
+    CHECK(snap.full_min == finite.min().item<float>());
+    CHECK(snap.full_max == finite.max().item<float>());
+    found = found || snap.head == 1;
+  }
+  CHECK(found);
 }
 
 TEST_CASE("downsampled snapshots are area means with the aspect kept", "[probe]") {
