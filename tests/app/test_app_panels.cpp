@@ -372,6 +372,7 @@ TEST_CASE("app: a slow step shows what is running and for how long", "[gui]") {
   o.preset = "demo-mqar-hope";  // a HOPE training step takes seconds on this CPU
   o.sets = {"engine.mode=train"};
   AppHarness h(o);
+  const double posted = model::steady_seconds();
   h.app().post(model::Command::steps(1));
   bool shown = false;
   const auto start = std::chrono::steady_clock::now();
@@ -381,6 +382,10 @@ TEST_CASE("app: a slow step shows what is running and for how long", "[gui]") {
     shown = h.app().rects().count("transport/busy") == 1;
   }
   CHECK(shown);
+  // The clock it shows runs from when the step began: after the post, over half a second ago.
+  const double since = h.app().runs()[0]->status.busy_since;
+  CHECK(since >= posted);
+  CHECK(model::steady_seconds() - since > 0.5);
   h.settle();
   CHECK(h.app().rects().count("transport/busy") == 0);  // gone once the step is done
 }

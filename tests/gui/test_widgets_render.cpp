@@ -93,3 +93,85 @@ TEST_CASE("heatmap and line plot render their data into the window's pixels", "[
   CHECK(spike_pixels > 5);
   if (!std::getenv("MEMSCOPE_KEEP_PNG")) std::remove(path.c_str());  // keep it to look at
 }
+
+TEST_CASE("a line plot keeps its legend in a strip above the data and labels the step axis", "[gui]") {
+  auto owned = memscope::test::open_test_window(700, 300);
+  AppWindow& window = *owned;
+  // A sawtooth that reaches the top of its range every 50 steps, and a flat second series.
+  std::vector<double> xs(1000);
+  std::vector<float> saw(1000), flat(1000, 0.5f);
+  for (int i = 0; i < 1000; ++i) xs[i] = i, saw[i] = static_cast<float>(i % 50) / 49.0f;
+  const ImU32 saw_color = IM_COL32(255, 200, 0, 255), flat_color = IM_COL32(0, 220, 255, 255);
+  PlotView view;
+  ImVec2 origin{};
+  const ImVec2 size{600, 200};
+  float font = 0;
+  ImVec4 background{};
+  const std::string path = "/tmp/memscope-plot-legend-" + std::to_string(getpid()) + ".png";
+  for (int frame = 1; frame <= 3; ++frame) {
+    window.wait_for_events(true);
+    window.begin_frame();
+    ImGui::SetNextWindowPos({0, 0});
+    ImGui::SetNextWindowSize({700, 300});
+    ImGui::Begin("plot", nullptr, ImGuiWindowFlags_NoDecoration);
+    origin = ImGui::GetCursorScreenPos();
+    font = ImGui::GetFontSize();
+    background = ImGui::GetStyleColorVec4(ImGuiCol_FrameBg);
+    draw_line_plot("p", view, {{"saw", xs.data(), saw.data(), xs.size(), saw_color}, {"flat", xs.data(), flat.data(), xs.size(), flat_color}},
+                   {}, size);
+    ImGui::End();
+    window.end_frame();
+    if (frame == 3) REQUIRE(window.screenshot(path).empty());
+    window.present();
+  }
+  const auto px = memscope::test::load_png(path);
+  // Lines are antialiased: a pixel of a series is one whose colour leans its way.
+  const auto yellowish = [&](int x, int y) {
+    const unsigned char* p = px.at(x, y);
+    return p[0] > 150 && p[1] > 110 && p[2] < 90;
+  };
+  const auto cyanish = [&](int x, int y) {
+    const unsigned char* p = px.at(x, y);
+    return p[0] < 90 && p[1] > 130 && p[2] > 150;
+  };
+  const int left = static_cast<int>(origin.x), top = static_cast<int>(origin.y);
+  const int right = left + static_cast<int>(size.x), bottom = top + static_cast<int>(size.y);
+  const int strip = top + static_cast<int>(font + 6.0f);  // the legend's strip (viz/line_plot.cpp)
+
+  // The legend: one swatch per series in the strip, nothing else of the series' colours there.
+  int saw_in_strip = 0, flat_in_strip = 0, saw_just_below = 0;
+  for (int y = top; y < strip; ++y)
+    for (int x = left; x < right; ++x) {
+      saw_in_strip += yellowish(x, y);
+      flat_in_strip += cyanish(x, y);
+    }
+  CHECK(saw_in_strip >= 64);  // a 10x10 swatch, its edges blended
+  CHECK(saw_in_strip <= 110);
+  CHECK(flat_in_strip >= 64);
+  CHECK(flat_in_strip <= 110);
+  // The data: the sawtooth's peaks reach just under the strip, never into it.
+  for (int y = strip; y < strip + 20; ++y)
+    for (int x = left; x < right; ++x) saw_just_below += yellowish(x, y);
+  CHECK(saw_just_below > 20);
+
+  // The step axis: labels in the band along the plot's bottom edge, each several pixels wide (a
+  // grid line is one), brighter than the plot's background.
+  const int band_top = bottom - 4 - static_cast<int>(font * 0.85f), band_bottom = bottom - 4;
+  const int bg = static_cast<int>((background.x + background.y + background.z) * 255.0f);
+  std::vector<bool> inked(static_cast<size_t>(right - left), false);
+  for (int x = left; x < right; ++x)
+    for (int y = band_top; y < band_bottom; ++y) {
+      const unsigned char* p = px.at(x, y);
+      if (p[0] + p[1] + p[2] > bg + 150 && !yellowish(x, y) && !cyanish(x, y))
+        inked[static_cast<size_t>(x - left)] = true;
+    }
+  int labels = 0;
+  for (size_t x = 0; x < inked.size();) {
+    size_t end = x;
+    while (end < inked.size() && inked[end]) ++end;
+    if (end - x >= 4) ++labels;
+    x = end == x ? x + 1 : end;
+  }
+  CHECK(labels >= 3);  // 0, 200, 400, … over 600 pixels
+  if (!std::getenv("MEMSCOPE_KEEP_PNG")) std::remove(path.c_str());
+}
