@@ -8,6 +8,8 @@
 // Flags: --preset P (demo-mqar), --mode inspect|train, --steps N per repetition, --reps R,
 // --threads T, --set K=V (repeatable), --only NAME (repeatable: just these configurations, with
 // "off" always first; for profiling one of them).
+// --forks N: each configuration runs N more timelines forked from its first, every step advancing
+// them all as the engine steps a run with forks (tokens/s counts every timeline's tokens).
 // engine.overlap (on by default) steps the next inspect token on a second thread while the probes
 // run: wall time then hides much of the probes, CPU time (cpu_overhead_pct, both threads) does not.
 #include <torch/torch.h>
@@ -54,10 +56,11 @@ int main(int argc, char** argv) {
   std::string preset = "demo-mqar", mode = "inspect";
   int64_t steps = 64, reps = 5;
   int threads = 1;
+  int64_t forks = 0;
   std::vector<std::string> sets, only;
   memscope::bench::BenchFlags flags("probe_overhead");
   flags.add("--preset", preset).add("--mode", mode).add("--steps", steps).add("--reps", reps);
-  flags.add("--threads", threads).add("--set", sets).add("--only", only);
+  flags.add("--threads", threads).add("--set", sets).add("--only", only).add("--forks", forks);
   if (!flags.parse(argc, argv)) return 2;
   memscope::model::set_compute_threads(threads);  // ATen and OpenBLAS
   std::vector<Config> configs{
@@ -74,22 +77,25 @@ int main(int argc, char** argv) {
     configs.erase(std::remove_if(configs.begin() + 1, configs.end(),
                                  [&](const Config& c) { return std::find(only.begin(), only.end(), c.name) == only.end(); }),
                   configs.end());
-  std::vector<std::unique_ptr<Branch>> branches;
-  for (const auto& c : configs) {
+  std::vector<std::vector<std::unique_ptr<Branch>>> timelines(configs.size());  // per configuration
+  std::vector<Event> events;
+  for (size_t c = 0; c < configs.size(); ++c) {
     std::vector<std::string> all = sets;
     all.push_back("engine.mode=" + mode);
     all.push_back("engine.keyframe_every=0");  // measure the probes, not the keyframes
-    all.insert(all.end(), c.sets.begin(), c.sets.end());
-    branches.push_back(std::make_unique<Branch>(0, load_preset(preset, all)));
+    all.insert(all.end(), configs[c].sets.begin(), configs[c].sets.end());
+    timelines[c].push_back(std::make_unique<Branch>(0, load_preset(preset, all)));
+    for (int64_t f = 1; f <= forks; ++f) timelines[c].push_back(timelines[c][0]->fork(static_cast<int>(f), 0, {}, events, {}));
   }
   std::vector<std::vector<double>> seconds(configs.size()), cpu(configs.size());
-  std::vector<Event> events;
-  for (auto& b : branches) b->advance(events);  // warm-up: allocations, first sequence
+  for (auto& t : timelines)
+    for (auto& b : t) b->advance(events);  // warm-up: allocations, first sequence
   for (int64_t r = 0; r < reps; ++r)
     for (size_t c = 0; c < configs.size(); ++c) {
       const auto start = std::chrono::steady_clock::now();
       const double cpu_start = process_cpu_seconds();
-      for (int64_t s = 0; s < steps; ++s) branches[c]->advance(events);
+      for (int64_t s = 0; s < steps; ++s)
+        for (auto& b : timelines[c]) b->advance(events);
       seconds[c].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       cpu[c].push_back(process_cpu_seconds() - cpu_start);
     }
@@ -99,7 +105,7 @@ int main(int argc, char** argv) {
   const double per_step = mode == "train" ? static_cast<double>(p.train.batch * make_task(p.task)->seq_len()) : 1.0;
   for (size_t c = 0; c < configs.size(); ++c) {
     const double t = median(seconds[c]);
-    const double tokens = static_cast<double>(steps) * per_step;
+    const double tokens = static_cast<double>(steps * (1 + forks)) * per_step;
     std::cout << nlohmann::json{{"bench", "probe_overhead"},
                                 {"preset", preset},
                                 {"mode", mode},
@@ -107,6 +113,7 @@ int main(int argc, char** argv) {
                                 {"steps", steps},
                                 {"reps", reps},
                                 {"threads", threads},
+                                {"forks", forks},
                                 {"steps_per_s", static_cast<double>(steps) / t},
                                 {"tokens_per_s", tokens / t},
                                 {"overhead_pct", 100.0 * (t / off - 1.0)},

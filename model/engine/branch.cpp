@@ -304,7 +304,7 @@ void Branch::step_ahead() {
   out.sequence = cursor_.sequence;
   out.token_index = cursor_.token_index;
   const bool probe = due(preset().probe.every, out.step);
-  side_->run([&out, model = trainer_->model(), state = inspect_, token = sequence_tokens_.narrow(0, cursor_.token_index, 1),
+  const bool started = side_->try_run([&out, model = trainer_->model(), state = inspect_, token = sequence_tokens_.narrow(0, cursor_.token_index, 1),
               chunk = inspect_chunk(), probe,
               spent = std::exchange(spent_, nullptr)]() mutable {
     SteppedToken s = step_token(model, state, token, chunk, probe);
@@ -314,6 +314,10 @@ void Branch::step_ahead() {
     out = std::move(s);
     spent.reset();
   });
+  if (!started) {  // another timeline holds the spare core: this one steps on the engine thread
+    ahead_.reset();
+    return;
+  }
   ahead_in_hand_ = true;
 }
 

@@ -1,5 +1,6 @@
 #include "model/util/side_thread.h"
 
+#include <algorithm>
 #include <chrono>
 
 namespace memscope::model {
@@ -26,11 +27,29 @@ void spin_until(Done done) {
   }
 }
 
+// The machine's cores less the caller's own: what try_run may take at once, process-wide.
+std::atomic<int>& spare_cores() {
+  static std::atomic<int> spare{static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) - 1};
+  return spare;
+}
+
+bool take_spare_core() {
+  int free = spare_cores().load(std::memory_order_relaxed);
+  while (free > 0)
+    if (spare_cores().compare_exchange_weak(free, free - 1, std::memory_order_acquire)) return true;
+  return false;
+}
+
 }  // namespace
 
 SideThread::SideThread() : thread_([this] { loop(); }) {}
 
 SideThread::~SideThread() {
+  try {
+    wait();  // gives back a spare core the job held
+  } catch (...) {
+    // Nobody asked for that job's outcome.
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
@@ -54,10 +73,26 @@ void SideThread::run(std::function<void()> job) {
   wake_.notify_one();
 }
 
+bool SideThread::try_run(std::function<void()> job) {
+  try {
+    wait();
+  } catch (...) {
+    // As in run(): the previous job's failure was never asked for.
+  }
+  if (!take_spare_core()) return false;
+  run(std::move(job));
+  holds_core_ = true;  // after run(), whose own wait() would give it back
+  return true;
+}
+
 void SideThread::wait() {
   spin_until([this] { return !busy(); });
   std::unique_lock<std::mutex> lock(mutex_);
   done_.wait(lock, [this] { return !busy(); });
+  if (holds_core_) {
+    holds_core_ = false;
+    spare_cores().fetch_add(1, std::memory_order_release);
+  }
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
 

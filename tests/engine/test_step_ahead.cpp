@@ -1,10 +1,13 @@
 // engine.overlap (issue 20): the next inspect token is stepped on a side thread while the engine
 // thread measures this token's probes. The frames and events must be the ones the engine thread
 // alone makes, bit for bit, whatever commands, faults, rewinds and mode changes come in between.
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include "engine/engine_test_support.h"
 #include "model/engine/branch.h"
@@ -156,4 +159,22 @@ TEST_CASE("SideThread runs one job at a time, hands back what it threw, and wait
     });
   }  // the destructor waits for the job in hand
   CHECK(value == 3);
+}
+
+TEST_CASE("SideThread::try_run takes a spare core, one fewer than the machine has, until its wait()", "[engine]") {
+  const int spare = static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) - 1;
+  std::vector<std::unique_ptr<SideThread>> sides;
+  for (int i = 0; i <= spare; ++i) sides.push_back(std::make_unique<SideThread>());
+  std::atomic<int> ran{0};
+  for (int i = 0; i < spare; ++i) CHECK(sides[static_cast<size_t>(i)]->try_run([&] { ++ran; }));
+  CHECK_FALSE(sides.back()->try_run([&] { ++ran; }));  // every spare core is held: nothing runs
+  if (spare > 0) {
+    sides.front()->wait();  // gives its core back
+    CHECK(sides.back()->try_run([&] { ++ran; }));
+    sides.back()->wait();
+  }
+  for (auto& side : sides) side->wait();
+  CHECK(ran == spare + (spare > 0 ? 1 : 0));
+  // All given back: the first can take one again.
+  if (spare > 0) CHECK(sides.front()->try_run([] {}));
 }
