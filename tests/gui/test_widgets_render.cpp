@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,27 @@ Rgba8 pixel_at(const memscope::test::PngImage& image, int x, int y) {
 
 bool close_to(const Rgba8& a, const Rgba8& b) {
   return std::abs(a.r - b.r) <= 2 && std::abs(a.g - b.g) <= 2 && std::abs(a.b - b.b) <= 2;
+}
+
+// Three frames of `draw` inside a borderless window over the whole AppWindow, then the last one's
+// pixels (MEMSCOPE_KEEP_PNG=1 keeps the PNG in /tmp to look at).
+memscope::test::PngImage render(AppWindow& window, ImVec2 size, const std::string& name, const std::function<void()>& draw) {
+  const std::string path = "/tmp/memscope-" + name + "-" + std::to_string(getpid()) + ".png";
+  for (int frame = 1; frame <= 3; ++frame) {
+    window.wait_for_events(true);
+    window.begin_frame();
+    ImGui::SetNextWindowPos({0, 0});
+    ImGui::SetNextWindowSize(size);
+    ImGui::Begin(name.c_str(), nullptr, ImGuiWindowFlags_NoDecoration);
+    draw();
+    ImGui::End();
+    window.end_frame();
+    if (frame == 3) REQUIRE(window.screenshot(path).empty());
+    window.present();
+  }
+  auto image = memscope::test::load_png(path);
+  if (!std::getenv("MEMSCOPE_KEEP_PNG")) std::remove(path.c_str());
+  return image;
 }
 
 }  // namespace
@@ -54,25 +76,14 @@ TEST_CASE("heatmap and line plot render their data into the window's pixels", "[
   PlotView view;
 
   ImVec2 heat_origin{}, plot_origin{};
-  const std::string path = "/tmp/memscope-widgets-" + std::to_string(getpid()) + ".png";
-  for (int frame = 1; frame <= 3; ++frame) {
-    window.wait_for_events(true);
-    window.begin_frame();
-    ImGui::SetNextWindowPos({0, 0});
-    ImGui::SetNextWindowSize({900, 600});
-    ImGui::Begin("widgets", nullptr, ImGuiWindowFlags_NoDecoration);
+  const auto px = render(window, {900, 600}, "widgets", [&] {
     heat_origin = ImGui::GetCursorScreenPos();
     heatmap.draw("m", {400, 400});
     ImGui::SameLine();
     plot_origin = ImGui::GetCursorScreenPos();
     draw_line_plot("p", view, {{"loss", xs.data(), ys.data(), xs.size(), series_color}}, {}, {420, 300});
-    ImGui::End();
-    window.end_frame();
-    if (frame == 3) REQUIRE(window.screenshot(path).empty());
-    window.present();
-  }
+  });
 
-  const auto px = memscope::test::load_png(path);
   const Colormap& map = colormap(ColormapKind::RdBu);
   for (int r = 0; r < 4; ++r)
     for (int c = 0; c < 4; ++c) {
@@ -91,7 +102,6 @@ TEST_CASE("heatmap and line plot render their data into the window's pixels", "[
     for (int x = static_cast<int>(plot_origin.x + 200); x < static_cast<int>(plot_origin.x + 280); ++x)
       spike_pixels += close_to(pixel_at(px, x, y), {255, 200, 0, 255});
   CHECK(spike_pixels > 5);
-  if (!std::getenv("MEMSCOPE_KEEP_PNG")) std::remove(path.c_str());  // keep it to look at
 }
 
 TEST_CASE("a line plot keeps its legend in a strip above the data and labels the step axis", "[gui]") {
@@ -107,24 +117,13 @@ TEST_CASE("a line plot keeps its legend in a strip above the data and labels the
   const ImVec2 size{600, 200};
   float font = 0;
   ImVec4 background{};
-  const std::string path = "/tmp/memscope-plot-legend-" + std::to_string(getpid()) + ".png";
-  for (int frame = 1; frame <= 3; ++frame) {
-    window.wait_for_events(true);
-    window.begin_frame();
-    ImGui::SetNextWindowPos({0, 0});
-    ImGui::SetNextWindowSize({700, 300});
-    ImGui::Begin("plot", nullptr, ImGuiWindowFlags_NoDecoration);
+  const auto px = render(window, {700, 300}, "plot-legend", [&] {
     origin = ImGui::GetCursorScreenPos();
     font = ImGui::GetFontSize();
     background = ImGui::GetStyleColorVec4(ImGuiCol_FrameBg);
     draw_line_plot("p", view, {{"saw", xs.data(), saw.data(), xs.size(), saw_color}, {"flat", xs.data(), flat.data(), xs.size(), flat_color}},
                    {}, size);
-    ImGui::End();
-    window.end_frame();
-    if (frame == 3) REQUIRE(window.screenshot(path).empty());
-    window.present();
-  }
-  const auto px = memscope::test::load_png(path);
+  });
   // Lines are antialiased: a pixel of a series is one whose colour leans its way.
   const auto yellowish = [&](int x, int y) {
     const unsigned char* p = px.at(x, y);
@@ -173,5 +172,4 @@ TEST_CASE("a line plot keeps its legend in a strip above the data and labels the
     x = end == x ? x + 1 : end;
   }
   CHECK(labels >= 3);  // 0, 200, 400, … over 600 pixels
-  if (!std::getenv("MEMSCOPE_KEEP_PNG")) std::remove(path.c_str());
 }
