@@ -206,6 +206,8 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
   const int64_t step = step_ + 1;
   const ProbeConfig& p = preset().probe;
   const LanguageModel& model = trainer_->model();
+  // First of all: nothing below may run the model while the side thread may still be stepping it.
+  std::optional<SteppedToken> stepped = take_stepped_ahead(step);
   ensure_sequence_loaded(cursor_.sequence);
   if (cursor_.token_index == 0) inspect_ = model->initial_state(1);
 
@@ -221,7 +223,6 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
   frame->target = host_targets_[index];
 
   const bool probe = due(p.every, step);
-  std::optional<SteppedToken> stepped = take_stepped_ahead(step);
   if (!stepped) {
     // A planted NaN gate: the gate reads NaN (× NaN) for this one step, then its override is put
     // back, also when the step throws (a failed step pauses the engine; the gate must not stay NaN).
@@ -257,8 +258,9 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
   }
 
   const auto start = std::chrono::steady_clock::now();
+  if (probe) step_ahead();  // the next token, on the side thread, while this one's probes are measured here
+  spent_.reset();            // the last token's records, when no token ahead took them to drop
   if (probe) {
-    step_ahead();  // the next token, on the side thread, while this one's probes are measured here
     ProbeInputs in;
     in.model = &model;
     in.state = &inspect_;
@@ -324,9 +326,16 @@ void Branch::step_ahead() {
 std::optional<SteppedToken> Branch::take_stepped_ahead(int64_t step) {
   if (!ahead_in_hand_) return std::nullopt;
   ahead_in_hand_ = false;
-  side_->wait();  // a step that threw there throws here, as it would have on this thread
-  std::optional<SteppedToken> out = std::exchange(ahead_, std::nullopt);
-  if (out->step != step || out->sequence != cursor_.sequence || out->token_index != cursor_.token_index) return std::nullopt;
+  std::exception_ptr error;
+  try {
+    side_->wait();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  std::optional<SteppedToken> out = std::exchange(ahead_, std::nullopt);  // its step, sequence and token are set
+  if (out->step != step || out->sequence != cursor_.sequence || out->token_index != cursor_.token_index)
+    return std::nullopt;  // not this step's token: how it went does not matter
+  if (error) std::rethrow_exception(error);  // a step that threw there throws here, as it would have on this thread
   ++stepped_ahead_;
   return out;
 }
@@ -336,7 +345,7 @@ void Branch::drop_stepped_ahead() {
   ahead_in_hand_ = false;
   try {
     side_->wait();
-  } catch (const std::exception&) {
+  } catch (...) {
     // Thrown away with the token: the step it was for is not going to be taken.
   }
   ahead_.reset();

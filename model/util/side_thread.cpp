@@ -1,5 +1,7 @@
 #include "model/util/side_thread.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 
@@ -27,26 +29,36 @@ void spin_until(Done done) {
   }
 }
 
-// The machine's cores less the caller's own: what try_run may take at once, process-wide.
-std::atomic<int>& spare_cores() {
-  static std::atomic<int> spare{static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) - 1};
-  return spare;
+// The spare cores not held by a running job, process-wide.
+std::atomic<int>& free_cores() {
+  static std::atomic<int> free{SideThread::spare_cores()};
+  return free;
 }
 
 bool take_spare_core() {
-  int free = spare_cores().load(std::memory_order_relaxed);
+  int free = free_cores().load(std::memory_order_relaxed);
   while (free > 0)
-    if (spare_cores().compare_exchange_weak(free, free - 1, std::memory_order_acquire)) return true;
+    if (free_cores().compare_exchange_weak(free, free - 1, std::memory_order_acquire)) return true;
   return false;
 }
 
 }  // namespace
 
+int SideThread::spare_cores() {
+  // The affinity mask, not the machine: taskset or a container's cpuset may give fewer. (A CPU
+  // quota without a cpuset is not seen; such a process oversubscribes as before.)
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                                 : static_cast<int>(std::thread::hardware_concurrency());
+  return std::max(1, cores) - 1;
+}
+
 SideThread::SideThread() : thread_([this] { loop(); }) {}
 
 SideThread::~SideThread() {
   try {
-    wait();  // gives back a spare core the job held
+    wait();
   } catch (...) {
     // Nobody asked for that job's outcome.
   }
@@ -64,35 +76,35 @@ void SideThread::run(std::function<void()> job) {
   } catch (...) {
     // The previous job's failure was never asked for: the new job replaces it.
   }
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    job_ = std::move(job);
-    error_ = nullptr;
-    busy_.store(true, std::memory_order_release);
-  }
-  wake_.notify_one();
+  start(std::move(job), false);
 }
 
 bool SideThread::try_run(std::function<void()> job) {
   try {
     wait();
   } catch (...) {
-    // As in run(): the previous job's failure was never asked for.
+    // As in run().
   }
   if (!take_spare_core()) return false;
-  run(std::move(job));
-  holds_core_ = true;  // after run(), whose own wait() would give it back
+  start(std::move(job), true);
   return true;
+}
+
+void SideThread::start(std::function<void()> job, bool holds_core) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    job_ = std::move(job);
+    job_holds_core_ = holds_core;
+    error_ = nullptr;
+    busy_.store(true, std::memory_order_release);
+  }
+  wake_.notify_one();
 }
 
 void SideThread::wait() {
   spin_until([this] { return !busy(); });
   std::unique_lock<std::mutex> lock(mutex_);
   done_.wait(lock, [this] { return !busy(); });
-  if (holds_core_) {
-    holds_core_ = false;
-    spare_cores().fetch_add(1, std::memory_order_release);
-  }
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
 
@@ -100,11 +112,13 @@ void SideThread::loop() {
   for (;;) {
     spin_until([this] { return busy(); });
     std::function<void()> job;
+    bool holds_core = false;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [this] { return busy() || stop_; });
       if (!busy()) return;  // stopped with nothing in hand
       job = std::move(job_);
+      holds_core = job_holds_core_;
     }
     std::exception_ptr error;
     try {
@@ -112,6 +126,8 @@ void SideThread::loop() {
     } catch (...) {
       error = std::current_exception();
     }
+    job = nullptr;  // what it captured is dropped here, before the caller hears it is done
+    if (holds_core) free_cores().fetch_add(1, std::memory_order_release);  // idle now: another job may take it
     {
       std::lock_guard<std::mutex> lock(mutex_);
       error_ = error;

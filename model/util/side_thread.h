@@ -23,24 +23,28 @@ class SideThread {
   // Starts `job` on the side thread. One at a time: a job already in hand is waited for first.
   void run(std::function<void()> job);
   // The same when a spare core is free, else false (and nothing runs): the caller does the work.
-  // A process has one spare core fewer than the machine has cores, and a job holds one from here
-  // to its wait(). On a 2-core machine, a fork stepping ahead too (three busy threads on two
-  // cores, each spinning for the others) made a run with one fork 25% slower than none stepping
-  // ahead; with the spare core held by one timeline at a time, it is faster.
+  // A process has spare_cores() of them, and a job holds one while it runs. On a 2-core machine, a
+  // fork stepping ahead too (three busy threads on two cores, each spinning for the others) made a
+  // run with one fork slower than none stepping ahead; with the spare core for one job at a time,
+  // it is faster.
   bool try_run(std::function<void()> job);
   // Returns once the job has returned (at once when there is none); rethrows what it threw.
   void wait();
   bool busy() const { return busy_.load(std::memory_order_acquire); }
 
+  // The cores this process may run on (its affinity mask) less the caller's own.
+  static int spare_cores();
+
  private:
+  void start(std::function<void()> job, bool holds_core);
   void loop();
 
   std::mutex mutex_;
   std::condition_variable wake_, done_;
   std::function<void()> job_;
+  bool job_holds_core_ = false;  // a try_run job gives its spare core back when it returns
   std::exception_ptr error_;
   std::atomic<bool> busy_{false};  // a job is queued or running
-  bool holds_core_ = false;        // a job from try_run holds a spare core until wait()
   bool stop_ = false;
   std::thread thread_;  // last: started once the members above exist
 };

@@ -73,7 +73,8 @@ TEST_CASE("engine.overlap: the tokens stepped ahead give the engine thread's fra
   const Script overlapped = run_script(true);
   CHECK(alone.stepped_ahead == 0);
   // Every command drops the token in hand, and a sequence start is stepped on the engine thread.
-  CHECK(overlapped.stepped_ahead >= 12);
+  // (A one-core machine has no spare core: nothing is stepped ahead, and the frames still agree.)
+  if (SideThread::spare_cores() > 0) CHECK(overlapped.stepped_ahead >= 12);
   REQUIRE(overlapped.frames.size() == alone.frames.size());
   for (size_t i = 0; i < alone.frames.size(); ++i) {
     INFO("frame " << i << ", step " << alone.frames[i].step);
@@ -112,7 +113,7 @@ TEST_CASE("engine.overlap: MLP-memory and HOPE models step ahead to the same fra
       runs.push_back(frames);
       ahead.push_back(branch.tokens_stepped_ahead());
     }
-    CHECK(ahead[1] >= 6);
+    if (SideThread::spare_cores() > 0) CHECK(ahead[1] >= 6);
     REQUIRE(runs[0].size() == runs[1].size());
     for (size_t i = 0; i < runs[0].size(); ++i) CHECK(test::same_frame(runs[0][i], runs[1][i]));
   }
@@ -161,20 +162,29 @@ TEST_CASE("SideThread runs one job at a time, hands back what it threw, and wait
   CHECK(value == 3);
 }
 
-TEST_CASE("SideThread::try_run takes a spare core, one fewer than the machine has, until its wait()", "[engine]") {
-  const int spare = static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) - 1;
+TEST_CASE("SideThread::try_run takes a spare core, one fewer than the machine has, while its job runs", "[engine]") {
+  const int spare = SideThread::spare_cores();
+  CHECK(spare == static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) - 1);  // no affinity mask here
   std::vector<std::unique_ptr<SideThread>> sides;
   for (int i = 0; i <= spare; ++i) sides.push_back(std::make_unique<SideThread>());
   std::atomic<int> ran{0};
-  for (int i = 0; i < spare; ++i) CHECK(sides[static_cast<size_t>(i)]->try_run([&] { ++ran; }));
-  CHECK_FALSE(sides.back()->try_run([&] { ++ran; }));  // every spare core is held: nothing runs
-  if (spare > 0) {
-    sides.front()->wait();  // gives its core back
-    CHECK(sides.back()->try_run([&] { ++ran; }));
-    sides.back()->wait();
-  }
+  // Jobs that hold their core until the test lets them go.
+  std::atomic<bool> release{false};
+  auto held = [&] {
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ++ran;
+  };
+  for (int i = 0; i < spare; ++i) CHECK(sides[static_cast<size_t>(i)]->try_run(held));
+  CHECK_FALSE(sides.back()->try_run([&] { ++ran; }));  // every spare core is busy: nothing runs
+  release = true;
   for (auto& side : sides) side->wait();
-  CHECK(ran == spare + (spare > 0 ? 1 : 0));
-  // All given back: the first can take one again.
-  if (spare > 0) CHECK(sides.front()->try_run([] {}));
+  CHECK(ran == spare);
+  // A job gives its core back when it returns, before anyone waits for it.
+  if (spare > 0) {
+    CHECK(sides.front()->try_run([&] { ++ran; }));
+    while (sides.front()->busy()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    CHECK(sides.back()->try_run([&] { ++ran; }));
+    for (auto& side : sides) side->wait();
+    CHECK(ran == spare + 2);
+  }
 }
