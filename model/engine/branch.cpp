@@ -306,9 +306,9 @@ void Branch::step_ahead() {
   out.sequence = cursor_.sequence;
   out.token_index = cursor_.token_index;
   const bool probe = due(preset().probe.every, out.step);
-  const bool started = side_->try_run([&out, model = trainer_->model(), state = inspect_, token = sequence_tokens_.narrow(0, cursor_.token_index, 1),
-              chunk = inspect_chunk(), probe,
-              spent = std::exchange(spent_, nullptr)]() mutable {
+  const bool started = side_->try_run([&out, model = trainer_->model(), state = inspect_,
+                                       token = sequence_tokens_.narrow(0, cursor_.token_index, 1), chunk = inspect_chunk(),
+                                       probe, spent = std::exchange(spent_, nullptr)]() mutable {
     SteppedToken s = step_token(model, state, token, chunk, probe);
     s.step = out.step;
     s.sequence = out.sequence;
