@@ -146,7 +146,7 @@ class Branch {
   std::vector<LoggedCommand> log_;
   std::shared_ptr<FrameRing> ring_;
   int64_t step_ = 0;
-  // The token stepped ahead: written by the side thread between its run() and wait().
+  // The token stepped ahead: written by the side thread between try_run() and wait().
   std::optional<SteppedToken> ahead_;
   bool ahead_in_hand_ = false;
   std::shared_ptr<SteppedToken> spent_;  // the last token's, until the next token ahead drops it
