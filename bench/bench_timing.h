@@ -1,6 +1,8 @@
-// The benches' timing helpers: wall seconds of a call, and the median of repetitions (the figure
-// every bench reports, so that one noisy repetition does not move it).
+// The benches' timing helpers: wall seconds of a call, the process's CPU seconds, and the median of
+// repetitions (the figure every bench reports, so that one noisy repetition does not move it).
 #pragma once
+#include <ctime>
+
 #include <algorithm>
 #include <chrono>
 #include <functional>
@@ -12,6 +14,13 @@ inline double seconds_of(const std::function<void()>& f) {
   const auto start = std::chrono::steady_clock::now();
   f();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// User and system time of every thread of the process (the engine's, a side thread's, the GUI's).
+inline double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
 inline double median(std::vector<double> v) {

@@ -6,7 +6,7 @@
 //   CPU frame time is begin_frame to the end of end_frame (layout, decimation, uploads, ImGui's GL
 //   submission), not the swap, which is reported apart (Mesa may rasterise there);
 // - "idle": no input, no new data: wait_for_events(false, ≤1 s) for --idle-seconds, redrawing only
-//   when the wait ended early; process CPU seconds (getrusage) over wall seconds, in percent.
+//   when the wait ended early; process CPU seconds (CLOCK_PROCESS_CPUTIME_ID) over wall seconds, in percent.
 //   AppWindow does not say why a wait ended, so "ended early" is judged by the clock.
 // - "idle_redraw_each_wake": the same, redrawing after every wake as app/gui/main.cpp does now.
 // - "frame_follow": frames as "frame_static", with one new sample appended to every plot's series
@@ -19,7 +19,6 @@
 // --decimate-runs N (50).
 #include <GL/gl.h>
 #include <imgui.h>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -32,6 +31,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_timing.h"
 #include "viz/app_window.h"
 #include "viz/decimate.h"
 #include "viz/heatmap.h"
@@ -50,13 +50,6 @@ constexpr int kPlots = 6;
 constexpr std::size_t kPoints = 1'000'000;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-double cpu_seconds() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  const auto s = [](const timeval& t) { return t.tv_sec + t.tv_usec * 1e-6; };
-  return s(usage.ru_utime) + s(usage.ru_stime);
-}
 
 // Nearest-rank percentile of milliseconds.
 double percentile(std::vector<double> v, double q) {
@@ -222,7 +215,7 @@ nlohmann::json time_decimation(const Scene& scene, int runs) {
 
 // Idle for `seconds`: returns CPU percent, wakes and redraws.
 nlohmann::json idle(AppWindow& window, Scene& scene, double seconds, bool redraw_each_wake) {
-  const double cpu_start = cpu_seconds();
+  const double cpu_start = memscope::bench::process_cpu_seconds();
   const auto start = Clock::now();
   int wakes = 0, redraws = 0;
   for (double left = seconds; left > 0.0; left = seconds - seconds_since(start)) {
@@ -239,7 +232,7 @@ nlohmann::json idle(AppWindow& window, Scene& scene, double seconds, bool redraw
     ++redraws;
   }
   const double wall = seconds_since(start);
-  return {{"seconds", wall}, {"cpu_percent", 100.0 * (cpu_seconds() - cpu_start) / wall}, {"wakes", wakes},
+  return {{"seconds", wall}, {"cpu_percent", 100.0 * (memscope::bench::process_cpu_seconds() - cpu_start) / wall}, {"wakes", wakes},
           {"redraws", redraws}};
 }
 

@@ -17,7 +17,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <ctime>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -35,18 +34,12 @@ using namespace memscope::model;
 namespace {
 
 using memscope::bench::median;
+using memscope::bench::process_cpu_seconds;
 
 struct Config {
   const char* name;
   std::vector<std::string> sets;
 };
-
-// User and system time of every thread of the process (the engine's and the side thread's).
-double process_cpu_seconds() {
-  timespec t{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
 
 }  // namespace
 

@@ -299,7 +299,6 @@ void Branch::step_ahead() {
   if (!e.overlap || !next_is_inspect || cursor_.token_index == 0 || gate_fault_.pending ||
       !trainer_->model()->embedding.device().is_cpu())
     return;
-  drop_stepped_ahead();  // none is in hand here; kept so that two can never be
   if (!side_) side_ = std::make_unique<SideThread>();
   SteppedToken& out = ahead_.emplace();
   out.step = step_ + 2;  // this step is step_ + 1 until advance() counts it

@@ -82,10 +82,9 @@ std::vector<double> collect_probes_general(Frame& frame, const ProbeInputs& in, 
     if (full.size(-2) == small.size(-2) && full.size(-1) == small.size(-1)) return;
     const at::Tensor sigma = known.defined() ? known : at::linalg_svdvals(at::nan_to_num(full, 0.0, 0.0, 0.0));
     const at::Tensor entries = full.flatten(-2).to(at::kFloat);  // [N, r·c]
-    const at::Tensor finite = at::isfinite(entries);
+    const at::Tensor bad = at::logical_not(at::isfinite(entries));
     const double inf = std::numeric_limits<double>::infinity();
-    const at::Tensor range = at::stack({std::get<0>(at::where(finite, entries, at::full_like(entries, inf)).min(-1)),
-                                        std::get<0>(at::where(finite, entries, at::full_like(entries, -inf)).max(-1)),
+    const at::Tensor range = at::stack({entries.masked_fill(bad, inf).amin(-1), entries.masked_fill(bad, -inf).amax(-1),
                                         at::isnan(entries).sum(-1).to(at::kFloat), at::isinf(entries).sum(-1).to(at::kFloat)},
                                        -1);  // [N, 4]
     spectra.push_back(at::cat({sigma.to(at::kFloat).reshape({entries.size(0), -1}), range}, -1).flatten());
