@@ -7,6 +7,7 @@
 //   extras_us         the token's argmax and scored loss over the vocabulary
 //   collect_us        collect_probes without snapshots, of which
 //   spectra_us          the batched singular values alone (erank, NS spectra), as collect builds them
+//   spectra_lapack_us the same stacks through at::linalg_svdvals (LAPACK), for the ratio
 //   snapshots_us      what collect adds on a snapshot step (probe.matrices_every)
 //   detectors_us      Detectors::observe on the frame
 // One JSON line; medians over repetitions of the stream. Flags: --preset P (demo-mqar),
@@ -74,7 +75,7 @@ int main(int argc, char** argv) {
       stream.push_back(sequence.narrow(0, t, 1));
   }
 
-  enum Part { Step, StepRecord, Extras, Collect, Spectra, CollectSnapshots, DetectorsPart, kParts };
+  enum Part { Step, StepRecord, Extras, Collect, Spectra, SpectraLapack, CollectSnapshots, DetectorsPart, kParts };
   std::vector<std::vector<double>> per_rep(kParts);
   int64_t snapshot_steps = 0;
   for (int64_t r = 0; r < reps; ++r) {
@@ -120,6 +121,9 @@ int main(int argc, char** argv) {
         start = Clock::now();
         small_singular_values(stack);
         total[Spectra] += micros_since(start);
+        start = Clock::now();
+        at::linalg_svdvals(stack);
+        total[SpectraLapack] += micros_since(start);
       }
 
       start = Clock::now();
@@ -132,6 +136,7 @@ int main(int argc, char** argv) {
     per_rep[Extras].push_back(total[Extras] / n);
     per_rep[Collect].push_back(total[Collect] / static_cast<double>(std::max<int64_t>(plain, 1)));
     per_rep[Spectra].push_back(total[Spectra] / n);
+    per_rep[SpectraLapack].push_back(total[SpectraLapack] / n);
     per_rep[CollectSnapshots].push_back(
         snapshots > 0 ? total[CollectSnapshots] / static_cast<double>(snapshots) - per_rep[Collect].back() : 0.0);
     per_rep[DetectorsPart].push_back(total[DetectorsPart] / n);
@@ -149,6 +154,7 @@ int main(int argc, char** argv) {
                               {"extras_us", median(per_rep[Extras])},
                               {"collect_us", median(per_rep[Collect])},
                               {"spectra_us", median(per_rep[Spectra])},
+                              {"spectra_lapack_us", median(per_rep[SpectraLapack])},
                               {"snapshots_us", median(per_rep[CollectSnapshots])},
                               {"detectors_us", median(per_rep[DetectorsPart])}}
                    .dump()

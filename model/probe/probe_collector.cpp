@@ -198,7 +198,7 @@ std::vector<double> collect_probes_general(Frame& frame, const ProbeInputs& in, 
         bad_u = at::maximum(bad_s, nonfinite(u));
       }
       // One batched SVD, [·,a,b] flattened to a stack: small float matrices on the CPU take the
-      // Jacobi lanes of small_singular_values (LAPACK otherwise).
+      // SIMD lanes of small_singular_values (LAPACK otherwise).
       const at::Tensor spectra_of = muon ? at::cat({finite(m), finite(u)}) : finite(m);
       const at::Tensor sigma = small_singular_values(spectra_of.flatten(0, -3)).unflatten(0, spectra_of.sizes().slice(0, spectra_of.dim() - 2));
       const at::Tensor erank = mask(effective_rank_from_singular_values(sigma.narrow(0, 0, layers)), bad_m);

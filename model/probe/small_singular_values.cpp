@@ -14,119 +14,153 @@ namespace memscope::model {
 
 namespace {
 
-constexpr int kLanes = 16;  // matrices per group: one AVX-512 register of floats
+// Matrices per group. Each loop over `lane` is two AVX-512 instructions of doubles; two
+// independent registers per step also hide half of the QL sweep's latency chain.
+constexpr int kLanes = 16;
+constexpr int kMaxSweepsPerEigenvalue = 30;
 
-// One group of up to kLanes matrices as m vectors of length n, lane-interleaved:
-// v[(i·n + k)·kLanes + lane]. Jacobi rotations make the m vectors mutually orthogonal; their norms
-// are then the singular values (Demmel & Veselić, "Jacobi's method is more accurate than QR").
-// Each loop over `lane` is one vector instruction; target_clones builds AVX-512 and AVX2 copies.
-// The pairs go in round-robin order: each round's m/2 pairs are disjoint, so a round runs in three
-// phases — every pair's dot product, then every rotation angle, then every rotation — and each
-// phase's pairs are independent and overlap in the core instead of each waiting on the last one's
-// division and square roots (30% faster than pair after pair on an AVX-512 Xeon, same bits).
+// One group of up to kLanes symmetric m×m matrices, lane-interleaved: g[(i·m + j)·kLanes + lane].
+// Householder reflections reduce each to tridiagonal form, in place: the diagonal goes to d[i·kLanes
+// + lane] and the off-diagonal (coupling i and i+1) to e[i·kLanes + lane]; e's last row is zeroed.
+// A column whose part below the subdiagonal is already zero gets no reflection (τ = 0).
 MEMSCOPE_SIMD_CLONES
-void orthogonalise(float* __restrict v, float* __restrict norms, int m, int n) {
-  // A pair counts as orthogonal when |v_p·v_q| ≤ tol·‖v_p‖‖v_q‖. The float dot product of n terms
-  // is itself only good to about n ulps, so a tighter tolerance would rotate forever; the singular
-  // values' error is second order in it.
-  const float tolerance = 2.0f * static_cast<float>(n) * std::numeric_limits<float>::epsilon();
-  const float tolerance_sq = tolerance * tolerance;
-  constexpr int kMaxSweeps = 30;
-  auto recompute_norms = [&] {
-    for (int i = 0; i < m; ++i) {
-      float* out = norms + i * kLanes;
-      for (int lane = 0; lane < kLanes; ++lane) out[lane] = 0;
-      for (int k = 0; k < n; ++k) {
-        const float* x = v + (i * n + k) * kLanes;
-        for (int lane = 0; lane < kLanes; ++lane) out[lane] += x[lane] * x[lane];
-      }
+void tridiagonalise(double* __restrict g, double* __restrict d, double* __restrict e, int m) {
+  std::vector<double> v(static_cast<size_t>(m * kLanes)), w(v.size());
+  double tau[kLanes], k_half[kLanes];
+  auto at = [&](int i, int j) { return g + (i * m + j) * kLanes; };
+  for (int k = 0; k + 2 < m; ++k) {
+    // x = column k below the diagonal; H x = α e₁ with α = −sign(x₀)‖x‖ (no cancellation in x₀ − α).
+    double tail[kLanes] = {};
+    for (int i = k + 2; i < m; ++i)
+      for (int lane = 0; lane < kLanes; ++lane) tail[lane] += at(i, k)[lane] * at(i, k)[lane];
+    for (int lane = 0; lane < kLanes; ++lane) {
+      const double x0 = at(k + 1, k)[lane];
+      const double alpha = -std::copysign(std::sqrt(x0 * x0 + tail[lane]), x0);
+      const bool reflect = tail[lane] > 0;
+      const double v0 = x0 - alpha;
+      v[(k + 1) * kLanes + lane] = v0;
+      tau[lane] = reflect ? 2.0 / (v0 * v0 + tail[lane]) : 0.0;
+      e[k * kLanes + lane] = reflect ? alpha : x0;
+      d[k * kLanes + lane] = at(k, k)[lane];
     }
-  };
-  // The circle method: slot 0 stays, the others turn by one each round. An odd m gets an empty
-  // slot (index m) whose pair is skipped.
-  const int slots = m + (m % 2);
-  std::vector<int> order(static_cast<size_t>(slots));
-  for (int i = 0; i < slots; ++i) order[static_cast<size_t>(i)] = i;
-  std::vector<float> dots(static_cast<size_t>(slots / 2 * kLanes)), c(dots.size()), s(dots.size());
-  std::vector<int> first(static_cast<size_t>(slots / 2)), second(first.size());
-  recompute_norms();
-  for (int sweep = 0; sweep < kMaxSweeps; ++sweep) {
-    bool rotated = false;
-    for (int round = 0; round < slots - 1; ++round) {
-      int pairs = 0;
-      for (int i = 0; i < slots / 2; ++i) {
-        const int p = order[static_cast<size_t>(i)], q = order[static_cast<size_t>(slots - 1 - i)];
-        if (p == m || q == m) continue;  // the empty slot
-        first[static_cast<size_t>(pairs)] = std::min(p, q);
-        second[static_cast<size_t>(pairs)] = std::max(p, q);
-        ++pairs;
+    for (int i = k + 2; i < m; ++i)
+      for (int lane = 0; lane < kLanes; ++lane) v[i * kLanes + lane] = at(i, k)[lane];
+    // H G H = G − v wᵀ − w vᵀ on the trailing block, with p = τ G v and w = p − (τ vᵀp / 2) v.
+    for (int i = k + 1; i < m; ++i) {
+      double p[kLanes] = {};
+      for (int j = k + 1; j < m; ++j)
+        for (int lane = 0; lane < kLanes; ++lane) p[lane] += at(i, j)[lane] * v[j * kLanes + lane];
+      for (int lane = 0; lane < kLanes; ++lane) w[i * kLanes + lane] = tau[lane] * p[lane];
+    }
+    for (int lane = 0; lane < kLanes; ++lane) k_half[lane] = 0;
+    for (int i = k + 1; i < m; ++i)
+      for (int lane = 0; lane < kLanes; ++lane) k_half[lane] += v[i * kLanes + lane] * w[i * kLanes + lane];
+    for (int lane = 0; lane < kLanes; ++lane) k_half[lane] *= 0.5 * tau[lane];
+    for (int i = k + 1; i < m; ++i)
+      for (int lane = 0; lane < kLanes; ++lane) w[i * kLanes + lane] -= k_half[lane] * v[i * kLanes + lane];
+    for (int i = k + 1; i < m; ++i)
+      for (int j = k + 1; j < m; ++j)
+        for (int lane = 0; lane < kLanes; ++lane)
+          at(i, j)[lane] -= v[i * kLanes + lane] * w[j * kLanes + lane] + w[i * kLanes + lane] * v[j * kLanes + lane];
+  }
+  for (int lane = 0; lane < kLanes; ++lane) {
+    if (m >= 2) {
+      d[(m - 2) * kLanes + lane] = at(m - 2, m - 2)[lane];
+      e[(m - 2) * kLanes + lane] = at(m - 1, m - 2)[lane];
+    }
+    d[(m - 1) * kLanes + lane] = at(m - 1, m - 1)[lane];
+    e[(m - 1) * kLanes + lane] = 0;
+  }
+}
+
+// One step of a QL sweep (row i) in every lane still rotating below its split point. Branch-free
+// so that it vectorises: a lane that does not rotate keeps its values through the selects.
+inline void rotate_row(double* __restrict di, double* __restrict di1, const double* __restrict ei,
+                       double* __restrict ei1, int i, const int* __restrict split, int* __restrict live,
+                       int* __restrict stopped, double* __restrict s, double* __restrict c, double* __restrict g,
+                       double* __restrict p) {
+  for (int lane = 0; lane < kLanes; ++lane) {
+    const int rotate = live[lane] & static_cast<int>(i < split[lane]);  // &: no branch
+    const double f = s[lane] * ei[lane], b = c[lane] * ei[lane];
+    const double r = std::sqrt(f * f + g[lane] * g[lane]);
+    // r = 0: the rotation would be 0/0; the lane deflates here instead (d[i+1] − p) and skips the
+    // sweep's last update, as the scalar algorithm breaks out of its sweep.
+    const int degenerate = rotate & static_cast<int>(r == 0.0);
+    const int turn = rotate & static_cast<int>(r != 0.0);
+    const double inv = 1.0 / (turn ? r : 1.0);
+    const double sn = f * inv, cs = g[lane] * inv;
+    const double gn = di1[lane] - p[lane];
+    const double rn = (di[lane] - gn) * sn + 2.0 * cs * b;
+    const double pn = sn * rn;
+    ei1[lane] = turn ? r : ei1[lane];
+    di1[lane] = turn ? gn + pn : (degenerate ? gn : di1[lane]);
+    s[lane] = turn ? sn : s[lane];
+    c[lane] = turn ? cs : c[lane];
+    p[lane] = turn ? pn : p[lane];
+    g[lane] = turn ? cs * rn - b : g[lane];
+    live[lane] = live[lane] & (1 - degenerate);
+    stopped[lane] = stopped[lane] | degenerate;
+  }
+}
+
+// The eigenvalues of kLanes symmetric tridiagonal matrices (d, e as tridiagonalise leaves them), in
+// place in d, by the implicit QL algorithm with Wilkinson's shift (Golub & Van Loan §8.3; values
+// only). The lanes run in step: each finds its own split point m_lane, and a sweep runs down from
+// the largest, each lane rotating only below its own. An off-diagonal counts as zero when it is
+// within rounding of its neighbours or of the whole matrix's scale (`negligible`, ε·trace for a
+// Gram matrix), so zero eigenvalues of a rank-deficient matrix end too.
+MEMSCOPE_SIMD_CLONES
+void ql_eigenvalues(double* __restrict d, double* __restrict e, const double* __restrict negligible, int m) {
+  constexpr double eps = std::numeric_limits<double>::epsilon();
+  int split[kLanes], live[kLanes], stopped[kLanes];
+  double s[kLanes], c[kLanes], g[kLanes], p[kLanes];
+  for (int l = 0; l < m; ++l) {
+    for (int sweep = 0; sweep < kMaxSweepsPerEigenvalue; ++sweep) {
+      // Each lane's split point: the first negligible off-diagonal at or below l (m − 1: none).
+      int found[kLanes];
+      for (int lane = 0; lane < kLanes; ++lane) {
+        split[lane] = m - 1;
+        found[lane] = 0;
       }
-      for (int pair = 0; pair < pairs; ++pair) {  // every pair's dot product
-        const float* __restrict vp = v + first[static_cast<size_t>(pair)] * n * kLanes;
-        const float* __restrict vq = v + second[static_cast<size_t>(pair)] * n * kLanes;
-        float dot[kLanes] = {}, dot2[kLanes] = {};  // two chains halve the wait on the FMA latency
-        int k = 0;
-        for (; k + 1 < n; k += 2)
-          for (int lane = 0; lane < kLanes; ++lane) {
-            dot[lane] += vp[k * kLanes + lane] * vq[k * kLanes + lane];
-            dot2[lane] += vp[(k + 1) * kLanes + lane] * vq[(k + 1) * kLanes + lane];
-          }
-        for (; k < n; ++k)
-          for (int lane = 0; lane < kLanes; ++lane) dot[lane] += vp[k * kLanes + lane] * vq[k * kLanes + lane];
-        float* __restrict out = dots.data() + pair * kLanes;
-        for (int lane = 0; lane < kLanes; ++lane) out[lane] = dot[lane] + dot2[lane];
-      }
-      for (int pair = 0; pair < pairs; ++pair) {  // every rotation angle
-        float* __restrict np = norms + first[static_cast<size_t>(pair)] * kLanes;
-        float* __restrict nq = norms + second[static_cast<size_t>(pair)] * kLanes;
-        const float* __restrict gp = dots.data() + pair * kLanes;
-        float* __restrict cp = c.data() + pair * kLanes;
-        float* __restrict sp = s.data() + pair * kLanes;
-        int active = 0;
+      for (int j = l; j + 1 < m; ++j) {
+        const double* dj = d + j * kLanes;
+        const double* dj1 = d + (j + 1) * kLanes;
+        const double* ej = e + j * kLanes;
+        int all = 1;
         for (int lane = 0; lane < kLanes; ++lane) {
-          const float a = np[lane], b = nq[lane], g = gp[lane];
-          // Divisions and square roots are what a rotation waits on (~10 cycles each per AVX-512
-          // instruction), so each takes two of each: the test without a root, and t below.
-          // Orthogonal enough: |g| ≤ tol·√(ab), or |g| ≤ (tol/2)·max(a, b). The second test ends the
-          // rotations of a (nearly) zero vector against a large one, as in a rank-deficient M at a
-          // sequence start: each rotation leaves rounding noise of the large vector's size in the
-          // small one, so the relative test alone would compare noise with noise forever. What it
-          // leaves moves the small singular value by about tol·σ_large, float's own resolution.
-          const float larger = std::max(a, b);
-          const bool rotate = (g * g > tolerance_sq * a * b) &
-                              (4.0f * g * g > tolerance_sq * larger * larger);  // &: branch-free, vectorised
-          // The 2×2 Gram [[a, g], [g, b]] is diagonalised by the rotation with t = tan θ, the
-          // smaller root (|θ| ≤ π/4) of t² + 2ζt − 1 = 0, ζ = (b − a)/2g; written without ζ:
-          // t = sign(b − a)·2g / (|b − a| + √((b − a)² + 4g²)).
-          const float diff = b - a;
-          const float t = std::copysign(1.0f, diff) * 2.0f * g / (std::fabs(diff) + std::sqrt(diff * diff + 4.0f * g * g));
-          const float tangent = rotate ? t : 0.0f;  // also drops 0/0 where g = 0 and a = b
-          cp[lane] = 1.0f / std::sqrt(1.0f + tangent * tangent);
-          sp[lane] = cp[lane] * tangent;
-          np[lane] = a - tangent * g;
-          nq[lane] = b + tangent * g;
-          active += rotate;
+          const double off = std::fabs(ej[lane]);
+          const int small = static_cast<int>(off <= eps * (std::fabs(dj[lane]) + std::fabs(dj1[lane]))) |
+                            static_cast<int>(off <= negligible[lane]);
+          split[lane] = (small & (1 - found[lane])) ? j : split[lane];
+          found[lane] |= small;
+          all &= found[lane];
         }
-        rotated = rotated || active > 0;
-        if (active == 0) second[static_cast<size_t>(pair)] = -1;  // every lane's pair is orthogonal: no rotation
+        if (all) break;
       }
-      for (int pair = 0; pair < pairs; ++pair) {  // every rotation
-        if (second[static_cast<size_t>(pair)] < 0) continue;
-        float* __restrict vp = v + first[static_cast<size_t>(pair)] * n * kLanes;
-        float* __restrict vq = v + second[static_cast<size_t>(pair)] * n * kLanes;
-        const float* __restrict cp = c.data() + pair * kLanes;
-        const float* __restrict sp = s.data() + pair * kLanes;
-        for (int k = 0; k < n; ++k)
-          for (int lane = 0; lane < kLanes; ++lane) {
-            const float x = vp[k * kLanes + lane], y = vq[k * kLanes + lane];
-            vp[k * kLanes + lane] = cp[lane] * x - sp[lane] * y;
-            vq[k * kLanes + lane] = sp[lane] * x + cp[lane] * y;
-          }
+      int deepest = l;
+      for (int lane = 0; lane < kLanes; ++lane) deepest = std::max(deepest, split[lane]);
+      if (deepest == l) break;  // d[l] is an eigenvalue in every lane
+      for (int lane = 0; lane < kLanes; ++lane) {
+        live[lane] = split[lane] > l;
+        stopped[lane] = 0;
+        const double el = live[lane] ? e[l * kLanes + lane] : 1.0;
+        const double q = (d[(l + 1) * kLanes + lane] - d[l * kLanes + lane]) / (2.0 * el);
+        const double r = std::sqrt(q * q + 1.0);
+        g[lane] = d[split[lane] * kLanes + lane] - d[l * kLanes + lane] + el / (q + std::copysign(r, q));
+        s[lane] = 1.0;
+        c[lane] = 1.0;
+        p[lane] = 0.0;
       }
-      std::rotate(order.begin() + 1, order.end() - 1, order.end());
+      for (int i = deepest - 1; i >= l; --i)
+        rotate_row(d + i * kLanes, d + (i + 1) * kLanes, e + i * kLanes, e + (i + 1) * kLanes, i, split, live, stopped, s, c, g, p);
+      for (int lane = 0; lane < kLanes; ++lane) {
+        if (live[lane]) {
+          d[l * kLanes + lane] -= p[lane];
+          e[l * kLanes + lane] = g[lane];
+        }
+        if (live[lane] | stopped[lane]) e[split[lane] * kLanes + lane] = 0.0;
+      }
     }
-    recompute_norms();  // the updated norms drift by rounding; the next sweep starts exact
-    if (!rotated) break;
   }
 }
 
@@ -139,31 +173,50 @@ at::Tensor small_singular_values(const at::Tensor& matrices) {
     return at::linalg_svdvals(matrices);
   const at::Tensor source = matrices.contiguous();
   const int m = static_cast<int>(std::min(r, c)), n = static_cast<int>(std::max(r, c));
-  const bool by_rows = r <= c;  // orthogonalise the shorter side's vectors: fewer pairs
+  const bool by_rows = r <= c;  // the Gram matrix of the shorter side: A Aᵀ or Aᵀ A, m×m
   at::Tensor out = at::empty({count, m}, matrices.options());
-  std::vector<float> v(static_cast<size_t>(m * n * kLanes)), norms(static_cast<size_t>(m * kLanes));
-  std::vector<float> sigma(static_cast<size_t>(m));
+  std::vector<double> a(static_cast<size_t>(m * n * kLanes)), gram(static_cast<size_t>(m * m * kLanes));
+  std::vector<double> d(static_cast<size_t>(m * kLanes)), e(d.size()), sigma(static_cast<size_t>(m));
+  double negligible[kLanes];
+  bool finite[kLanes];
   for (int64_t first = 0; first < count; first += kLanes) {
     const int64_t lanes = std::min<int64_t>(kLanes, count - first);
-    std::fill(v.begin(), v.end(), 0.0f);  // unused lanes hold zero matrices
+    std::fill(a.begin(), a.end(), 0.0);  // unused lanes hold zero matrices
+    for (int64_t lane = 0; lane < kLanes; ++lane) finite[lane] = true;
     for (int64_t lane = 0; lane < lanes; ++lane) {
-      const float* a = source.data_ptr<float>() + (first + lane) * r * c;
+      const float* from = source.data_ptr<float>() + (first + lane) * r * c;
       for (int64_t row = 0; row < r; ++row)
         for (int64_t col = 0; col < c; ++col) {
+          const float x = from[row * c + col];
           const int64_t i = by_rows ? row : col, k = by_rows ? col : row;
-          v[static_cast<size_t>((i * n + k) * kLanes + lane)] = a[row * c + col];
+          finite[lane] = finite[lane] && std::isfinite(x);
+          a[static_cast<size_t>((i * n + k) * kLanes + lane)] = std::isfinite(x) ? x : 0.0;
         }
     }
-    orthogonalise(v.data(), norms.data(), m, n);
-    for (int64_t lane = 0; lane < lanes; ++lane) {
-      bool finite = true;
-      for (int i = 0; i < m; ++i) {
-        sigma[static_cast<size_t>(i)] = std::sqrt(norms[static_cast<size_t>(i * kLanes + lane)]);
-        finite = finite && std::isfinite(sigma[static_cast<size_t>(i)]);
+    // The Gram matrix in double: float products are exact there, so its eigenvalues λ = σ² carry
+    // an error of about ε_double·‖A‖², and σ = √λ one of at most √ε_double·σ_max ≈ 1e-8·σ_max.
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j <= i; ++j) {
+        double sum[kLanes] = {};
+        for (int k = 0; k < n; ++k)
+          for (int lane = 0; lane < kLanes; ++lane)
+            sum[lane] += a[static_cast<size_t>((i * n + k) * kLanes + lane)] * a[static_cast<size_t>((j * n + k) * kLanes + lane)];
+        for (int lane = 0; lane < kLanes; ++lane)
+          gram[static_cast<size_t>((i * m + j) * kLanes + lane)] = gram[static_cast<size_t>((j * m + i) * kLanes + lane)] = sum[lane];
       }
-      if (finite) std::sort(sigma.begin(), sigma.end(), std::greater<float>());  // NaN has no order
-      else std::fill(sigma.begin(), sigma.end(), std::numeric_limits<float>::quiet_NaN());
-      std::copy(sigma.begin(), sigma.end(), out.data_ptr<float>() + (first + lane) * m);
+    for (int lane = 0; lane < kLanes; ++lane) {
+      double trace = 0;
+      for (int i = 0; i < m; ++i) trace += gram[static_cast<size_t>((i * m + i) * kLanes + lane)];
+      negligible[lane] = std::numeric_limits<double>::epsilon() * trace;
+    }
+    tridiagonalise(gram.data(), d.data(), e.data(), m);
+    ql_eigenvalues(d.data(), e.data(), negligible, m);
+    for (int64_t lane = 0; lane < lanes; ++lane) {
+      for (int i = 0; i < m; ++i) sigma[static_cast<size_t>(i)] = std::sqrt(std::max(d[static_cast<size_t>(i * kLanes + lane)], 0.0));
+      std::sort(sigma.begin(), sigma.end(), std::greater<double>());
+      float* to = out.data_ptr<float>() + (first + lane) * m;
+      for (int i = 0; i < m; ++i)
+        to[i] = finite[lane] ? static_cast<float>(sigma[static_cast<size_t>(i)]) : std::numeric_limits<float>::quiet_NaN();
     }
   }
   return out;

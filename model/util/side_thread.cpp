@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 namespace memscope::model {
 
@@ -27,6 +28,16 @@ void spin_until(Done done) {
     relax();
     if (i % 64 == 63 && std::chrono::steady_clock::now() > until) return;
   }
+}
+
+// The mutex, taken without sleeping when its holder lets go within the spin. Whoever spins for the
+// other side's flag finds it set while that side still holds the mutex (it sets the flag under
+// the mutex, for the sleeper's sake); blocking there would sleep in the kernel and wake µs later.
+std::unique_lock<std::mutex> lock_soon(std::mutex& mutex) {
+  std::unique_lock<std::mutex> lock(mutex, std::defer_lock);
+  spin_until([&] { return lock.try_lock(); });
+  if (!lock.owns_lock()) lock.lock();
+  return lock;
 }
 
 // The spare cores not held by a running job, process-wide.
@@ -103,7 +114,7 @@ void SideThread::start(std::function<void()> job, bool holds_core) {
 
 void SideThread::wait() {
   spin_until([this] { return !busy(); });
-  std::unique_lock<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock = lock_soon(mutex_);
   done_.wait(lock, [this] { return !busy(); });
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
@@ -114,7 +125,7 @@ void SideThread::loop() {
     std::function<void()> job;
     bool holds_core = false;
     {
-      std::unique_lock<std::mutex> lock(mutex_);
+      std::unique_lock<std::mutex> lock = lock_soon(mutex_);
       wake_.wait(lock, [this] { return busy() || stop_; });
       if (!busy()) return;  // stopped with nothing in hand
       job = std::move(job_);

@@ -1,4 +1,4 @@
-// The probes' batched Jacobi singular values (model/probe/small_singular_values.cpp, issue 20)
+// The probes' batched singular values (model/probe/small_singular_values.cpp, issue 20)
 // against LAPACK's in float64, on the shapes the probes meet and the edge cases.
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
@@ -38,7 +38,7 @@ TEST_CASE("small singular values equal LAPACK's: square, wide, tall, partial gro
   CHECK(worst_error(low_rank) < 2e-6);
 }
 
-TEST_CASE("small singular values: zero and non-finite matrices, and sizes beyond the Jacobi path", "[probe]") {
+TEST_CASE("small singular values: zero and non-finite matrices, and sizes beyond the batched path", "[probe]") {
   auto m = torch::randn({3, 16, 16});
   m[1].zero_();
   m[2][4][5] = std::nan("");
