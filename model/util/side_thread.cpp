@@ -6,6 +6,8 @@
 #include <chrono>
 #include <utility>
 
+#include "model/util/cpu_quota.h"
+
 namespace memscope::model {
 
 namespace {
@@ -56,12 +58,12 @@ bool take_spare_core() {
 }  // namespace
 
 int SideThread::spare_cores() {
-  // The affinity mask, not the machine: taskset or a container's cpuset may give fewer. (A CPU
-  // quota without a cpuset is not seen; such a process oversubscribes as before.)
+  // The affinity mask, not the machine: taskset or a container's cpuset may give fewer; and a
+  // container's CPU quota may allow fewer still (model/util/cpu_quota.h).
   cpu_set_t set;
   CPU_ZERO(&set);
-  const int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
-                                                                 : static_cast<int>(std::thread::hardware_concurrency());
+  int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : static_cast<int>(std::thread::hardware_concurrency());
+  if (const auto limit = cgroup_cpu_limit()) cores = std::min(cores, *limit);
   return std::max(1, cores) - 1;
 }
 

@@ -11,6 +11,7 @@
 
 #include "engine/engine_test_support.h"
 #include "model/engine/branch.h"
+#include "model/util/cpu_quota.h"
 #include "model/util/side_thread.h"
 
 using namespace memscope;
@@ -164,7 +165,8 @@ TEST_CASE("SideThread runs one job at a time, hands back what it threw, and wait
 
 TEST_CASE("SideThread::try_run takes a spare core, one fewer than the machine has, while its job runs", "[engine]") {
   const int spare = SideThread::spare_cores();
-  CHECK(spare == static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) - 1);  // no affinity mask here
+  const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  CHECK(spare == std::min(machine, memscope::model::cgroup_cpu_limit().value_or(machine)) - 1);  // no affinity mask here
   std::vector<std::unique_ptr<SideThread>> sides;
   for (int i = 0; i <= spare; ++i) sides.push_back(std::make_unique<SideThread>());
   std::atomic<int> ran{0};
@@ -187,4 +189,23 @@ TEST_CASE("SideThread::try_run takes a spare core, one fewer than the machine ha
     for (auto& side : sides) side->wait();
     CHECK(ran == spare + 2);
   }
+}
+
+TEST_CASE("cgroup CPU quotas: cpu.max and the v1 pair parse to CPUs, no quota and nonsense to none", "[engine]") {
+  using memscope::model::cpus_from_cfs;
+  using memscope::model::cpus_from_cpu_max;
+  CHECK(cpus_from_cpu_max("150000 100000\n") == 1.5);
+  CHECK(cpus_from_cpu_max("400000 100000") == 4.0);
+  CHECK_FALSE(cpus_from_cpu_max("max 100000\n"));
+  CHECK_FALSE(cpus_from_cpu_max(""));
+  CHECK_FALSE(cpus_from_cpu_max("100000"));
+  CHECK_FALSE(cpus_from_cpu_max("100000 0"));
+  CHECK_FALSE(cpus_from_cpu_max("1e5 1e5 7"));
+  CHECK_FALSE(cpus_from_cpu_max("fast 100000"));
+  CHECK(cpus_from_cfs("50000\n", "100000\n") == 0.5);
+  CHECK_FALSE(cpus_from_cfs("-1\n", "100000\n"));
+  CHECK_FALSE(cpus_from_cfs("", "100000"));
+  CHECK_FALSE(cpus_from_cfs("200000", "1x"));
+  // This process's own limit, where it has one, is a whole number of CPUs, at least 1.
+  if (const auto limit = memscope::model::cgroup_cpu_limit()) CHECK(*limit >= 1);
 }
