@@ -38,14 +38,19 @@ double micros_since(Clock::time_point start) {
   return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
 }
 
-// The stack of matrices collect_fused_probes hands to small_singular_values: every head's M, then
-// (Muon) every head's U = NS(S) from the record, batch row 0.
-at::Tensor spectra_stack(const LmState& state, const LmStepOutput& out) {
-  std::vector<at::Tensor> parts;
-  for (const auto& block : state.blocks) parts.push_back(block.memory.memory.front().select(0, 0));
-  for (const auto& record : out.records)
-    if (record && !record->ns_output.empty()) parts.push_back(record->ns_output.front().select(0, 0));
-  return at::cat(parts, 0).contiguous();
+// The stacks of matrices collect_fused_probes hands to small_singular_values, one per weight (M;
+// W1 and W2 of an MLP memory): every head's weight, then (Muon) every head's U = NS(S) from the
+// record, batch row 0.
+std::vector<at::Tensor> spectra_stacks(const LmState& state, const LmStepOutput& out) {
+  std::vector<at::Tensor> stacks;
+  for (size_t w = 0; w < state.blocks.front().memory.memory.size(); ++w) {
+    std::vector<at::Tensor> parts;
+    for (const auto& block : state.blocks) parts.push_back(block.memory.memory[w].select(0, 0));
+    for (const auto& record : out.records)
+      if (record && record->ns_output.size() > w) parts.push_back(record->ns_output[w].select(0, 0));
+    stacks.push_back(at::cat(parts, 0).contiguous());
+  }
+  return stacks;
 }
 
 }  // namespace
@@ -117,12 +122,12 @@ int main(int argc, char** argv) {
       (in.matrices ? snapshots : plain) += 1;
 
       if (model->config().has_memory()) {
-        const at::Tensor stack = spectra_stack(probed, out);
+        const std::vector<at::Tensor> stacks = spectra_stacks(probed, out);
         start = Clock::now();
-        small_singular_values(stack);
+        for (const auto& stack : stacks) small_singular_values(stack);
         total[Spectra] += micros_since(start);
         start = Clock::now();
-        at::linalg_svdvals(stack);
+        for (const auto& stack : stacks) at::linalg_svdvals(stack);
         total[SpectraLapack] += micros_since(start);
       }
 

@@ -17,15 +17,42 @@ namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
+// These loops run over every entry of every weight each frame (an MLP memory's W1 and W2 are 1,024
+// entries a head): written so that they vectorise. x − x is 0 exactly when x is finite.
+constexpr int kPartialSums = 8;  // independent double sums: one vector register, no add waiting on the last
+
 bool all_finite(const float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i)
-    if (!std::isfinite(x[i])) return false;
-  return true;
+  int bad = 0;
+  for (int64_t i = 0; i < n; ++i) bad |= static_cast<int>(!(x[i] - x[i] == 0.0f));
+  return bad == 0;
 }
 
-float frobenius(const float* x, int64_t n) {
+// to = from with NaN and Inf as 0 (what the SVDs can take); returns whether from was all finite.
+bool copy_finite(const float* __restrict from, float* __restrict to, int64_t n) {
+  int bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const bool finite = from[i] - from[i] == 0.0f;
+    to[i] = finite ? from[i] : 0.0f;
+    bad |= static_cast<int>(!finite);
+  }
+  return bad == 0;
+}
+
+// ‖x − y‖_F (y = nullptr: ‖x‖_F) in double.
+float frobenius(const float* __restrict x, const float* __restrict y, int64_t n) {
+  double sums[kPartialSums] = {};
+  int64_t i = 0;
+  for (; i + kPartialSums <= n; i += kPartialSums)
+    for (int j = 0; j < kPartialSums; ++j) {
+      const double v = static_cast<double>(x[i + j]) - (y ? static_cast<double>(y[i + j]) : 0.0);
+      sums[j] += v * v;
+    }
+  for (; i < n; ++i) {
+    const double v = static_cast<double>(x[i]) - (y ? static_cast<double>(y[i]) : 0.0);
+    sums[0] += v * v;
+  }
   double squares = 0;
-  for (int64_t i = 0; i < n; ++i) squares += static_cast<double>(x[i]) * x[i];
+  for (double part : sums) squares += part;
   return static_cast<float>(std::sqrt(squares));
 }
 
@@ -40,18 +67,25 @@ bool fused_probes_apply(const ProbeInputs& in, const ProbeConfig& config) {
       model->config().uses_cms())
     return false;
   const MemoryRule& rule = model->rule();
-  if (rule.structure != Structure::Linear || rule.dgd_per_feature) return false;
+  // dgd on an MLP memory has a per-feature preconditioner for its retention range (the general
+  // path's key_squares branch), and per-feature dgd an eigenvalue problem: both stay general.
+  if (rule.dgd_per_feature || (rule.structure == Structure::Mlp && rule.optimiser == Optimiser::Dgd)) return false;
+  if (rule.structure != Structure::Linear && rule.structure != Structure::Mlp) return false;
+  const size_t weights = in.state->blocks.front().memory.memory.size();
+  int64_t largest_side = 0;
   for (const auto& block : in.state->blocks) {
     const MemoryState& s = block.memory;
-    if (s.memory.size() != 1 || s.momentum.size() != 1) return false;
-    for (const at::Tensor* t : {&s.memory[0], &s.momentum[0]})
-      if (!t->defined() || !t->device().is_cpu() || t->scalar_type() != at::kFloat) return false;
+    if (s.memory.empty() || s.memory.size() != weights || s.momentum.size() != weights) return false;
+    for (size_t w = 0; w < weights; ++w)
+      for (const at::Tensor* t : {&s.memory[w], &s.momentum[w]}) {
+        if (!t->defined() || t->dim() != 4 || !t->device().is_cpu() || t->scalar_type() != at::kFloat) return false;
+        largest_side = std::max({largest_side, t->size(-2), t->size(-1)});
+      }
   }
   if (in.records)
     for (const auto& r : *in.records)
       if (r && (r->loss_before.scalar_type() != at::kFloat || !r->loss_before.device().is_cpu())) return false;
-  const at::Tensor& m = in.state->blocks.front().memory.memory[0];
-  const bool shrinks = !config.full_matrices && config.downsample > 0 && std::max(m.size(-2), m.size(-1)) > config.downsample;
+  const bool shrinks = !config.full_matrices && config.downsample > 0 && largest_side > config.downsample;
   return !(in.matrices && shrinks);
 }
 
@@ -61,8 +95,7 @@ std::vector<double> collect_fused_probes(Frame& frame, const ProbeInputs& in) {
   const MemoryRule& rule = model->rule();
   const int64_t L = model->layers();
   const MemoryState& first = in.state->blocks.front().memory;
-  const int64_t H = first.memory[0].size(1), rows = first.memory[0].size(-2), cols = first.memory[0].size(-1);
-  const int64_t area = rows * cols, rank = std::min(rows, cols);
+  const int64_t W = static_cast<int64_t>(first.memory.size()), H = first.memory[0].size(1);
   frame.layers = static_cast<int>(L);
   frame.heads = static_cast<int>(H);
   frame.weights = first.names;
@@ -76,17 +109,30 @@ std::vector<double> collect_fused_probes(Frame& frame, const ProbeInputs& in) {
   for (int64_t l = 0; l < L; ++l) all_records = all_records && record_of(l);
   const bool muon = rule.optimiser == Optimiser::Muon;
   const bool have_before = in.memory_before && static_cast<int64_t>(in.memory_before->size()) == L;
-  std::vector<at::Tensor> memory(static_cast<size_t>(L)), momentum(memory.size()), before(memory.size()), ns(memory.size());
-  for (int64_t l = 0; l < L; ++l) {
-    const MemoryState& s = in.state->blocks[static_cast<size_t>(l)].memory;
-    memory[static_cast<size_t>(l)] = s.memory[0].contiguous();
-    momentum[static_cast<size_t>(l)] = s.momentum[0].contiguous();
-    if (have_before) before[static_cast<size_t>(l)] = (*in.memory_before)[static_cast<size_t>(l)][0].to(at::kFloat).contiguous();
-    if (muon)  // U = NS(S): what the step applied, or (no record: a train frame) NS of S's finite part
-      ns[static_cast<size_t>(l)] =
-          all_records && !record_of(l)->ns_output.empty()
-              ? record_of(l)->ns_output[0].contiguous()
-              : newton_schulz_small(at::nan_to_num(momentum[static_cast<size_t>(l)].select(0, 0), 0.0, 0.0, 0.0), rule.ns);
+  // Per weight (M; or W1, W2 of an MLP memory) and layer: [B,H,rows,cols] contiguous.
+  struct Weight {
+    int64_t rows = 0, cols = 0, area = 0, rank = 0;
+    std::vector<at::Tensor> memory, momentum, before, ns;  // per layer
+  };
+  std::vector<Weight> weights(static_cast<size_t>(W));
+  for (int64_t w = 0; w < W; ++w) {
+    Weight& x = weights[static_cast<size_t>(w)];
+    x.rows = first.memory[static_cast<size_t>(w)].size(-2);
+    x.cols = first.memory[static_cast<size_t>(w)].size(-1);
+    x.area = x.rows * x.cols;
+    x.rank = std::min(x.rows, x.cols);
+    for (int64_t l = 0; l < L; ++l) {
+      const MemoryState& s = in.state->blocks[static_cast<size_t>(l)].memory;
+      x.memory.push_back(s.memory[static_cast<size_t>(w)].contiguous());
+      x.momentum.push_back(s.momentum[static_cast<size_t>(w)].contiguous());
+      if (have_before) x.before.push_back((*in.memory_before)[static_cast<size_t>(l)][static_cast<size_t>(w)].to(at::kFloat).contiguous());
+      if (muon) {  // U = NS(S): what the step applied, or (no record: a train frame) NS of S's finite part
+        const StepRecord* r = all_records ? record_of(l) : nullptr;
+        x.ns.push_back(r && static_cast<int64_t>(r->ns_output.size()) > w
+                           ? r->ns_output[static_cast<size_t>(w)].contiguous()
+                           : newton_schulz_small(at::nan_to_num(x.momentum.back().select(0, 0), 0.0, 0.0, 0.0), rule.ns));
+      }
+    }
   }
 
   // Head metrics (SPEC §8), in HeadMetric order.
@@ -125,89 +171,91 @@ std::vector<double> collect_fused_probes(Frame& frame, const ProbeInputs& in) {
       }
     }
 
-  // One SVD for every spectrum: M's (zeroed where not finite) for the erank, then U's for the NS
-  // error, each [rows, cols] of batch row 0.
-  const int64_t matrices = (muon ? 2 : 1) * L * H;
-  at::Tensor stack = at::empty({matrices, rows, cols}, first.memory[0].options());
-  float* to = stack.data_ptr<float>();
-  std::vector<bool> bad_m(static_cast<size_t>(L * H)), bad_s(bad_m.size()), bad_u(bad_m.size());
-  for (int pass = 0; pass < (muon ? 2 : 1); ++pass)
-    for (int64_t l = 0; l < L; ++l)
-      for (int64_t h = 0; h < H; ++h, to += area) {
-        const float* from = row0(pass == 0 ? memory[static_cast<size_t>(l)] : ns[static_cast<size_t>(l)]) + h * area;
-        for (int64_t i = 0; i < area; ++i) to[i] = std::isfinite(from[i]) ? from[i] : 0.0f;
-        const size_t at = static_cast<size_t>(l * H + h);
-        if (pass == 0) {
-          bad_m[at] = !all_finite(from, area);
-          bad_s[at] = !all_finite(row0(momentum[static_cast<size_t>(l)]) + h * area, area);
-        } else {
-          bad_u[at] = bad_s[at] || !all_finite(from, area);
+  frame.weight_metrics.assign(static_cast<size_t>(L * H * W * kWeightMetricCount), kNaN);
+  for (int64_t w = 0; w < W; ++w) {
+    const Weight& x = weights[static_cast<size_t>(w)];
+    // One SVD call per weight for every spectrum: M's (zeroed where not finite) for the erank,
+    // then U's for the NS error, each [rows, cols] of batch row 0.
+    const int64_t matrices = (muon ? 2 : 1) * L * H;
+    at::Tensor stack = at::empty({matrices, x.rows, x.cols}, first.memory[0].options());
+    float* to = stack.data_ptr<float>();
+    std::vector<bool> bad_m(static_cast<size_t>(L * H)), bad_s(bad_m.size()), bad_u(bad_m.size());
+    for (int pass = 0; pass < (muon ? 2 : 1); ++pass)
+      for (int64_t l = 0; l < L; ++l)
+        for (int64_t h = 0; h < H; ++h, to += x.area) {
+          const float* from = row0(pass == 0 ? x.memory[static_cast<size_t>(l)] : x.ns[static_cast<size_t>(l)]) + h * x.area;
+          const bool finite = copy_finite(from, to, x.area);
+          const size_t at = static_cast<size_t>(l * H + h);
+          if (pass == 0) {
+            bad_m[at] = !finite;
+            bad_s[at] = !all_finite(row0(x.momentum[static_cast<size_t>(l)]) + h * x.area, x.area);
+          } else {
+            bad_u[at] = bad_s[at] || !finite;
+          }
         }
-      }
-  const at::Tensor sigma = small_singular_values(stack).contiguous();  // [matrices, rank], descending
-  const float* spectra = sigma.data_ptr<float>();
+    const at::Tensor sigma = small_singular_values(stack).contiguous();  // [matrices, rank], descending
+    const float* spectra = sigma.data_ptr<float>();
+    const int64_t rank = x.rank;
 
-  frame.weight_metrics.assign(static_cast<size_t>(L * H * kWeightMetricCount), kNaN);
-  for (int64_t l = 0; l < L; ++l)
-    for (int64_t h = 0; h < H; ++h) {
-      const size_t at = static_cast<size_t>(l * H + h);
-      float* out = frame.weight_metrics.data() + at * kWeightMetricCount;
-      const float* m = row0(memory[static_cast<size_t>(l)]) + h * area;
-      out[static_cast<int>(WeightMetric::NormM)] = frobenius(m, area);
-      out[static_cast<int>(WeightMetric::NormS)] = frobenius(row0(momentum[static_cast<size_t>(l)]) + h * area, area);
-      if (have_before) {
-        const float* was = row0(before[static_cast<size_t>(l)]) + h * area;
-        double squares = 0;
-        for (int64_t i = 0; i < area; ++i) squares += static_cast<double>(m[i] - was[i]) * (m[i] - was[i]);
-        out[static_cast<int>(WeightMetric::NormDM)] = static_cast<float>(std::sqrt(squares));
+    for (int64_t l = 0; l < L; ++l)
+      for (int64_t h = 0; h < H; ++h) {
+        const size_t at = static_cast<size_t>(l * H + h);
+        float* out = frame.weight_metrics.data() + (static_cast<int64_t>(at) * W + w) * kWeightMetricCount;  // [L,H,W,K]
+        const float* m = row0(x.memory[static_cast<size_t>(l)]) + h * x.area;
+        out[static_cast<int>(WeightMetric::NormM)] = frobenius(m, nullptr, x.area);
+        out[static_cast<int>(WeightMetric::NormS)] = frobenius(row0(x.momentum[static_cast<size_t>(l)]) + h * x.area, nullptr, x.area);
+        if (have_before)
+          out[static_cast<int>(WeightMetric::NormDM)] = frobenius(m, row0(x.before[static_cast<size_t>(l)]) + h * x.area, x.area);
+        // Effective rank: exp of the entropy of σ/Σσ (matrix_metrics.cpp), 0 for a zero matrix.
+        const float* s = spectra + static_cast<int64_t>(at) * rank;
+        double total = 0, entropy = 0;
+        for (int64_t i = 0; i < rank; ++i) total += s[i];
+        for (int64_t i = 0; i < rank && total > 0; ++i) {
+          const double p = s[i] / total;
+          if (p > 0) entropy -= p * std::log(p);
+        }
+        if (!bad_m[at]) out[static_cast<int>(WeightMetric::Erank)] = total > 0 ? static_cast<float>(std::exp(entropy)) : 0.0f;
+        if (muon && !bad_u[at]) {  // ‖UᵀU − I‖_F/√r from U's singular values
+          const float* u = spectra + (L * H + static_cast<int64_t>(at)) * rank;
+          double error = 0;
+          for (int64_t i = 0; i < rank; ++i) error += (static_cast<double>(u[i]) * u[i] - 1.0) * (static_cast<double>(u[i]) * u[i] - 1.0);
+          out[static_cast<int>(WeightMetric::NsError)] = static_cast<float>(std::sqrt(error / static_cast<double>(rank)));
+          out[static_cast<int>(WeightMetric::NsSmin)] = u[rank - 1];
+          out[static_cast<int>(WeightMetric::NsSmax)] = u[0];
+        }
+        out[static_cast<int>(WeightMetric::NonFinite)] = static_cast<float>(bad_m[at] + 2 * bad_s[at] + 4 * head_bad[at]);
       }
-      // Effective rank: exp of the entropy of σ/Σσ (matrix_metrics.cpp), 0 for a zero matrix.
-      const float* s = spectra + static_cast<int64_t>(at) * rank;
-      double total = 0, entropy = 0;
-      for (int64_t i = 0; i < rank; ++i) total += s[i];
-      for (int64_t i = 0; i < rank && total > 0; ++i) {
-        const double p = s[i] / total;
-        if (p > 0) entropy -= p * std::log(p);
-      }
-      if (!bad_m[at]) out[static_cast<int>(WeightMetric::Erank)] = total > 0 ? static_cast<float>(std::exp(entropy)) : 0.0f;
-      if (muon && !bad_u[at]) {  // ‖UᵀU − I‖_F/√r from U's singular values
-        const float* u = spectra + (L * H + static_cast<int64_t>(at)) * rank;
-        double error = 0;
-        for (int64_t i = 0; i < rank; ++i) error += (static_cast<double>(u[i]) * u[i] - 1.0) * (static_cast<double>(u[i]) * u[i] - 1.0);
-        out[static_cast<int>(WeightMetric::NsError)] = static_cast<float>(std::sqrt(error / static_cast<double>(rank)));
-        out[static_cast<int>(WeightMetric::NsSmin)] = u[rank - 1];
-        out[static_cast<int>(WeightMetric::NsSmax)] = u[0];
-      }
-      out[static_cast<int>(WeightMetric::NonFinite)] =
-          static_cast<float>(bad_m[at] + 2 * bad_s[at] + 4 * head_bad[at]);
-    }
+  }
 
   // Snapshots per weight, tensor, layer and head, as collect_probes orders them; at full size.
   if (in.matrices)
-    for (const char* tensor : {"M", "S", "dM"}) {
-      if (std::string(tensor) == "dM" && !have_before) continue;
-      for (int64_t l = 0; l < L; ++l)
-        for (int64_t h = 0; h < H; ++h) {
-          MatrixSnapshot snap;
-          snap.layer = static_cast<int>(l);
-          snap.head = static_cast<int>(h);
-          snap.weight = frame.weights[0];
-          snap.tensor = tensor;
-          snap.rows = snap.full_rows = static_cast<int>(rows);
-          snap.cols = snap.full_cols = static_cast<int>(cols);
-          const float* m = row0(memory[static_cast<size_t>(l)]) + h * area;
-          if (std::string(tensor) == "S") {
-            const float* s = row0(momentum[static_cast<size_t>(l)]) + h * area;
-            snap.values.assign(s, s + area);
-          } else if (std::string(tensor) == "M") {
-            snap.values.assign(m, m + area);
-          } else {
-            const float* was = row0(before[static_cast<size_t>(l)]) + h * area;
-            snap.values.resize(static_cast<size_t>(area));
-            for (int64_t i = 0; i < area; ++i) snap.values[static_cast<size_t>(i)] = m[i] - was[i];
+    for (int64_t w = 0; w < W; ++w) {
+      const Weight& x = weights[static_cast<size_t>(w)];
+      for (const char* tensor : {"M", "S", "dM"}) {
+        if (std::string(tensor) == "dM" && !have_before) continue;
+        for (int64_t l = 0; l < L; ++l)
+          for (int64_t h = 0; h < H; ++h) {
+            MatrixSnapshot snap;
+            snap.layer = static_cast<int>(l);
+            snap.head = static_cast<int>(h);
+            snap.weight = frame.weights[static_cast<size_t>(w)];
+            snap.tensor = tensor;
+            snap.rows = snap.full_rows = static_cast<int>(x.rows);
+            snap.cols = snap.full_cols = static_cast<int>(x.cols);
+            const float* m = row0(x.memory[static_cast<size_t>(l)]) + h * x.area;
+            if (std::string(tensor) == "S") {
+              const float* s = row0(x.momentum[static_cast<size_t>(l)]) + h * x.area;
+              snap.values.assign(s, s + x.area);
+            } else if (std::string(tensor) == "M") {
+              snap.values.assign(m, m + x.area);
+            } else {
+              const float* was = row0(x.before[static_cast<size_t>(l)]) + h * x.area;
+              snap.values.resize(static_cast<size_t>(x.area));
+              for (int64_t i = 0; i < x.area; ++i) snap.values[static_cast<size_t>(i)] = m[i] - was[i];
+            }
+            frame.matrices.push_back(std::move(snap));
           }
-          frame.matrices.push_back(std::move(snap));
-        }
+      }
     }
 
   const float nothing = 0;  // no HOPE or CMS parts: this clears the frame's fields for them

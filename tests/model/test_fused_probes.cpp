@@ -88,7 +88,7 @@ void check_frames_equal(const ProbeInputs& in) {
 
 }  // namespace
 
-TEST_CASE("fused probes equal the general path: Muon, gd with momentum, dgd, retention off, windows", "[probe]") {
+TEST_CASE("fused probes equal the general path: Muon, gd with momentum, dgd, retention off, windows, MLP memories", "[probe]") {
   const std::vector<std::pair<std::string, std::vector<std::string>>> models{
       {"atlas-linear", {}},                                  // Muon, an Omega window, polynomial features
       {"atlas-linear", {"memory.window.c=1"}},
@@ -97,6 +97,9 @@ TEST_CASE("fused probes equal the general path: Muon, gd with momentum, dgd, ret
       {"titans-lmm", {"memory.structure=linear"}},          // gd with momentum, the conv
       {"titans-lmm", {"memory.structure=linear", "memory.retention=none"}},
       {"titans-lmm", {"memory.structure=linear", "memory.bias=huber"}},  // the general step's record
+      {"titans-lmm", {}},                                   // MLP memory (W1, W2): gd with momentum
+      {"atlas", {}},                                        // MLP memory under Muon, an Omega window
+      {"atlas", {"memory.window.c=1", "memory.retention=none"}},
   };
   for (const auto& [memory, sets] : models) {
     std::string name = memory;
@@ -128,7 +131,7 @@ TEST_CASE("fused probes equal the general path: Muon, gd with momentum, dgd, ret
 TEST_CASE("fused probes leave to the general path what they do not take", "[probe]") {
   const ProbeConfig config;
   for (const auto& [memory, sets] : std::vector<std::pair<std::string, std::vector<std::string>>>{
-           {"titans-lmm", {}},                                                    // an MLP memory
+           {"titans-lmm", {"memory.optimiser=dgd"}},                              // dgd on an MLP memory
            {"deltanet", {"memory.optimiser=dgd", "memory.dgd.per_feature=true"}},  // per-feature dgd
        }) {
     INFO(memory);
