@@ -75,8 +75,9 @@ void tridiagonalise(double* __restrict g, double* __restrict d, double* __restri
 }
 
 // One step of a QL sweep (row i) in every lane still rotating below its split point. Branch-free
-// so that it vectorises: a lane that does not rotate keeps its values through the selects.
-inline void rotate_row(double* __restrict di, double* __restrict di1, const double* __restrict ei,
+// so that it vectorises: a lane that does not rotate keeps its values through the selects. Inlined
+// into each of ql_eigenvalues' clones, so that it is built for the clone's vector width.
+[[gnu::always_inline]] inline void rotate_row(double* __restrict di, double* __restrict di1, const double* __restrict ei,
                        double* __restrict ei1, int i, const int* __restrict split, int* __restrict live,
                        int* __restrict stopped, double* __restrict s, double* __restrict c, double* __restrict g,
                        double* __restrict p) {
@@ -214,6 +215,7 @@ at::Tensor small_singular_values(const at::Tensor& matrices) {
   const int m = static_cast<int>(std::min(r, c)), n = static_cast<int>(std::max(r, c));
   const bool by_rows = r <= c;  // the Gram matrix of the shorter side: A Aᵀ or Aᵀ A, m×m
   at::Tensor out = at::empty({count, m}, matrices.options());
+  if (count == 0 || m == 0) return out;
   // Written in full for every group before they are read: no zeroing (128 KB at 16×64).
   const std::unique_ptr<double[]> a(new double[static_cast<size_t>(m * n * kLanes)]);
   const std::unique_ptr<double[]> gram(new double[static_cast<size_t>(m * m * kLanes)]);

@@ -57,6 +57,8 @@ TEST_CASE("small singular values: zero and non-finite matrices, and sizes beyond
   CHECK(sigma[1].abs().max().item<float>() == 0);
   CHECK(torch::isnan(sigma[2]).all().item<bool>());  // NaN in, NaN out, nothing else disturbed
   CHECK(torch::allclose(sigma[0], torch::linalg_svdvals(m[0]), 1e-5, 1e-5));
+  CHECK(small_singular_values(torch::randn({0, 16, 16})).sizes() == torch::IntArrayRef({0, 16}));
+  CHECK(small_singular_values(torch::randn({3, 0, 16})).sizes() == torch::IntArrayRef({3, 0}));
   const auto big = torch::randn({2, 80, 70});
   CHECK(torch::equal(small_singular_values(big), torch::linalg_svdvals(big)));
 }
