@@ -65,6 +65,7 @@ void Detectors::set_config(const DetectConfig& config) {
     w.norm.set_config(spike_config());
     w.growth_s.set_config(spike_config());
     for (auto& d : w.ns.by_place) d.set_config({config_.spike_threshold, config_.spike_half_life, kNsWarmup});
+    for (auto& d : w.norm_by_place) d.set_config({config_.spike_threshold, config_.spike_half_life, kNsWarmup});
   }
 }
 
@@ -72,6 +73,7 @@ void Detectors::reset() {
   spikes_.clear();
   previous_lr_ = 0;
   weights_.clear();
+  norm_flagged_sequence_.clear();
   inspect_train_step_ = -1;
   nonfinite_weights_.clear();
   nonfinite_heads_.clear();
@@ -133,9 +135,11 @@ std::vector<Event> Detectors::observe(const Frame& f) {
   // sequence start does not for growth. bench/detector_bench --mode train+inspect fired twice in
   // 1,500 healthy demo-mqar steps against the statistics of older weights (z 7.6 and 9.1).
   if (f.kind == FrameKind::Inspect) {
-    if (inspect_train_step_ >= 0 && f.train_step != inspect_train_step_)
+    if (inspect_train_step_ >= 0 && f.train_step != inspect_train_step_) {
       for (auto it = weights_.begin(); it != weights_.end();)
         it = it->first.stream == stream_id ? weights_.erase(it) : std::next(it);
+      norm_flagged_sequence_.erase(stream_id);
+    }
     inspect_train_step_ = f.train_step;
   }
   for (int l = 0; l < f.layers; ++l)
@@ -168,8 +172,29 @@ std::vector<Event> Detectors::observe(const Frame& f) {
         // healthy demo steps (bench/detector_bench). Training is watched through its loss and
         // gradient norm, which a memory blow-up drives too.
         if (f.kind == FrameKind::Inspect) {
+          const size_t events_before = events.size();
           spike(series.norm, norm, l, h, name,
                 [&] { return "‖" + name + "‖ of layer " + std::to_string(l) + " head " + std::to_string(h); });
+          if (events.size() > events_before) norm_flagged_sequence_[stream_id] = f.sequence;
+          // Against the same place in earlier sequences (norm_flagged_sequence_ in detectors.h).
+          if (config_.norm_growth > 0 && f.token_index >= 0 && std::isfinite(norm) && norm > 0) {
+            if (series.norm_by_place.empty())
+              series.norm_by_place.assign(kNsPlaces, SpikeDetector({config_.spike_threshold, config_.spike_half_life, kNsWarmup}));
+            SpikeDetector& usual = series.norm_by_place[static_cast<size_t>(std::min<int64_t>(f.token_index, kNsPlaces - 1))];
+            const double usual_log = usual.mean();
+            const auto s = usual.observe(f.step, std::log(norm));
+            const auto flagged = norm_flagged_sequence_.find(stream_id);
+            const bool flagged_already = flagged != norm_flagged_sequence_.end() && flagged->second == f.sequence;
+            if (s && std::log(norm) - usual_log > std::log(config_.norm_growth) && !flagged_already) {
+              events.push_back(make_event(f, EventKind::Spike,
+                                          place(l, h, "‖" + name + "‖") + " is " + format(norm) + " at token " +
+                                              std::to_string(f.token_index) + ", where this place in a sequence shows " +
+                                              format(std::exp(usual_log)) + " (×" + format(norm / std::exp(usual_log)) +
+                                              ", z " + format(s->z) + "): a write far larger than usual",
+                                          l, h, name, norm));
+              norm_flagged_sequence_[stream_id] = f.sequence;
+            }
+          }
           // S too where ‖M‖ cannot show a momentum blow-up: under Muon (an NS error is measured)
           // the update is NS(S), normalised, and bench/fault_bench found 0 of 20 planted blow-ups
           // by ‖M‖ alone. With gd-momentum, M takes S as it is, so ‖M‖ shows it, and S's own

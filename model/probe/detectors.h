@@ -71,6 +71,16 @@ class Detectors {
       return weight < o.weight;
     }
   };
+  // A write far larger than usual at its place in a sequence. ‖M‖ rises and falls within each
+  // sequence (on the trained demo one head reads 1.9 at token 0 and 45 at token 27), so a 100-fold
+  // inner lr at token 0 that took that head to 63 stayed within the moving mean and variance over
+  // all tokens, and was found a step late. Against the same place in earlier sequences (log ‖M‖,
+  // places and warmup as the NS baseline's) it is 139 standard deviations out. It fires above
+  // detect.spike_threshold when ‖M‖ is also above detect.norm_growth times the place's usual value,
+  // at most once per sequence and stream, counting the ‖M‖ spikes above: a fault's write stays in
+  // memory to the sequence's end, and each later place would report it again.
+  std::map<int, int64_t> norm_flagged_sequence_;  // stream → the sequence whose ‖M‖ already fired
+
   struct WeightSeries {
     SpikeDetector norm;      // ‖M‖ (inspect frames)
     SpikeDetector growth_s;  // log(‖S_t‖/‖S_t−1‖) within a sequence, under Muon (inspect frames)
@@ -78,6 +88,7 @@ class Detectors {
     bool ns_high = false;    // NS error above detect.ns_error (fires on crossing)
     NsBaseline ns;
     std::deque<double> recent_norms;  // the last kNormWindow ‖M‖
+    std::vector<SpikeDetector> norm_by_place;  // log ‖M‖ per place in the sequence (inspect frames)
   };
   std::map<WeightKey, WeightSeries> weights_;
   int64_t inspect_train_step_ = -1;  // the weights' training step the inspect series were learnt under

@@ -472,6 +472,53 @@ TEST_CASE("detectors: a memory refilling after each sequence start is not norm g
   CHECK(fired[0].value == Approx(3.5 / 1.12).epsilon(1e-3));  // over the largest of the last 64 probes
 }
 
+TEST_CASE("detectors: a write far larger than usual at its place in the sequence fires once, where the all-token mean misses it", "[probe]") {
+  // One head whose ‖M‖ climbs from about 1.9 at token 0 to 45 at token 27 in every 28-token
+  // sequence, as a head of the trained demo does (issue 19: a 100-fold lr at token 0 took it to 63,
+  // inside its moving mean and variance over all tokens, and was found a step late).
+  Detectors detectors;  // the defaults: spike_threshold 7.5, norm_growth 2
+  int64_t step = 0;
+  auto frame = [&](int sequence, int token, double norm) {
+    Frame f = synthetic(++step, 1.0, 1.0, static_cast<float>(norm));
+    f.kind = FrameKind::Inspect;
+    f.sequence = sequence;
+    f.token_index = token;
+    return f;
+  };
+  auto healthy = [](int sequence, int token) {
+    return (1.9 + 43.1 * std::pow(token / 27.0, 2.0)) * (1.0 + 0.02 * std::sin(0.9 * (sequence * 28 + token)));
+  };
+  std::vector<Event> events;
+  for (int sequence = 0; sequence < 30; ++sequence)
+    for (int token = 0; token < 28; ++token)
+      for (const Event& e : detectors.observe(frame(sequence, token, healthy(sequence, token)))) events.push_back(e);
+  CHECK(events.empty());
+  // Sequence 30: token 0 reads 63 and the memory stays 30 times its usual size to the end.
+  std::vector<std::pair<int64_t, Event>> fired;
+  for (int token = 0; token < 28; ++token) {
+    const double norm = token == 0 ? 63.0 : 30.0 * healthy(30, token);
+    for (const Event& e : detectors.observe(frame(30, token, norm))) fired.emplace_back(token, e);
+  }
+  REQUIRE(fired.size() == 1);  // once per sequence, though every later place is far above its usual
+  CHECK(fired[0].first == 0);
+  CHECK(fired[0].second.kind == EventKind::Spike);
+  CHECK(fired[0].second.value == Approx(63.0));
+  CHECK(fired[0].second.message.find("at token 0, where this place in a sequence shows") != std::string::npos);
+  // The next sequence is healthy again: nothing, and a new fault there fires again.
+  events.clear();
+  for (int token = 0; token < 28; ++token)
+    for (const Event& e : detectors.observe(frame(31, token, healthy(31, token)))) events.push_back(e);
+  CHECK(events.empty());
+  const auto again = detectors.observe(frame(32, 0, 63.0));
+  REQUIRE(again.size() == 1);
+  CHECK(again[0].kind == EventKind::Spike);
+  // Off with detect.norm_growth = 0, as norm growth is.
+  DetectConfig off;
+  off.norm_growth = 0;
+  detectors.set_config(off);
+  CHECK(detectors.observe(frame(33, 0, 63.0)).empty());
+}
+
 TEST_CASE("detectors: a trending memory norm in training frames is not a spike, the loss still is", "[probe]") {
   DetectConfig config;
   config.norm_growth = 0;  // spikes alone (the bursts below are norm growth, tested above)
