@@ -175,7 +175,14 @@ std::vector<Event> Detectors::observe(const Frame& f) {
           const size_t events_before = events.size();
           spike(series.norm, norm, l, h, name,
                 [&] { return "‖" + name + "‖ of layer " + std::to_string(l) + " head " + std::to_string(h); });
-          if (events.size() > events_before) norm_flagged_sequence_[stream_id] = f.sequence;
+          if (events.size() > events_before) {
+            // One ‖M‖ spike per head and sequence: a blown-up write stays in memory to the sequence's
+            // end, and spiked again at many of the following tokens (fault_bench: 88 events outside
+            // the fault windows on demo-mqar-titans).
+            if (f.sequence >= 0 && series.norm_spiked_sequence == f.sequence) events.pop_back();
+            series.norm_spiked_sequence = f.sequence;
+            norm_flagged_sequence_[stream_id] = f.sequence;
+          }
           // Against the same place in earlier sequences (norm_flagged_sequence_ in detectors.h).
           if (config_.norm_growth > 0 && f.token_index >= 0 && std::isfinite(norm) && norm > 0) {
             if (series.norm_by_place.empty())

@@ -89,6 +89,7 @@ class Detectors {
     NsBaseline ns;
     std::deque<double> recent_norms;  // the last kNormWindow ‖M‖
     std::vector<SpikeDetector> norm_by_place;  // log ‖M‖ per place in the sequence (inspect frames)
+    int64_t norm_spiked_sequence = -1;         // the sequence whose ‖M‖ spike this head reported
   };
   std::map<WeightKey, WeightSeries> weights_;
   int64_t inspect_train_step_ = -1;  // the weights' training step the inspect series were learnt under

@@ -519,6 +519,28 @@ TEST_CASE("detectors: a write far larger than usual at its place in the sequence
   CHECK(detectors.observe(frame(33, 0, 63.0)).empty());
 }
 
+TEST_CASE("detectors: a memory that stays blown up to its sequence's end spikes once", "[probe]") {
+  // ‖M‖ about 1 at every token; in sequence 10 it jumps to 10 at token 12 and stays there, as a
+  // fault's write does until the reset (issue 19: demo-mqar-titans' fault run had 88 spike events
+  // outside the fault windows, mostly the same blow-ups again at later tokens).
+  Detectors detectors;
+  int64_t step = 0;
+  std::vector<Event> spikes;
+  for (int sequence = 0; sequence <= 10; ++sequence)
+    for (int token = 0; token < 28; ++token) {
+      const double usual = 1.0 + 0.01 * std::sin(0.7 * (sequence * 28 + token));
+      Frame f = synthetic(++step, 1.0, 1.0, static_cast<float>(sequence == 10 && token >= 12 ? 10.0 * usual : usual));
+      f.kind = FrameKind::Inspect;
+      f.sequence = sequence;
+      f.token_index = token;
+      for (const Event& e : detectors.observe(f))
+        if (e.kind == EventKind::Spike) spikes.push_back(e);
+    }
+  REQUIRE(spikes.size() == 1);
+  CHECK(spikes[0].step == 10 * 28 + 12 + 1);
+  CHECK(spikes[0].tensor == "M");
+}
+
 TEST_CASE("detectors: a trending memory norm in training frames is not a spike, the loss still is", "[probe]") {
   DetectConfig config;
   config.norm_growth = 0;  // spikes alone (the bursts below are norm growth, tested above)
