@@ -1,5 +1,6 @@
 // The detectors of SPEC §8 over a stream of frames: spikes (z-score against an EMA) of the outer
-// loss, the gradient norm and each head's state norm; NaN/Inf naming the layer, head and tensor;
+// loss, the gradient norm and each head's state norm (once per head and sequence), and of the state
+// norm against the same place in earlier sequences; NaN/Inf naming the layer, head and tensor;
 // NS orthogonality error above a threshold, or above what the same place in a sequence usually
 // shows (a degraded Newton–Schulz: see ns_degraded below); and state norm growing too fast: above
 // detect.norm_growth times its largest value over the last kNormWindow probes of its stream, so a
