@@ -191,7 +191,8 @@ std::vector<Event> Detectors::observe(const Frame& f) {
             const double usual_log = usual.mean();
             const auto s = usual.observe(f.step, std::log(norm));
             const auto flagged = norm_flagged_sequence_.find(stream_id);
-            const bool flagged_already = flagged != norm_flagged_sequence_.end() && flagged->second == f.sequence;
+            const bool flagged_already =  // an unknown sequence (-1) is never the same one
+                f.sequence >= 0 && flagged != norm_flagged_sequence_.end() && flagged->second == f.sequence;
             if (s && std::log(norm) - usual_log > std::log(config_.norm_growth) && !flagged_already) {
               events.push_back(make_event(f, EventKind::Spike,
                                           place(l, h, "‖" + name + "‖") + " is " + format(norm) + " at token " +
