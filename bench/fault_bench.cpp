@@ -14,10 +14,11 @@
 // and in train mode, watched through the training loss and gradient norm:
 //   corrupt_batch  one training batch of random tokens and targets  → spike
 //   train_lr_spike train.lr × 30 for one step, then restored         → spike or nonfinite
-// One JSON line per fault kind and one for the run. Flags: --preset P (demo-mqar), --trials N per
-// kind, --every N, --window W, --warmup N, --threads T, --mode inspect|train, --ckpt FILE (start from
-// a trained run), --set K=V (repeatable), --list 1 (also one JSON line per planted fault with the
-// messages of the events at its next step: run with a low detect.spike_threshold to see the
+// One JSON line per fault kind, one for all kinds together and one for the run. Flags: --preset P
+// (demo-mqar), --trials N per kind, --every N, --window W, --warmup N, --threads T, --mode
+// inspect|train, --ckpt FILE (start from a trained run), --set K=V (repeatable), --list 1 (also one
+// JSON line per planted fault with its token, the step its first expected event fired (-1: none)
+// and the messages of the events at its next step: run with a low detect.spike_threshold to see the
 // z-scores a fault reaches), --dump FILE (CSV of the series the detectors watch: per inspect frame,
 // layer and head, ‖M‖, ‖S‖ and the NS error and σ range of the first weight; per training frame, the loss, the gradient norm
 // and the largest and median module update-to-weight ratio;
