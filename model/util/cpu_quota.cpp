@@ -56,12 +56,13 @@ CgroupPaths own_cgroups() {
   return paths;
 }
 
-// The cgroup's own directory first, then the mount's root (a container sees its cgroup there).
-std::vector<std::string> candidates(const std::vector<std::string>& mounts, const std::string& path, const std::string& file) {
+// The directories to look in, in order: under each mount, the cgroup's own directory first, then
+// the mount's root (a container sees its cgroup there).
+std::vector<std::string> directories(const std::vector<std::string>& mounts, const std::string& path) {
   std::vector<std::string> out;
   for (const auto& mount : mounts) {
-    if (!path.empty() && path != "/") out.push_back(mount + path + "/" + file);
-    out.push_back(mount + "/" + file);
+    if (!path.empty() && path != "/") out.push_back(mount + path);
+    out.push_back(mount);
   }
   return out;
 }
@@ -86,25 +87,20 @@ std::optional<double> cpus_from_cfs(const std::string& quota_us, const std::stri
 std::optional<int> cgroup_cpu_limit() {
   const CgroupPaths own = own_cgroups();
   std::optional<double> cpus;
+  // The first directory whose files can be read decides, whatever they say.
   if (own.v2)
-    for (const auto& file : candidates({"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}, *own.v2, "cpu.max"))
-      if (const auto text = read_file(file)) {
+    for (const auto& dir : directories({"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}, *own.v2))
+      if (const auto text = read_file(dir + "/cpu.max")) {
         cpus = cpus_from_cpu_max(*text);
         break;
       }
   if (!cpus && own.v1_cpu)
-    for (const auto& mount : {std::string("/sys/fs/cgroup/cpu"), std::string("/sys/fs/cgroup/cpu,cpuacct")}) {
-      const auto quota = candidates({mount}, *own.v1_cpu, "cpu.cfs_quota_us");
-      const auto period = candidates({mount}, *own.v1_cpu, "cpu.cfs_period_us");
-      bool found = false;
-      for (size_t i = 0; i < quota.size() && !found; ++i) {
-        const auto q = read_file(quota[i]), p = read_file(period[i]);
-        if (q && p) {
-          cpus = cpus_from_cfs(*q, *p);
-          found = true;
-        }
+    for (const auto& dir : directories({"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"}, *own.v1_cpu)) {
+      const auto quota = read_file(dir + "/cpu.cfs_quota_us"), period = read_file(dir + "/cpu.cfs_period_us");
+      if (quota && period) {
+        cpus = cpus_from_cfs(*quota, *period);
+        break;
       }
-      if (found) break;
     }
   if (!cpus) return std::nullopt;
   // Rounded down: two threads spinning for each other in 1.5 CPUs of quota lose more to throttling
