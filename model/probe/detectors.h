@@ -79,7 +79,8 @@ class Detectors {
   // places and warmup as the NS baseline's) it is 139 standard deviations out. It fires above
   // detect.spike_threshold when ‖M‖ is also above detect.norm_growth times the place's usual value,
   // at most once per sequence and stream, counting the ‖M‖ spikes above: a fault's write stays in
-  // memory to the sequence's end, and each later place would report it again.
+  // memory to the sequence's end, and each later place would report it again. Nor do the rest of
+  // that sequence's places enter the statistics: they would teach a blown-up ‖M‖ as usual.
   std::map<int, int64_t> norm_flagged_sequence_;  // stream → the sequence whose ‖M‖ already fired
 
   struct WeightSeries {

@@ -519,6 +519,43 @@ TEST_CASE("detectors: a write far larger than usual at its place in the sequence
   CHECK(detectors.observe(frame(33, 0, 63.0)).empty());
 }
 
+TEST_CASE("detectors: a sequence already flagged does not teach its places what is usual", "[probe]") {
+  // The climbing head above. Six faults at token 0 each leave ‖M‖ 30 times its usual size to the
+  // sequence's end; then a threefold write at token 6 must still stand out at its place (issue 19:
+  // the trained demo's fault run folded such sequences into the later places' statistics, and a
+  // 12-fold ‖M‖ at token 6 scored z 7.3, found a step late).
+  Detectors detectors;
+  int64_t step = 0;
+  auto usual = [](int sequence, int token) {
+    return (1.9 + 43.1 * std::pow(token / 27.0, 2.0)) * (1.0 + 0.02 * std::sin(0.9 * (sequence * 28 + token)));
+  };
+  std::vector<std::pair<int, Event>> fired;  // (sequence, event)
+  auto run_sequence = [&](int sequence, double scale, int from) {
+    for (int token = 0; token < 28; ++token) {
+      Frame f = synthetic(++step, 1.0, 1.0, static_cast<float>(usual(sequence, token) * (token >= from ? scale : 1.0)));
+      f.kind = FrameKind::Inspect;
+      f.sequence = sequence;
+      f.token_index = token;
+      for (const Event& e : detectors.observe(f)) fired.emplace_back(sequence, e);
+    }
+  };
+  int sequence = 0;
+  for (; sequence < 20; ++sequence) run_sequence(sequence, 1.0, 0);
+  CHECK(fired.empty());
+  for (int fault = 0; fault < 6; ++fault) {
+    run_sequence(sequence++, 30.0, 0);
+    run_sequence(sequence++, 1.0, 0);
+    run_sequence(sequence++, 1.0, 0);
+  }
+  CHECK(fired.size() == 6);  // one per faulty sequence, at its token 0
+  fired.clear();
+  run_sequence(sequence, 3.0, 6);
+  REQUIRE(fired.size() == 1);
+  CHECK(fired[0].second.kind == EventKind::Spike);
+  CHECK(fired[0].second.step == step - 27 + 6);
+  CHECK(fired[0].second.message.find("at token 6, where this place in a sequence shows") != std::string::npos);
+}
+
 TEST_CASE("detectors: a memory that stays blown up to its sequence's end spikes once", "[probe]") {
   // ‖M‖ about 1 at every token; in sequence 10 it jumps to 10 at token 12 and stays there, as a
   // fault's write does until the reset (issue 19: demo-mqar-titans' fault run had 88 spike events
