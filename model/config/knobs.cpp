@@ -332,6 +332,9 @@ std::vector<Knob> probe_detect_engine_record_knobs() {
   k.push_back(float_knob("detect.lr_jump", 0.0, 1e6, Live,
                          "the outer learning rate rising by more than this factor in one training step fires a spike (0 = off)",
                          KNOB_FIELD(p.detect.lr_jump)));
+  k.push_back(float_knob("detect.loss_floor", 0.0, 1e3, Live,
+                         "nats the training loss must rise above its moving mean to be a spike; gradient-norm spikes ride on it (0 = off)",
+                         KNOB_FIELD(p.detect.loss_floor)));
 
   k.push_back(enum_knob("engine.mode", std::array{EngineMode::Train, EngineMode::Inspect, EngineMode::TrainInspect}, Live,
                         "what the engine runs: train, step a probe sequence, or train and re-step it every inspect_every",

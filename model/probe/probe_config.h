@@ -36,6 +36,12 @@ struct DetectConfig {
   // Through its effects alone a 30× lr for one step went unseen 9 times in 10 on the trained demo
   // (README "How the detector defaults were chosen").
   double lr_jump = 10.0;
+  // detect.loss_floor: nats the training loss must rise above its moving mean, on top of a z-score
+  // of detect.spike_threshold, to be a spike; a gradient-norm spike is then reported with it, not
+  // alone (0 = off: every loss and gradient-norm spike fires, as SPEC §8 reads). A converged model's
+  // loss wobbles by up to 0.1 nats at z up to 300; a corrupt batch lifts it 4.7 nats and more
+  // (README "How the detector defaults were chosen").
+  double loss_floor = 0.5;
 };
 
 }  // namespace memscope::model

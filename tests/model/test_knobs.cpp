@@ -97,7 +97,7 @@ TEST_CASE("knobs: the fields the issue names are all registered", "[knobs]") {
         "memory.huber.delta", "model.block", "model.d_model", "model.ttl", "train.lr", "train.chunk", "train.seed",
         "task.kind", "task.text_path", "probe.every", "probe.matrices_every", "probe.downsample", "probe.full_matrices",
         "detect.spike_threshold", "detect.spike_half_life", "detect.spike_warmup", "detect.ns_error",
-        "detect.norm_growth", "detect.lr_jump", "engine.mode", "engine.inspect_every", "engine.inspect_tokens", "engine.probe_seed",
+        "detect.norm_growth", "detect.lr_jump", "detect.loss_floor", "engine.mode", "engine.inspect_every", "engine.inspect_tokens", "engine.probe_seed",
         "engine.frame_budget_mb", "engine.keyframe_every", "engine.keyframe_budget_mb"}) {
     INFO(name);
     CHECK(find_knob(name) != nullptr);

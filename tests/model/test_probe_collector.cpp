@@ -595,6 +595,44 @@ TEST_CASE("detectors: a trending memory norm in training frames is not a spike, 
   CHECK(fired[0].step == 250);
 }
 
+TEST_CASE("detectors: a converged run's small loss and gradient jumps are quiet, a corrupt batch fires once with its gradient", "[probe]") {
+  // As demo-mqar's 10k-step training run: after the recall is learnt the loss sits near 1e-4 and
+  // now and then jumps to 0.02–0.1 nats, the gradient norm with it (×300), at z far above any
+  // threshold (issue 19: 70 events per 10k healthy steps). A corrupt batch lifts the loss by nats.
+  auto run = [](DetectConfig config) {
+    Detectors detectors(config);
+    std::vector<Event> fired;
+    for (int64_t step = 1; step <= 600; ++step) {
+      const double wobble = 1.0 + 0.1 * std::sin(0.7 * static_cast<double>(step));
+      double loss = 1e-4 * wobble, grad = 2e-3 * wobble;
+      if (step % 97 == 0) loss = 0.05, grad = 0.6;  // an instability of the converged model
+      if (step == 550) loss = 5.0, grad = 3.0;       // random tokens and targets
+      Frame f = synthetic(step, loss, grad, 1.0f);
+      f.module_names = {"embedding", "layer0/memory"};
+      f.module_grad_norm = {static_cast<float>(0.8 * grad), static_cast<float>(0.3 * grad)};
+      for (auto& e : detectors.observe(f)) fired.push_back(e);
+    }
+    return fired;
+  };
+  const auto fired = run({});  // the defaults: loss_floor 0.5 nats
+  REQUIRE(fired.size() == 1);
+  CHECK(fired[0].kind == EventKind::Spike);
+  CHECK(fired[0].step == 550);
+  CHECK(fired[0].tensor == "loss");
+  CHECK(fired[0].value == Approx(5.0));
+  INFO(fired[0].message);
+  CHECK(fired[0].message.find("spike in the training loss: 5 is ") == 0);
+  CHECK(fired[0].message.find(" nats); the gradient norm (largest in embedding: 2.4): 3 is ") != std::string::npos);
+  // Off (SPEC §8 as written): every jump is a spike, of the loss and of the gradient norm apart.
+  DetectConfig off;
+  off.loss_floor = 0;
+  const auto all = run(off);
+  size_t loss_spikes = 0, grad_spikes = 0;
+  for (const Event& e : all) (e.tensor == "loss" ? loss_spikes : grad_spikes) += e.kind == EventKind::Spike;
+  CHECK(loss_spikes >= 6);  // the instabilities at 97, 194, … and the corrupt batch
+  CHECK(grad_spikes >= 6);
+}
+
 TEST_CASE("detectors: new weights (train+inspect) start the inspect statistics over, the same weights keep them", "[probe]") {
   // Bursts of 28 inspect frames, as train+inspect re-steps its probe sequence after each stretch
   // of training; from burst 12 on the NS error sits higher at every place (new, healthy weights).
