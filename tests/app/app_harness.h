@@ -19,13 +19,15 @@
 #include "app/gui/gui_app.h"
 #include "gui/png_image.h"
 #include "gui/widget_frame.h"
+#include "support/temp_files.h"
 #include "viz/app_window.h"
 
 namespace memscope::test {
 
+// TMPDIR/memscope-app-PID/NAME: this process's files, removed when it exits (support/temp_files.h).
 inline std::string temp_path(const std::string& name) {
-  const char* dir = std::getenv("TMPDIR");
-  return std::string(dir ? dir : "/tmp") + "/memscope-app-" + name + "-" + std::to_string(getpid());
+  static const auto dir = fresh_dir("app");
+  return (dir / name).string();
 }
 
 class AppHarness {
@@ -127,12 +129,15 @@ class AppHarness {
     window_->begin_frame();
     app_->draw();
     window_->end_frame();
-    const std::string path = temp_path(name) + ".png";
+    // MEMSCOPE_KEEP_SCREENSHOTS=1 keeps them, as $TMPDIR/memscope-app-NAME-PID.png, for a person to look at.
+    const bool keep = std::getenv("MEMSCOPE_KEEP_SCREENSHOTS") != nullptr;
+    const std::string path = keep ? (std::filesystem::temp_directory_path() /
+                                     ("memscope-app-" + name + "-" + std::to_string(getpid()) + ".png")).string()
+                                  : temp_path(name) + ".png";
     REQUIRE(window_->screenshot(path).empty());
     window_->present();
     auto image = load_png(path);
-    // MEMSCOPE_KEEP_SCREENSHOTS=1 keeps them (in $TMPDIR) for a person to look at.
-    if (!std::getenv("MEMSCOPE_KEEP_SCREENSHOTS")) std::remove(path.c_str());
+    if (!keep) std::remove(path.c_str());
     return image;
   }
 

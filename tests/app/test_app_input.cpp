@@ -135,9 +135,7 @@ TEST_CASE("app: a breakpoint stops a run the GUI paces at a set speed", "[gui]")
 }
 
 TEST_CASE("app: Ctrl+S saves the run into runs/ and the saved session is whole", "[gui]") {
-  const auto dir = std::filesystem::temp_directory_path() / ("memscope-app-save-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const auto dir = memscope::test::fresh_dir("app-save");
   const auto before = std::filesystem::current_path();
   std::filesystem::current_path(dir);  // this test process only: the runs/ directory lands here
   {

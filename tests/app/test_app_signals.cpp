@@ -11,15 +11,14 @@
 #include <thread>
 
 #include "model/session/session_reader.h"
+#include "support/temp_files.h"
 
 namespace fs = std::filesystem;
 
 TEST_CASE("the GUI closes a recording cleanly on SIGTERM and SIGINT", "[gui]") {
   for (const int signal : {SIGTERM, SIGINT}) {
     INFO("signal " << signal);
-    const auto root = fs::temp_directory_path() / ("memscope-gui-signal-" + std::to_string(signal) + "-" + std::to_string(::getpid()));
-    fs::remove_all(root);
-    fs::create_directories(root);
+    const auto root = memscope::test::fresh_dir("gui-signal-" + std::to_string(signal));
     const auto dir = root / "run.memscope";
     const pid_t pid = ::fork();
     REQUIRE(pid >= 0);

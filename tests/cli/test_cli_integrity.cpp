@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "support/run_process.h"
+#include "support/temp_files.h"
 
 namespace {
 
@@ -27,12 +28,7 @@ using memscope::test::count_lines;
 using memscope::test::run_process;
 namespace fs = std::filesystem;
 
-fs::path fresh(const std::string& name) {
-  const auto dir = fs::temp_directory_path() / ("memscope-cli-integrity-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path fresh(const std::string& name) { return memscope::test::fresh_dir("cli-integrity-" + name); }
 
 const std::vector<std::string> kSmall = {"--set", "model.d_model=32", "--set", "task.keys=16", "--set", "task.values=16",
                                          "--set", "task.pairs=4", "--set", "task.queries=4", "--set", "task.gap=8",

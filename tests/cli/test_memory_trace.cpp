@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "support/run_process.h"
+#include "support/temp_files.h"
 
 using memscope::test::run_process;
 
@@ -66,8 +67,7 @@ SafetensorsFile read_file(const std::string& path) {
 }
 
 std::string temp_path(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / ("memscope-trace-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  static const auto dir = memscope::test::fresh_dir("trace");  // one per process, removed at exit
   return (dir / name).string();
 }
 

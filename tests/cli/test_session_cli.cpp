@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "support/run_process.h"
+#include "support/temp_files.h"
 
 namespace fs = std::filesystem;
 using memscope::test::count_lines;
@@ -17,12 +18,7 @@ using memscope::test::run_process;
 
 namespace {
 
-fs::path fresh(const std::string& name) {
-  const auto dir = fs::temp_directory_path() / ("memscope-cli-session-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path fresh(const std::string& name) { return memscope::test::fresh_dir("cli-session-" + name); }
 
 std::string read(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

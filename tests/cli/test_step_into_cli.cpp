@@ -10,6 +10,7 @@
 
 #include "support/json_lines.h"
 #include "support/run_process.h"
+#include "support/temp_files.h"
 
 namespace fs = std::filesystem;
 using memscope::test::count_lines;
@@ -28,12 +29,7 @@ std::vector<std::string> cli(std::vector<std::string> args, bool small = true) {
   return args;
 }
 
-fs::path fresh(const std::string& name) {
-  const auto dir = fs::temp_directory_path() / ("memscope-cli-step-into-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path fresh(const std::string& name) { return memscope::test::fresh_dir("cli-step-into-" + name); }
 
 // The JSON lines of an output whose stderr also says what it rebuilt.
 std::vector<nlohmann::json> json_objects(const std::string& text) {

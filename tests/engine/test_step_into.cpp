@@ -6,6 +6,7 @@
 #include "model/train/trainer.h"
 
 #include "engine/engine_test_support.h"
+#include "support/temp_files.h"
 
 using namespace memscope;
 using namespace memscope::model;
@@ -75,8 +76,7 @@ TEST_CASE("step into: batch S stepped token by token has the trainer's loss for 
 }
 
 TEST_CASE("step into: from a checkpoint, the re-run reaches the same weights as the uninterrupted run", "[engine]") {
-  const auto dir = std::filesystem::temp_directory_path() / ("memscope-step-into-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const auto dir = test::fresh_dir("step-into");
   EngineOptions options = test::small_engine({"train.steps=10"});
   Trainer trainer(load_preset(options.preset, options.sets));
   trainer.train_step();

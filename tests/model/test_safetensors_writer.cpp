@@ -8,12 +8,12 @@
 #include <nlohmann/json.hpp>
 
 #include "model/session/safetensors_writer.h"
+#include "support/temp_files.h"
 
 using namespace memscope::model;
 
 TEST_CASE("safetensors writer: header, padding, offsets, dtypes and bytes", "[model][session]") {
-  const auto dir = std::filesystem::temp_directory_path() / ("memscope-st-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const auto dir = memscope::test::fresh_dir("st");
   const auto path = dir / "t.safetensors";
   torch::manual_seed(0);
   NamedTensors tensors{{"f32", torch::randn({2, 3})},

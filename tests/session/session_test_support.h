@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/engine_test_support.h"
+#include "support/temp_files.h"
 #include "model/probe/frame.h"
 
 namespace memscope::test {
@@ -29,13 +30,8 @@ inline std::shared_ptr<FrameLog> record_session(const model::EngineOptions& opti
   return log;
 }
 
-// An empty directory under /tmp, unique to this process and `name`.
-inline std::filesystem::path fresh_dir(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / ("memscope-session-" + name + "-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
+// An empty directory under /tmp, unique to this process and `name`, removed at exit.
+inline std::filesystem::path fresh_session_dir(const std::string& name) { return fresh_dir("session-" + name); }
 
 // Every stored field bit for bit, wall-clock fields and snapshot shapes included.
 inline bool identical_frames(const model::Frame& a, const model::Frame& b) {

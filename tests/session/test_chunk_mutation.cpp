@@ -27,6 +27,7 @@
 #include "model/session/frame_chunk.h"
 #include "model/session/safetensors_reader.h"
 #include "model/util/errors.h"
+#include "support/temp_files.h"
 
 using namespace memscope::model;
 using json = nlohmann::json;
@@ -413,8 +414,7 @@ Outcome decode(const std::string& path, const std::string& bytes) {
 }
 
 std::string fresh_path(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / ("memscope-chunk-mutation-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  static const auto dir = memscope::test::fresh_dir("chunk-mutation");  // one per process, removed at exit
   return (dir / name).string();
 }
 
@@ -472,7 +472,6 @@ TEST_CASE("chunk decoder survives thousands of structured mutations", "[session]
     (o.result == Outcome::Accepted ? accepted : o.result == Outcome::RejectedChunk ? rejected_chunk : rejected_header) += 1;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::filesystem::remove_all(std::filesystem::path(path).parent_path());
 
   std::ostringstream summary;
   summary << count << " chunk mutants (seed " << seed << ") in " << seconds << " s: " << accepted << " accepted, "
@@ -538,5 +537,4 @@ TEST_CASE("chunk decoder rejects hostile snapshot layouts", "[session]") {
     c.meta["snapshots"] = s.dump();
     CHECK(rejection(path, encode(c)).find("snapshots entries need") != std::string::npos);
   }
-  std::filesystem::remove_all(std::filesystem::path(path).parent_path());
 }

@@ -60,7 +60,7 @@ void append(const std::filesystem::path& path, const std::string& text) {
 }  // namespace
 
 TEST_CASE("a recording killed with SIGKILL keeps every complete chunk and replays", "[session][slow]") {
-  const auto dir = test::fresh_dir("killed") / "run.memscope";
+  const auto dir = test::fresh_session_dir("killed") / "run.memscope";
   const pid_t child = fork();
   REQUIRE(child >= 0);
   if (child == 0) {
@@ -111,7 +111,7 @@ TEST_CASE("a recording killed with SIGKILL keeps every complete chunk and replay
 }
 
 TEST_CASE("a torn tail is skipped and reported with the bytes and steps lost", "[session]") {
-  const auto dir = test::fresh_dir("torn") / "run.memscope";
+  const auto dir = test::fresh_session_dir("torn") / "run.memscope";
   test::record_session(test::small_engine({"record.chunk_steps=5"}), dir, {Command::steps(20)});
   // The last chunk cut short (a copy or a full disk), a torn event line, a leftover temporary file.
   const auto last = dir / "frames-000003.safetensors";
@@ -146,7 +146,7 @@ TEST_CASE("a torn tail is skipped and reported with the bytes and steps lost", "
 
 TEST_CASE("a disk that fails keeps the frames in memory, pauses the engine's side and loses nothing", "[session]") {
   const auto frames = engine_frames(12);
-  const auto dir = test::fresh_dir("failing") / "run.memscope";
+  const auto dir = test::fresh_session_dir("failing") / "run.memscope";
   SessionWriter writer(dir, info_with([](RecordConfig& r) {
     r.chunk_steps = 2;
     r.queue_mb = 0.005;  // about one frame with snapshots
@@ -182,7 +182,7 @@ TEST_CASE("a disk that fails keeps the frames in memory, pauses the engine's sid
 
 TEST_CASE("a slow disk makes the engine wait, says so, and keeps every frame", "[session]") {
   const auto frames = engine_frames(40);
-  const auto dir = test::fresh_dir("slow") / "run.memscope";
+  const auto dir = test::fresh_session_dir("slow") / "run.memscope";
   // A queue smaller than one frame: every frame waits for its chunk to reach the disk.
   SessionWriter writer(dir, info_with([](RecordConfig& r) {
     r.chunk_steps = 3;
@@ -198,7 +198,7 @@ TEST_CASE("a slow disk makes the engine wait, says so, and keeps every frame", "
 }
 
 TEST_CASE("session.json that is missing or malformed is a clear error", "[session]") {
-  const auto root = test::fresh_dir("badjson");
+  const auto root = test::fresh_session_dir("badjson");
   CHECK(test::error_of([&] { SessionReader r((root / "nothing").string()); }).find("no such session directory") !=
         std::string::npos);
   std::filesystem::create_directories(root / "empty.memscope");
@@ -224,7 +224,7 @@ TEST_CASE("session.json that is missing or malformed is a clear error", "[sessio
 }
 
 TEST_CASE("a chunk whose body is corrupt is found at open, replay and export pass over it", "[session]") {
-  const auto dir = test::fresh_dir("body") / "run.memscope";
+  const auto dir = test::fresh_session_dir("body") / "run.memscope";
   test::record_session(test::small_engine({"record.chunk_steps=4"}), dir, {Command::steps(12)});
   // Chunk 1's `kind` column says 7: its header is sound, its body is not (and fails its checksum).
   const auto chunk = dir / "frames-000001.safetensors";

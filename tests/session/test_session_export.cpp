@@ -25,7 +25,7 @@ struct Recorded {
 
 Recorded record_run(const std::string& name, int steps, std::vector<std::string> sets = {}) {
   Recorded r;
-  r.dir = test::fresh_dir(name) / "run.memscope";
+  r.dir = test::fresh_session_dir(name) / "run.memscope";
   sets.push_back("record.chunk_steps=6");
   const auto log = test::record_session(test::small_engine(sets), r.dir, {Command::steps(steps)});
   r.frames = log->frames;

@@ -31,7 +31,7 @@ bool wait_for_frames(const std::filesystem::path& dir, int64_t frames) {
 
 TEST_CASE("a followed session plays the chunks recorded after it opened, then ends when the recording closes",
           "[session]") {
-  const auto dir = test::fresh_dir("follow") / "run.memscope";
+  const auto dir = test::fresh_session_dir("follow") / "run.memscope";
   const auto options = test::small_engine({"record.chunk_steps=5", "probe.every=1"});
   Engine engine(options);
   auto live = std::make_shared<FrameLog>();

@@ -67,7 +67,7 @@ TEST_CASE("f16 and bf16 conversions equal torch's, rounding ties to even", "[ses
 }
 
 TEST_CASE("safetensors round trip is exact for every dtype, F64 included", "[session]") {
-  const auto dir = test::fresh_dir("dtypes");
+  const auto dir = test::fresh_session_dir("dtypes");
   std::mt19937 rng(3);
   std::uniform_int_distribution<int> byte(0, 255);
   struct Case {

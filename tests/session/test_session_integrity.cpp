@@ -66,7 +66,7 @@ void set_all(std::vector<unsigned char>& bytes, T value) {
 
 // 20 steps in chunks of 5: frames-000000..000003.
 std::filesystem::path recorded(const std::string& name) {
-  const auto dir = test::fresh_dir(name) / "run.memscope";
+  const auto dir = test::fresh_session_dir(name) / "run.memscope";
   test::record_session(test::small_engine({"record.chunk_steps=5"}), dir, {Command::steps(20)});
   return dir;
 }
@@ -206,7 +206,7 @@ TEST_CASE("a failing disk pauses the engine at the first failed write, not after
   engine.start();
   engine.post(Command::steps(24));
   engine.wait_idle();
-  const auto dir = test::fresh_dir("full") / "run.memscope";
+  const auto dir = test::fresh_session_dir("full") / "run.memscope";
   SessionInfo info = session_info_for(load_preset("demo-mqar"), "cpu (test)", 16);
   info.record.chunk_steps = 2;  // queue_mb stays at its 64 MB default: the old code ran on for all of it
   SessionWriter writer(dir, info);

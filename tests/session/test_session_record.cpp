@@ -40,7 +40,7 @@ std::vector<Frame> final_timeline(const std::vector<Frame>& frames, int timeline
 TEST_CASE("a recording reads back equal to the live frames, in every mode", "[session]") {
   for (const char* mode : {"inspect", "train", "train+inspect"}) {
     INFO(mode);
-    const auto dir = test::fresh_dir(std::string("parity-") + mode) / "run.memscope";
+    const auto dir = test::fresh_session_dir(std::string("parity-") + mode) / "run.memscope";
     // Chunks of 7 rows, so the 40 frames span several files and a partial last one.
     const auto options = test::small_engine({std::string("engine.mode=") + mode, "engine.inspect_every=3",
                                              "record.chunk_steps=7", "probe.every=1"});
@@ -78,7 +78,7 @@ TEST_CASE("a recording reads back equal to the live frames, in every mode", "[se
 }
 
 TEST_CASE("a replay plays the recorded frames and events into rings, like the engine", "[session]") {
-  const auto dir = test::fresh_dir("replay") / "run.memscope";
+  const auto dir = test::fresh_session_dir("replay") / "run.memscope";
   const auto options = test::small_engine({"record.chunk_steps=5", "detect.spike_warmup=2", "detect.spike_threshold=1"});
   const auto log = record(options, dir, {Command::steps(23)});
 
@@ -129,7 +129,7 @@ TEST_CASE("a replay plays the recorded frames and events into rings, like the en
 }
 
 TEST_CASE("breakpoints stop a replay at the recorded event", "[session]") {
-  const auto dir = test::fresh_dir("replay-break") / "run.memscope";
+  const auto dir = test::fresh_session_dir("replay-break") / "run.memscope";
   const auto log = record(test::small_engine({"detect.spike_warmup=2", "detect.spike_threshold=1"}), dir, {Command::steps(30)});
   int64_t first_spike = 0;
   for (const auto& e : log->events)
@@ -147,7 +147,7 @@ TEST_CASE("breakpoints stop a replay at the recorded event", "[session]") {
 }
 
 TEST_CASE("rewinds and forks inside a recording read back as the engine left each timeline", "[session]") {
-  const auto dir = test::fresh_dir("rewind") / "run.memscope";
+  const auto dir = test::fresh_session_dir("rewind") / "run.memscope";
   const auto log = record(test::small_engine({"record.chunk_steps=4"}), dir,
                           {Command::steps(12), Command::rewind(6), Command::steps(3), Command::fork(5, {"probe.every=1"}),
                            Command::steps(2)});
@@ -168,7 +168,7 @@ TEST_CASE("rewinds and forks inside a recording read back as the engine left eac
 TEST_CASE("f16 and bf16 snapshots store each value rounded once, record.matrix_every thins them", "[session]") {
   for (const char* dtype : {"f16", "bf16"}) {
     INFO(dtype);
-    const auto dir = test::fresh_dir(std::string("dtype-") + dtype) / "run.memscope";
+    const auto dir = test::fresh_session_dir(std::string("dtype-") + dtype) / "run.memscope";
     const auto log = record(test::small_engine({std::string("record.matrix_dtype=") + dtype, "record.matrix_every=4"}), dir,
                             {Command::steps(12)});
     const SessionReader session(dir.string());
@@ -195,7 +195,7 @@ TEST_CASE("f16 and bf16 snapshots store each value rounded once, record.matrix_e
 }
 
 TEST_CASE("starting a recording late keeps the frames the engine still holds", "[session]") {
-  const auto dir = test::fresh_dir("late") / "run.memscope";
+  const auto dir = test::fresh_session_dir("late") / "run.memscope";
   Engine engine(test::small_engine());
   engine.start();
   engine.post(Command::steps(6));
@@ -214,7 +214,7 @@ TEST_CASE("starting a recording late keeps the frames the engine still holds", "
 }
 
 TEST_CASE("a live change of the snapshot size starts a new chunk and reads back exactly", "[session]") {
-  const auto dir = test::fresh_dir("layout") / "run.memscope";
+  const auto dir = test::fresh_session_dir("layout") / "run.memscope";
   const auto log = record(test::small_engine({"record.chunk_steps=100"}), dir,
                           {Command::steps(5), Command::set_knob("probe.downsample", "4"), Command::steps(5)});
   const SessionReader session(dir.string());
@@ -224,7 +224,7 @@ TEST_CASE("a live change of the snapshot size starts a new chunk and reads back 
 }
 
 TEST_CASE("after a rewind in a recording, the abandoned future's events go with its frames", "[session]") {
-  const auto dir = test::fresh_dir("rewind-events") / "run.memscope";
+  const auto dir = test::fresh_session_dir("rewind-events") / "run.memscope";
   // Spikes fire often at a 1-sigma threshold; keyframes every 4 steps, so rewinding to 8 re-runs
   // nothing (8 is a keyframe) and only the marker event can cut the timeline back.
   const auto log = record(test::small_engine({"detect.spike_warmup=2", "detect.spike_threshold=1"}), dir,
@@ -240,7 +240,7 @@ TEST_CASE("after a rewind in a recording, the abandoned future's events go with 
 }
 
 TEST_CASE("a replayed fork appears where it was made and moves in step with the main timeline", "[session]") {
-  const auto dir = test::fresh_dir("replay-fork") / "run.memscope";
+  const auto dir = test::fresh_session_dir("replay-fork") / "run.memscope";
   const auto log = record(test::small_engine(), dir, {Command::steps(8), Command::fork(5, {}), Command::steps(3)});
   Replay replay(dir.string());
   auto played = std::make_shared<FrameLog>();
@@ -266,7 +266,7 @@ TEST_CASE("a replayed fork appears where it was made and moves in step with the 
 }
 
 TEST_CASE("a restart knob or a new preset ends the recording of the old run, with an event", "[session]") {
-  const auto dir = test::fresh_dir("restart") / "run.memscope";
+  const auto dir = test::fresh_session_dir("restart") / "run.memscope";
   Engine engine(test::small_engine());
   engine.start();
   engine.post(start_recording(dir));
@@ -285,7 +285,7 @@ TEST_CASE("a restart knob or a new preset ends the recording of the old run, wit
 TEST_CASE("HOPE's probes (CMS levels, self-modifying targets, per-feature gates) are recorded exactly", "[session]") {
   for (const char* preset : {"demo-mqar-hope", "gated-deltanet"}) {
     INFO(preset);
-    const auto dir = test::fresh_dir(std::string("hope-") + preset) / "run.memscope";
+    const auto dir = test::fresh_session_dir(std::string("hope-") + preset) / "run.memscope";
     auto options = test::small_engine({"record.chunk_steps=5"});
     options.preset = preset;
     if (std::string(preset) == "gated-deltanet") options.sets.push_back("memory.dgd.per_feature=true");
@@ -304,7 +304,7 @@ TEST_CASE("HOPE's probes (CMS levels, self-modifying targets, per-feature gates)
 TEST_CASE("a session saved after a rewind and a fork (Ctrl+S) replays every held frame", "[session]") {
   // Issue 19: the save wrote every event after every frame with one order, so the old rewind
   // marker cut the main timeline back to the rewind point on replay.
-  const auto dir = test::fresh_dir("save-after-rewind") / "run.memscope";
+  const auto dir = test::fresh_session_dir("save-after-rewind") / "run.memscope";
   Engine engine(test::small_engine());
   engine.start();
   engine.post(Command::steps(20));
