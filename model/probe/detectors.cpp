@@ -90,13 +90,13 @@ std::vector<Event> Detectors::observe(const Frame& f) {
   const std::string stream = to_string(f.kind);  // train and inspect frames are separate series
 
   // `what` is a callable giving the series' description: built only when an event fires.
+  auto spiked = [](const std::string& what, const Spike& s) {
+    return what + ": " + format(s.value) + " is " + format(s.z) + " standard deviations above its moving mean";
+  };
   auto spike = [&](SpikeDetector& detector, double value, int layer, int head, const std::string& tensor,
                    const auto& what) {
     if (const auto s = detector.observe(f.step, value))
-      events.push_back(make_event(f, EventKind::Spike,
-                                  "spike in " + what() + ": " + format(value) + " is " + format(s->z) +
-                                      " standard deviations above its moving mean",
-                                  layer, head, tensor, value));
+      events.push_back(make_event(f, EventKind::Spike, spiked("spike in " + what(), *s), layer, head, tensor, value));
   };
   if (f.kind == FrameKind::Train) {
     if (!std::isfinite(f.loss) || !std::isfinite(f.grad_norm)) {
@@ -124,9 +124,6 @@ std::vector<Event> Detectors::observe(const Frame& f) {
         text += " (largest in " + f.module_names[top] + ": " + format(f.module_grad_norm[top]) + ")";
       }
       return text;
-    };
-    auto spiked = [](const std::string& what, const Spike& s) {
-      return what + ": " + format(s.value) + " is " + format(s.z) + " standard deviations above its moving mean";
     };
     if (loss_fires) {
       std::string text = spiked("spike in the training loss", *loss_spike);
