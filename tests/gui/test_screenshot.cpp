@@ -11,15 +11,17 @@
 
 #include "gui/png_image.h"
 #include "support/run_process.h"
+#include "support/temp_files.h"
 
 using memscope::test::load_png;
 using memscope::test::run_process;
 
 namespace {
 
+// TMPDIR/memscope-screenshot-PID/NAME.png, the directory removed when this process exits.
 std::string temp_png(const char* name) {
-  const char* dir = std::getenv("TMPDIR");
-  return std::string(dir ? dir : "/tmp") + "/memscope-test-" + name + "-" + std::to_string(getpid()) + ".png";
+  static const auto dir = memscope::test::fresh_dir("screenshot");
+  return (dir / (std::string(name) + ".png")).string();
 }
 
 }  // namespace
