@@ -8,8 +8,8 @@
 #include <string>
 
 #include "engine/engine_test_support.h"
-#include "support/temp_files.h"
 #include "model/probe/frame.h"
+#include "support/temp_files.h"
 
 namespace memscope::test {
 
