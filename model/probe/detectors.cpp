@@ -89,10 +89,10 @@ std::vector<Event> Detectors::observe(const Frame& f) {
   std::vector<Event> events;
   const std::string stream = to_string(f.kind);  // train and inspect frames are separate series
 
-  // `what` is a callable giving the series' description: built only when an event fires.
   auto spiked = [](const std::string& what, const Spike& s) {
     return what + ": " + format(s.value) + " is " + format(s.z) + " standard deviations above its moving mean";
   };
+  // `what` is a callable giving the series' description: built only when an event fires.
   auto spike = [&](SpikeDetector& detector, double value, int layer, int head, const std::string& tensor,
                    const auto& what) {
     if (const auto s = detector.observe(f.step, value))
