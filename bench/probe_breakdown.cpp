@@ -20,6 +20,7 @@
 
 #include "bench/bench_flags.h"
 #include "bench/bench_timing.h"
+#include "bench/token_stream.h"
 #include "model/config/preset.h"
 #include "model/probe/detectors.h"
 #include "model/probe/probe_collector.h"
@@ -71,14 +72,7 @@ int main(int argc, char** argv) {
   Trainer trainer(preset);
   const LanguageModel& model = trainer.model();
   const ProbeConfig& probe = preset.probe;
-  std::vector<at::Tensor> stream;  // the task's sequences one after another, as the probe stream
-  int64_t sequence_length = 0;
-  while (static_cast<int64_t>(stream.size()) < tokens) {
-    const at::Tensor sequence = trainer.training_batch(1).tokens.select(0, 0);
-    sequence_length = sequence.size(0);
-    for (int64_t t = 0; t < sequence_length && static_cast<int64_t>(stream.size()) < tokens; ++t)
-      stream.push_back(sequence.narrow(0, t, 1));
-  }
+  const auto [stream, sequence_length] = memscope::bench::token_stream(trainer, tokens);
 
   enum Part { Step, StepRecord, Extras, Collect, Spectra, SpectraLapack, CollectSnapshots, DetectorsPart, kParts };
   std::vector<std::vector<double>> per_rep(kParts);

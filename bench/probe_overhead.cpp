@@ -3,8 +3,9 @@
 // Training also measures the per-module outer probes alone (train.module_norms; "off" has them off
 // too); inspect also measures stepping into a training batch (engine.inspect_batch: the sequential
 // step in the trainer's chunk form plus one backward through the inner loop per row).
-// One JSON line per configuration with tokens/s and the overhead against probes off, in percent.
-// Repetitions are interleaved (off, default, all, off, …) so machine noise hits them alike.
+// One JSON line per configuration with tokens/s and the overhead against probes off, in percent:
+// the median (and quartiles) over repetitions of each repetition's time against that repetition's
+// "off" time. Repetitions are interleaved (off, default, all, off, …) so machine noise hits them alike.
 // Flags: --preset P (demo-mqar), --mode inspect|train, --steps N per repetition, --reps R,
 // --threads T, --set K=V (repeatable), --only NAME (repeatable: just these configurations, with
 // "off" always first; for profiling one of them).
@@ -92,7 +93,15 @@ int main(int argc, char** argv) {
       seconds[c].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       cpu[c].push_back(process_cpu_seconds() - cpu_start);
     }
-  const double off = median(seconds[0]), off_cpu = median(cpu[0]);
+  // Each repetition's time against the same repetition's "off" run, then the median and quartiles
+  // of those ratios: a slow drift of the machine (these VMs swing by 10-20% over seconds) moves
+  // both halves of a pair alike.
+  auto ratio_quantile = [&](const std::vector<std::vector<double>>& x, size_t c, double q) {
+    std::vector<double> ratios;
+    for (size_t r = 0; r < x[c].size(); ++r) ratios.push_back(x[c][r] / x[0][r]);
+    std::sort(ratios.begin(), ratios.end());
+    return ratios[static_cast<size_t>(q * static_cast<double>(ratios.size() - 1) + 0.5)];
+  };
   const Preset p = load_preset(preset, sets);
   // A training step trains batch × seq_len tokens; an inspect step steps one.
   const double per_step = mode == "train" ? static_cast<double>(p.train.batch * make_task(p.task)->seq_len()) : 1.0;
@@ -109,8 +118,10 @@ int main(int argc, char** argv) {
                                 {"forks", forks},
                                 {"steps_per_s", static_cast<double>(steps) / t},
                                 {"tokens_per_s", tokens / t},
-                                {"overhead_pct", 100.0 * (t / off - 1.0)},
-                                {"cpu_overhead_pct", 100.0 * (median(cpu[c]) / off_cpu - 1.0)}}
+                                {"overhead_pct", 100.0 * (ratio_quantile(seconds, c, 0.5) - 1.0)},
+                                {"overhead_q1_pct", 100.0 * (ratio_quantile(seconds, c, 0.25) - 1.0)},
+                                {"overhead_q3_pct", 100.0 * (ratio_quantile(seconds, c, 0.75) - 1.0)},
+                                {"cpu_overhead_pct", 100.0 * (ratio_quantile(cpu, c, 0.5) - 1.0)}}
                      .dump()
               << std::endl;
   }

@@ -248,7 +248,8 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
     }
     stepped = step_token(model, inspect_, sequence_tokens_.narrow(0, cursor_.token_index, 1), inspect_chunk(), probe);
   }
-  inspect_ = std::move(stepped->state);
+  // The state before this token: freed with the last token, on the side thread (below).
+  LmState previous = std::exchange(inspect_, std::move(stepped->state));
 
   ++cursor_.token_index;
   if (cursor_.remaining > 0) --cursor_.remaining;
@@ -258,8 +259,10 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
   }
 
   const auto start = std::chrono::steady_clock::now();
+  if (spent_) spent_->state = std::move(previous);  // the last token whole, for the token ahead to free
   if (probe) step_ahead();  // the next token, on the side thread, while this one's probes are measured here
-  spent_.reset();            // the last token's records, when no token ahead took them to drop
+  previous = {};
+  spent_.reset();  // here when no token ahead took it
   if (probe) {
     ProbeInputs in;
     in.model = &model;
@@ -283,10 +286,12 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
   }
   frame->seconds = stepped->seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   frame->tokens_per_s = 1.0 / std::max(frame->seconds, 1e-9);
-  // Its records were made on the side thread: the next token ahead takes them there to be dropped.
-  // Dropped here, while that thread steps, probe_overhead read +58% instead of +42%: one thread
-  // freeing many of another's small objects while that one allocates (glibc's per-thread heaps)
-  // slows both.
+  // Made on the side thread (records, weights and, added at the next step, its state): the next
+  // token ahead frees it there, after its own step. Freed here instead, while that thread steps,
+  // probe_overhead read +58% against +42% (fifth session), and on the AMD VM of README's "Hand-overs
+  // on a slower machine" +61% against +36% (demo-mqar-titans). Likely why: the small-block cache
+  // hands out the block freed last, so the side thread's next tensors would be blocks this core had
+  // just touched, whose lines must come over from here (unproven: that VM shows no counters).
   spent_ = std::make_shared<SteppedToken>(std::move(*stepped));
   return frame;
 }
@@ -305,10 +310,14 @@ void Branch::step_ahead() {
   out.sequence = cursor_.sequence;
   out.token_index = cursor_.token_index;
   const bool probe = due(preset().probe.every, out.step);
-  const bool started = side_->try_run([&out, model = trainer_->model(), state = inspect_,
+  // The state is copied there, not here: the copy (9 µs of a 600 µs demo step on a slow VM) is on
+  // the critical path either way, and the side thread needs its own. Nothing writes inspect_
+  // before take_stepped_ahead() or drop_stepped_ahead() has waited for this job; the engine
+  // thread's probes only read it meanwhile.
+  const bool started = side_->try_run([&out, model = trainer_->model(), from = &inspect_,
                                        token = sequence_tokens_.narrow(0, cursor_.token_index, 1), chunk = inspect_chunk(),
                                        probe, spent = std::exchange(spent_, nullptr)]() mutable {
-    SteppedToken s = step_token(model, state, token, chunk, probe);
+    SteppedToken s = step_token(model, *from, token, chunk, probe);
     s.step = out.step;
     s.sequence = out.sequence;
     s.token_index = out.token_index;

@@ -12,10 +12,23 @@ namespace memscope::model {
 
 namespace {
 
-// How long either side spins for the other before it sleeps: longer than a step's hand-over
-// (the engine hands a job over every 100-200 µs while it runs), short enough that an idle or
-// paused engine costs nothing measurable.
-constexpr std::chrono::microseconds kSpin{200};
+using Clock = std::chrono::steady_clock;
+using std::chrono::nanoseconds;
+
+// How long a side spins for the other before it sleeps (SideThread::spin_budget). A wait like the
+// last one (a step, or the engine's probes between two hand-overs) is spun through: twice the last
+// one's length, at least kMinSpin, at most kMaxSpin. One 200 µs spin for every wait had been tuned
+// where demo-mqar's step took 100 µs; where it takes 500 µs (an AMD VM, README "Hand-overs on a
+// slower machine") both sides slept at every token, and the side thread started its job 56 µs
+// after the launch on average. Beyond kMaxSpin (a GUI stepping 30 times a second waits 33 ms) or
+// after the spin, the side sleeps: an idle or paused engine spins a few ms once, nothing after.
+constexpr nanoseconds kMinSpin = std::chrono::microseconds(200);
+constexpr nanoseconds kMaxSpin = std::chrono::milliseconds(4);
+constexpr nanoseconds kLaunchGrace = std::chrono::microseconds(20);
+
+nanoseconds budget_after(const std::atomic<int64_t>& last_ns) {
+  return SideThread::spin_budget(nanoseconds(last_ns.load(std::memory_order_relaxed)));
+}
 
 void relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -24,11 +37,11 @@ void relax() {
 }
 
 template <typename Done>
-void spin_until(Done done) {
-  const auto until = std::chrono::steady_clock::now() + kSpin;
+void spin_until(Done done, nanoseconds budget = kMinSpin) {
+  const auto until = Clock::now() + budget;
   for (int i = 0; !done(); ++i) {
     relax();
-    if (i % 64 == 63 && std::chrono::steady_clock::now() > until) return;
+    if (i % 64 == 63 && Clock::now() > until) return;
   }
 }
 
@@ -65,6 +78,11 @@ int SideThread::spare_cores() {
   int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : static_cast<int>(std::thread::hardware_concurrency());
   if (const auto limit = cgroup_cpu_limit()) cores = std::min(cores, *limit);
   return std::max(1, cores) - 1;
+}
+
+nanoseconds SideThread::spin_budget(nanoseconds last_wait) {
+  if (last_wait > kMaxSpin) return kMinSpin;  // waits this long are paced, not hand-overs: sleep soon
+  return std::clamp(2 * last_wait, kMinSpin, kMaxSpin);
 }
 
 SideThread::SideThread() : thread_([this] { loop(); }) {}
@@ -115,7 +133,7 @@ void SideThread::start(std::function<void()> job, bool holds_core) {
 }
 
 void SideThread::wait() {
-  spin_until([this] { return !busy(); });
+  spin_until([this] { return !busy(); }, budget_after(last_job_ns_));
   std::unique_lock<std::mutex> lock = lock_soon(mutex_);
   done_.wait(lock, [this] { return !busy(); });
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
@@ -123,7 +141,12 @@ void SideThread::wait() {
 
 void SideThread::loop() {
   for (;;) {
-    spin_until([this] { return busy(); });
+    const auto idle_from = Clock::now();
+    // Idle, it spins only while a spare core is free. When every spare core runs another
+    // timeline's job (a fork stepping ahead), spinning here would make three busy threads on two
+    // cores. Its own launch takes the core a moment before it sets busy: that is waited for briefly.
+    spin_until([this] { return busy() || free_cores().load(std::memory_order_relaxed) == 0; }, budget_after(last_idle_ns_));
+    if (!busy()) spin_until([this] { return busy(); }, kLaunchGrace);
     std::function<void()> job;
     bool holds_core = false;
     {
@@ -133,12 +156,15 @@ void SideThread::loop() {
       job = std::move(job_);
       holds_core = job_holds_core_;
     }
+    const auto job_from = Clock::now();
+    last_idle_ns_.store(nanoseconds(job_from - idle_from).count(), std::memory_order_relaxed);
     std::exception_ptr error;
     try {
       job();
     } catch (...) {
       error = std::current_exception();
     }
+    last_job_ns_.store(nanoseconds(Clock::now() - job_from).count(), std::memory_order_relaxed);
     job = nullptr;  // what it captured is dropped here, before the caller hears it is done
     if (holds_core) free_cores().fetch_add(1, std::memory_order_release);  // idle now: another job may take it
     {

@@ -1,10 +1,12 @@
 // SideThread: one job at a time on a thread of its own, handed over with little latency. The
 // engine uses it to step the next inspect token while its own thread measures this token's probes
-// (engine.overlap, issue 20): both halves take about 100 µs, so a hand-over through a sleeping
-// condition variable alone (tens of µs to wake) would eat much of the gain. Each side therefore
-// spins briefly before it sleeps.
+// (engine.overlap, issue 20): both halves take 100-600 µs, depending on the machine, so a hand-over
+// through a sleeping condition variable alone (tens of µs to wake; 50 µs and more in a VM) would eat
+// much of the gain. Each side therefore spins before it sleeps, for as long as its last wait of the
+// same kind took, twice over (spin_budget in side_thread.cpp).
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <functional>
@@ -35,6 +37,11 @@ class SideThread {
   // The cores this process may run on (its affinity mask) less the caller's own.
   static int spare_cores();
 
+  // How long a wait spins before it sleeps, given how long the last wait of its kind took (a job's
+  // run, or the thread's idle time between two jobs): twice that, within [200 µs, 4 ms]; a last
+  // wait beyond 4 ms (a GUI stepping 30 times a second) gives 200 µs.
+  static std::chrono::nanoseconds spin_budget(std::chrono::nanoseconds last_wait);
+
  private:
   void start(std::function<void()> job, bool holds_core);
   void loop();
@@ -46,6 +53,9 @@ class SideThread {
   std::exception_ptr error_;
   std::atomic<bool> busy_{false};  // a job is queued or running
   bool stop_ = false;
+  // How long the last job ran, and how long the thread last waited for a job (nanoseconds): what
+  // the next wait of each kind spins for (twice over, within bounds), before it sleeps.
+  std::atomic<int64_t> last_job_ns_{0}, last_idle_ns_{0};
   std::thread thread_;  // last: started once the members above exist
 };
 

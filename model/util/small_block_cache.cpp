@@ -5,11 +5,13 @@
 #include <torch/version.h>
 
 #include <array>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <new>
 #include <string>
+#include <thread>
 #include <vector>
 
 // LibTorch 2.3 made Allocator::allocate non-const and added pure virtuals (copy_data) whose exact
@@ -44,6 +46,27 @@ int size_class_of(std::size_t bytes) {
   return c < kClasses ? c : kUncached;
 }
 
+// The lock around the free lists. What it guards takes tens of nanoseconds (a push or a pop), so
+// a thread that finds it held spins: std::mutex would sleep in the kernel, and waking takes tens of
+// µs (more in a VM), while the holder lets go within a hundred ns. A holder descheduled mid-way
+// (more busy threads than cores) is yielded to.
+class SpinLock {
+ public:
+  void lock() {
+    while (held_.exchange(true, std::memory_order_acquire))
+      for (int spins = 1; held_.load(std::memory_order_relaxed); ++spins) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+        if (spins % 1024 == 0) std::this_thread::yield();  // the holder was descheduled: let it run
+      }
+  }
+  void unlock() { held_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> held_{false};
+};
+
 class SmallBlockCache final : public c10::Allocator {
  public:
   c10::DataPtr allocate(std::size_t bytes) const override {
@@ -62,7 +85,7 @@ class SmallBlockCache final : public c10::Allocator {
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
 
   SmallBlockCacheStats stats() const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinLock> lock(lock_);
     return {true, cached_bytes_, reused_};
   }
 
@@ -70,7 +93,7 @@ class SmallBlockCache final : public c10::Allocator {
   static void release(void* data);
 
   void* take(int size_class) const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinLock> lock(lock_);
     auto& list = free_[static_cast<std::size_t>(size_class)];
     if (list.empty()) return nullptr;
     void* data = list.back();
@@ -82,15 +105,16 @@ class SmallBlockCache final : public c10::Allocator {
 
   // Keeps the block for its class unless the cache is full; false: the caller frees it.
   bool keep(void* data, int size_class) const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinLock> lock(lock_);
     if (cached_bytes_ + class_bytes(size_class) > kMaxCachedBytes) return false;
     free_[static_cast<std::size_t>(size_class)].push_back(data);
     cached_bytes_ += class_bytes(size_class);
     return true;
   }
 
-  // Tensors are freed on whichever thread drops them last (the engine, the GUI, a writer).
-  mutable std::mutex mutex_;
+  // Tensors are freed on whichever thread drops them last (the engine, the GUI, a writer), and
+  // with engine.overlap two threads allocate at once: the engine's probes and the side thread's step.
+  mutable SpinLock lock_;
   mutable std::array<std::vector<void*>, kClasses> free_;
   mutable std::size_t cached_bytes_ = 0, reused_ = 0;
 };

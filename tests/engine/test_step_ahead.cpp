@@ -163,6 +163,29 @@ TEST_CASE("SideThread runs one job at a time, hands back what it threw, and wait
   CHECK(value == 3);
 }
 
+TEST_CASE("SideThread spins through a wait like its last one, and sleeps soon after a long pause", "[engine]") {
+  using std::chrono::microseconds;
+  using std::chrono::milliseconds;
+  CHECK(SideThread::spin_budget(microseconds(0)) == microseconds(200));      // nothing known yet
+  CHECK(SideThread::spin_budget(microseconds(60)) == microseconds(200));     // a fast machine's hand-over
+  CHECK(SideThread::spin_budget(microseconds(600)) == microseconds(1200));   // a 600 µs step: spun through
+  CHECK(SideThread::spin_budget(milliseconds(3)) == milliseconds(4));        // at most 4 ms
+  CHECK(SideThread::spin_budget(milliseconds(33)) == microseconds(200));     // paced at 30 steps/s: sleep
+  // Jobs longer than the old fixed spin still hand over and come back in order.
+  SideThread side;
+  int value = 0;
+  for (int i = 1; i <= 5; ++i) {
+    side.run([&, i] {
+      const auto until = std::chrono::steady_clock::now() + microseconds(700);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+      value = value * 10 + i;
+    });
+    side.wait();
+  }
+  CHECK(value == 12345);
+}
+
 TEST_CASE("SideThread::try_run takes a spare core, one fewer than the machine has, while its job runs", "[engine]") {
   const int spare = SideThread::spare_cores();
   const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
