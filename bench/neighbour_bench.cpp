@@ -33,6 +33,7 @@
 #include "model/train/trainer.h"
 #include "model/util/allocator.h"
 #include "model/util/compute_threads.h"
+#include "model/util/cpu_relax.h"
 #include "model/util/small_block_cache.h"
 
 using namespace memscope::model;
@@ -54,11 +55,7 @@ void neighbour(Neighbour kind, const std::atomic<bool>& stop, const Preset& pres
       while (!stop.load(std::memory_order_relaxed)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       break;
     case Neighbour::SpinPause:
-      while (!stop.load(std::memory_order_relaxed)) {
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
-      }
+      while (!stop.load(std::memory_order_relaxed)) cpu_relax();
       break;
     case Neighbour::Alu: {
       uint64_t x = 88172645463325252ull;

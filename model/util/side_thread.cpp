@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "model/util/cpu_quota.h"
+#include "model/util/cpu_relax.h"
 
 namespace memscope::model {
 
@@ -30,17 +31,11 @@ nanoseconds budget_after(const std::atomic<int64_t>& last_ns) {
   return SideThread::spin_budget(nanoseconds(last_ns.load(std::memory_order_relaxed)));
 }
 
-void relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
 template <typename Done>
 void spin_until(Done done, nanoseconds budget = kMinSpin) {
   const auto until = Clock::now() + budget;
   for (int i = 0; !done(); ++i) {
-    relax();
+    cpu_relax();
     if (i % 64 == 63 && Clock::now() > until) return;
   }
 }

@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "model/util/cpu_relax.h"
+
 // LibTorch 2.3 made Allocator::allocate non-const and added pure virtuals (copy_data) whose exact
 // form later versions changed again; the cache is built against the interface of 1.13 to 2.2, and
 // elsewhere install_small_block_cache() leaves LibTorch's allocator in place.
@@ -55,9 +57,7 @@ class SpinLock {
   void lock() {
     while (held_.exchange(true, std::memory_order_acquire))
       for (int spins = 1; held_.load(std::memory_order_relaxed); ++spins) {
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
+        cpu_relax();
         if (spins % 1024 == 0) std::this_thread::yield();  // the holder was descheduled: let it run
       }
   }
