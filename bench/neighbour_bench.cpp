@@ -30,6 +30,7 @@
 #include "model/config/preset.h"
 #include "model/probe/detectors.h"
 #include "model/probe/probe_collector.h"
+#include "model/probe/token_score.h"
 #include "model/train/trainer.h"
 #include "model/util/allocator.h"
 #include "model/util/compute_threads.h"
@@ -98,9 +99,7 @@ void neighbour(Neighbour kind, const std::atomic<bool>& stop, const Preset& pres
         in.memory_before = &before;
         in.records = &out.records;
         in.matrices = preset.probe.matrices_every > 0 && step % preset.probe.matrices_every == 0;
-        const at::Tensor logits = out.logits[0];
-        in.extra.push_back(logits.argmax());
-        in.extra.push_back(-at::log_softmax(logits.to(at::kDouble), 0)[0]);
+        score_token(out.logits[0], 0);  // as the engine scores a CPU model's token
         Frame frame;
         frame.step = step;
         frame.kind = FrameKind::Inspect;

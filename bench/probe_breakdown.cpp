@@ -4,7 +4,8 @@
 // steps it (batch 1, one token at a time):
 //   step_us           the model step without a record (an unprobed step's model work)
 //   record_us         what asking for the record adds to the model step
-//   extras_us         the token's argmax and scored loss over the vocabulary
+//   extras_us         the token's argmax and scored loss over the vocabulary (score_token, as the engine)
+//   extras_aten_us    the same as ATen calls (argmax; log_softmax in double), for the ratio
 //   collect_us        collect_probes without snapshots, of which
 //   spectra_us          the batched singular values alone (erank, NS spectra), as collect builds them
 //   spectra_lapack_us the same stacks through at::linalg_svdvals (LAPACK), for the ratio
@@ -25,6 +26,7 @@
 #include "model/probe/detectors.h"
 #include "model/probe/probe_collector.h"
 #include "model/probe/small_singular_values.h"
+#include "model/probe/token_score.h"
 #include "model/train/trainer.h"
 #include "model/util/allocator.h"
 #include "model/util/compute_threads.h"
@@ -74,7 +76,7 @@ int main(int argc, char** argv) {
   const ProbeConfig& probe = preset.probe;
   const auto [stream, sequence_length] = memscope::bench::token_stream(trainer, tokens);
 
-  enum Part { Step, StepRecord, Extras, Collect, Spectra, SpectraLapack, CollectSnapshots, DetectorsPart, kParts };
+  enum Part { Step, StepRecord, Extras, ExtrasAten, Collect, Spectra, SpectraLapack, CollectSnapshots, DetectorsPart, kParts };
   std::vector<std::vector<double>> per_rep(kParts);
   int64_t snapshot_steps = 0;
   for (int64_t r = 0; r < reps; ++r) {
@@ -101,9 +103,12 @@ int main(int argc, char** argv) {
       in.memory_before = &before;
       in.records = &out.records;
       const at::Tensor logits = out.logits[0];
-      in.extra.push_back(logits.argmax());
-      in.extra.push_back(-at::log_softmax(logits.to(at::kDouble), 0)[0]);
+      score_token(logits, 0);  // as the engine scores a CPU model's token
       total[Extras] += micros_since(start);
+      start = Clock::now();
+      (-at::log_softmax(logits.to(at::kDouble), 0)[0]).item<double>();  // the four ATen calls it replaced,
+      logits.argmax().item<int64_t>();                                  // each read back as the probes' transfer did
+      total[ExtrasAten] += micros_since(start);
 
       in.matrices = probe.matrices_every > 0 && i % probe.matrices_every == 0;
       Frame frame;
@@ -133,6 +138,7 @@ int main(int argc, char** argv) {
     per_rep[Step].push_back(total[Step] / n);
     per_rep[StepRecord].push_back((total[StepRecord] - total[Step]) / n);
     per_rep[Extras].push_back(total[Extras] / n);
+    per_rep[ExtrasAten].push_back(total[ExtrasAten] / n);
     per_rep[Collect].push_back(total[Collect] / static_cast<double>(std::max<int64_t>(plain, 1)));
     per_rep[Spectra].push_back(total[Spectra] / n);
     per_rep[SpectraLapack].push_back(total[SpectraLapack] / n);
@@ -151,6 +157,7 @@ int main(int argc, char** argv) {
                               {"step_us", median(per_rep[Step])},
                               {"record_us", median(per_rep[StepRecord])},
                               {"extras_us", median(per_rep[Extras])},
+                              {"extras_aten_us", median(per_rep[ExtrasAten])},
                               {"collect_us", median(per_rep[Collect])},
                               {"spectra_us", median(per_rep[Spectra])},
                               {"spectra_lapack_us", median(per_rep[SpectraLapack])},

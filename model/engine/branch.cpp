@@ -11,6 +11,7 @@
 #include "model/data/rng.h"
 #include "model/probe/inner_backward.h"
 #include "model/probe/probe_collector.h"
+#include "model/probe/token_score.h"
 #include "model/util/errors.h"
 
 namespace memscope::model {
@@ -271,12 +272,19 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
     in.records = &stepped->out.records;
     in.matrices = due(p.matrices_every, step);
     const at::Tensor logits = stepped->out.logits[0];
-    in.extra.push_back(logits.argmax());
-    if (frame->target >= 0) in.extra.push_back(-at::log_softmax(logits.to(at::kDouble), 0)[frame->target]);
+    // On a GPU the prediction and loss ride the probes' one host transfer; on the CPU one loop on
+    // the host is cheaper than the four ATen calls (model/probe/token_score.h).
+    const bool on_host = logits.is_cpu();
+    if (!on_host) {
+      in.extra.push_back(logits.argmax());
+      if (frame->target >= 0) in.extra.push_back(-at::log_softmax(logits.to(at::kDouble), 0)[frame->target]);
+    }
     const std::vector<double> extra = collect_probes(*frame, in, p);
     if (inner_backward_) add_inner_backward(*frame, *inner_backward_, index);
-    frame->predicted = static_cast<int64_t>(extra[0]);
-    if (frame->target >= 0) frame->loss = extra[1];
+    const TokenScore score = on_host ? score_token(logits, frame->target) : TokenScore{static_cast<int64_t>(extra[0]),
+                                                                                        frame->target >= 0 ? extra[1] : 0.0};
+    frame->predicted = score.predicted;
+    if (frame->target >= 0) frame->loss = score.loss;
   }
   if (!probe && frame->target >= 0 && preset().engine.inspect_batch > 0) {
     // A training batch's loss is what the step into it checks: every target token carries it.

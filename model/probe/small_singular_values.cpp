@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -15,192 +17,271 @@ namespace memscope::model {
 
 namespace {
 
-// Matrices per group. Each loop over `lane` is two AVX-512 instructions of doubles; two
-// independent registers per step also hide half of the QL sweep's latency chain.
-constexpr int kLanes = 16;
+// Matrices per group (`Lanes` below): 16, or 8 for a stack of 8 or fewer, or the last 8 or fewer of a
+// larger one. A padded lane costs as much as a real one: Titans' 8 heads of 16×16 take 38 µs in a
+// group of 8 against 58 in a group of 16 (AVX2 VM; not half, since a QL row's square root and
+// division form a latency chain that fewer registers hide less well). Each loop over `lane` is one
+// or two AVX-512 instructions of doubles, or two or four AVX2 ones.
+constexpr int kWideGroup = 16, kNarrowGroup = 8;
 constexpr int kMaxSweepsPerEigenvalue = 30;
 
-// One group of up to kLanes symmetric m×m matrices, lane-interleaved: g[(i·m + j)·kLanes + lane].
-// Householder reflections reduce each to tridiagonal form, in place: the diagonal goes to d[i·kLanes
-// + lane] and the off-diagonal (coupling i and i+1) to e[i·kLanes + lane]; e's last row is zeroed.
+// Lane masks are 64 bits wide, all ones or all zeros, so that a mask and a double share a vector
+// lane. `blend` selects with bit operations: written as `?:`, GCC moves the arithmetic of the chosen
+// side into a branch (PRE), and without AVX-512's masked instructions the loop is then not
+// vectorised at all (issue 20: the QL sweep ran scalar on AVX2; 16 matrices 16×16 took 111 µs, now 58).
+using LaneMask = int64_t;
+
+[[gnu::always_inline]] inline LaneMask mask_of(bool condition) { return -static_cast<LaneMask>(condition); }
+
+// `when` where the mask is set, `otherwise` where it is clear.
+[[gnu::always_inline]] inline double blend(LaneMask mask, double when, double otherwise) {
+  uint64_t a, b;
+  std::memcpy(&a, &when, sizeof a);
+  std::memcpy(&b, &otherwise, sizeof b);
+  const uint64_t bits = (a & static_cast<uint64_t>(mask)) | (b & ~static_cast<uint64_t>(mask));
+  double out;
+  std::memcpy(&out, &bits, sizeof out);
+  return out;
+}
+
+// One group of up to Lanes symmetric m×m matrices, lane-interleaved: g[(i·m + j)·Lanes + lane].
+// Householder reflections reduce each to tridiagonal form, in place: the diagonal goes to d[i·Lanes
+// + lane] and the off-diagonal (coupling i and i+1) to e[i·Lanes + lane]; e's last row is zeroed.
 // A column whose part below the subdiagonal is already zero gets no reflection (τ = 0).
+template <int Lanes>
 MEMSCOPE_SIMD_CLONES
 void tridiagonalise(double* __restrict g, double* __restrict d, double* __restrict e, int m) {
-  std::vector<double> v(static_cast<size_t>(m * kLanes)), w(v.size());
-  double tau[kLanes], k_half[kLanes];
-  auto at = [&](int i, int j) { return g + (i * m + j) * kLanes; };
+  std::vector<double> v(static_cast<size_t>(m * Lanes)), w(v.size());
+  double tau[Lanes], k_half[Lanes];
+  auto at = [&](int i, int j) { return g + (i * m + j) * Lanes; };
   for (int k = 0; k + 2 < m; ++k) {
     // x = column k below the diagonal; H x = α e₁ with α = −sign(x₀)‖x‖ (no cancellation in x₀ − α).
-    double tail[kLanes] = {};
+    double tail[Lanes] = {};
     for (int i = k + 2; i < m; ++i)
-      for (int lane = 0; lane < kLanes; ++lane) tail[lane] += at(i, k)[lane] * at(i, k)[lane];
-    for (int lane = 0; lane < kLanes; ++lane) {
+      for (int lane = 0; lane < Lanes; ++lane) tail[lane] += at(i, k)[lane] * at(i, k)[lane];
+    for (int lane = 0; lane < Lanes; ++lane) {
       const double x0 = at(k + 1, k)[lane];
       const double alpha = -std::copysign(std::sqrt(x0 * x0 + tail[lane]), x0);
-      const bool reflect = tail[lane] > 0;
+      const LaneMask reflect = mask_of(tail[lane] > 0);
       const double v0 = x0 - alpha;
-      v[(k + 1) * kLanes + lane] = v0;
-      tau[lane] = reflect ? 2.0 / (v0 * v0 + tail[lane]) : 0.0;
-      e[k * kLanes + lane] = reflect ? alpha : x0;
-      d[k * kLanes + lane] = at(k, k)[lane];
+      v[(k + 1) * Lanes + lane] = v0;
+      tau[lane] = blend(reflect, 2.0 / (v0 * v0 + tail[lane]), 0.0);
+      e[k * Lanes + lane] = blend(reflect, alpha, x0);
+      d[k * Lanes + lane] = at(k, k)[lane];
     }
     for (int i = k + 2; i < m; ++i)
-      for (int lane = 0; lane < kLanes; ++lane) v[i * kLanes + lane] = at(i, k)[lane];
+      for (int lane = 0; lane < Lanes; ++lane) v[i * Lanes + lane] = at(i, k)[lane];
     // H G H = G − v wᵀ − w vᵀ on the trailing block, with p = τ G v and w = p − (τ vᵀp / 2) v.
     for (int i = k + 1; i < m; ++i) {
-      double p[kLanes] = {};
+      double p[Lanes] = {};
       for (int j = k + 1; j < m; ++j)
-        for (int lane = 0; lane < kLanes; ++lane) p[lane] += at(i, j)[lane] * v[j * kLanes + lane];
-      for (int lane = 0; lane < kLanes; ++lane) w[i * kLanes + lane] = tau[lane] * p[lane];
+        for (int lane = 0; lane < Lanes; ++lane) p[lane] += at(i, j)[lane] * v[j * Lanes + lane];
+      for (int lane = 0; lane < Lanes; ++lane) w[i * Lanes + lane] = tau[lane] * p[lane];
     }
-    for (int lane = 0; lane < kLanes; ++lane) k_half[lane] = 0;
+    for (int lane = 0; lane < Lanes; ++lane) k_half[lane] = 0;
     for (int i = k + 1; i < m; ++i)
-      for (int lane = 0; lane < kLanes; ++lane) k_half[lane] += v[i * kLanes + lane] * w[i * kLanes + lane];
-    for (int lane = 0; lane < kLanes; ++lane) k_half[lane] *= 0.5 * tau[lane];
+      for (int lane = 0; lane < Lanes; ++lane) k_half[lane] += v[i * Lanes + lane] * w[i * Lanes + lane];
+    for (int lane = 0; lane < Lanes; ++lane) k_half[lane] *= 0.5 * tau[lane];
     for (int i = k + 1; i < m; ++i)
-      for (int lane = 0; lane < kLanes; ++lane) w[i * kLanes + lane] -= k_half[lane] * v[i * kLanes + lane];
+      for (int lane = 0; lane < Lanes; ++lane) w[i * Lanes + lane] -= k_half[lane] * v[i * Lanes + lane];
     for (int i = k + 1; i < m; ++i)
       for (int j = k + 1; j < m; ++j)
-        for (int lane = 0; lane < kLanes; ++lane)
-          at(i, j)[lane] -= v[i * kLanes + lane] * w[j * kLanes + lane] + w[i * kLanes + lane] * v[j * kLanes + lane];
+        for (int lane = 0; lane < Lanes; ++lane)
+          at(i, j)[lane] -= v[i * Lanes + lane] * w[j * Lanes + lane] + w[i * Lanes + lane] * v[j * Lanes + lane];
   }
-  for (int lane = 0; lane < kLanes; ++lane) {
+  for (int lane = 0; lane < Lanes; ++lane) {
     if (m >= 2) {
-      d[(m - 2) * kLanes + lane] = at(m - 2, m - 2)[lane];
-      e[(m - 2) * kLanes + lane] = at(m - 1, m - 2)[lane];
+      d[(m - 2) * Lanes + lane] = at(m - 2, m - 2)[lane];
+      e[(m - 2) * Lanes + lane] = at(m - 1, m - 2)[lane];
     }
-    d[(m - 1) * kLanes + lane] = at(m - 1, m - 1)[lane];
-    e[(m - 1) * kLanes + lane] = 0;
+    d[(m - 1) * Lanes + lane] = at(m - 1, m - 1)[lane];
+    e[(m - 1) * Lanes + lane] = 0;
   }
 }
 
 // One step of a QL sweep (row i) in every lane still rotating below its split point. Branch-free
-// so that it vectorises: a lane that does not rotate keeps its values through the selects. Inlined
+// so that it vectorises: a lane that does not rotate keeps its values through the blends. Inlined
 // into each of ql_eigenvalues' clones, so that it is built for the clone's vector width.
+template <int Lanes>
 [[gnu::always_inline]] inline void rotate_row(double* __restrict di, double* __restrict di1, const double* __restrict ei,
-                       double* __restrict ei1, int i, const int* __restrict split, int* __restrict live,
-                       int* __restrict stopped, double* __restrict s, double* __restrict c, double* __restrict g,
-                       double* __restrict p) {
-  for (int lane = 0; lane < kLanes; ++lane) {
-    const int rotate = live[lane] & static_cast<int>(i < split[lane]);  // &: no branch
+                                              double* __restrict ei1, int i, const int64_t* __restrict split,
+                                              LaneMask* __restrict live, LaneMask* __restrict stopped, double* __restrict s,
+                                              double* __restrict c, double* __restrict g, double* __restrict p) {
+  for (int lane = 0; lane < Lanes; ++lane) {
+    const LaneMask rotate = live[lane] & mask_of(i < split[lane]);
     const double f = s[lane] * ei[lane], b = c[lane] * ei[lane];
     const double r = std::sqrt(f * f + g[lane] * g[lane]);
     // r = 0: the rotation would be 0/0; the lane deflates here instead (d[i+1] − p) and skips the
     // sweep's last update, as the scalar algorithm breaks out of its sweep.
-    const int degenerate = rotate & static_cast<int>(r == 0.0);
-    const int turn = rotate & static_cast<int>(r != 0.0);
-    const double inv = 1.0 / (turn ? r : 1.0);
+    const LaneMask degenerate = rotate & mask_of(r == 0.0);
+    const LaneMask turn = rotate & ~degenerate;
+    const double inv = 1.0 / blend(turn, r, 1.0);
     const double sn = f * inv, cs = g[lane] * inv;
     const double gn = di1[lane] - p[lane];
     const double rn = (di[lane] - gn) * sn + 2.0 * cs * b;
     const double pn = sn * rn;
-    ei1[lane] = turn ? r : ei1[lane];
-    di1[lane] = turn ? gn + pn : (degenerate ? gn : di1[lane]);
-    s[lane] = turn ? sn : s[lane];
-    c[lane] = turn ? cs : c[lane];
-    p[lane] = turn ? pn : p[lane];
-    g[lane] = turn ? cs * rn - b : g[lane];
-    live[lane] = live[lane] & (1 - degenerate);
-    stopped[lane] = stopped[lane] | degenerate;
+    ei1[lane] = blend(turn, r, ei1[lane]);
+    di1[lane] = blend(turn, gn + pn, blend(degenerate, gn, di1[lane]));
+    s[lane] = blend(turn, sn, s[lane]);
+    c[lane] = blend(turn, cs, c[lane]);
+    p[lane] = blend(turn, pn, p[lane]);
+    g[lane] = blend(turn, cs * rn - b, g[lane]);
+    live[lane] &= ~degenerate;
+    stopped[lane] |= degenerate;
   }
 }
 
-// The eigenvalues of kLanes symmetric tridiagonal matrices (d, e as tridiagonalise leaves them), in
+// The eigenvalues of Lanes symmetric tridiagonal matrices (d, e as tridiagonalise leaves them), in
 // place in d, by the implicit QL algorithm with Wilkinson's shift (Golub & Van Loan §8.3; values
 // only). The lanes run in step: each finds its own split point m_lane, and a sweep runs down from
 // the largest, each lane rotating only below its own. An off-diagonal counts as zero when it is
 // within rounding of its neighbours or of the whole matrix's scale (`negligible`, ε·trace for a
 // Gram matrix), so zero eigenvalues of a rank-deficient matrix end too.
+template <int Lanes>
 MEMSCOPE_SIMD_CLONES
 void ql_eigenvalues(double* __restrict d, double* __restrict e, const double* __restrict negligible, int m) {
   constexpr double eps = std::numeric_limits<double>::epsilon();
-  int split[kLanes], live[kLanes], stopped[kLanes];
-  double s[kLanes], c[kLanes], g[kLanes], p[kLanes];
+  int64_t split[Lanes];
+  LaneMask live[Lanes], stopped[Lanes];
+  double s[Lanes], c[Lanes], g[Lanes], p[Lanes];
   for (int l = 0; l < m; ++l) {
     for (int sweep = 0; sweep < kMaxSweepsPerEigenvalue; ++sweep) {
       // Each lane's split point: the first negligible off-diagonal at or below l (m − 1: none).
-      int found[kLanes];
-      for (int lane = 0; lane < kLanes; ++lane) {
+      LaneMask found[Lanes];
+      for (int lane = 0; lane < Lanes; ++lane) {
         split[lane] = m - 1;
         found[lane] = 0;
       }
       for (int j = l; j + 1 < m; ++j) {
-        const double* dj = d + j * kLanes;
-        const double* dj1 = d + (j + 1) * kLanes;
-        const double* ej = e + j * kLanes;
-        int all = 1;
-        for (int lane = 0; lane < kLanes; ++lane) {
+        const double* dj = d + j * Lanes;
+        const double* dj1 = d + (j + 1) * Lanes;
+        const double* ej = e + j * Lanes;
+        LaneMask all = ~LaneMask{0};
+        for (int lane = 0; lane < Lanes; ++lane) {
           const double off = std::fabs(ej[lane]);
-          const int small = static_cast<int>(off <= eps * (std::fabs(dj[lane]) + std::fabs(dj1[lane]))) |
-                            static_cast<int>(off <= negligible[lane]);
-          split[lane] = (small & (1 - found[lane])) ? j : split[lane];
+          const LaneMask small = mask_of(off <= eps * (std::fabs(dj[lane]) + std::fabs(dj1[lane]))) |
+                                 mask_of(off <= negligible[lane]);
+          const LaneMask first = small & ~found[lane];
+          split[lane] = (j & first) | (split[lane] & ~first);
           found[lane] |= small;
           all &= found[lane];
         }
         if (all) break;
       }
-      int deepest = l;
-      for (int lane = 0; lane < kLanes; ++lane) deepest = std::max(deepest, split[lane]);
+      int64_t deepest = l;
+      for (int lane = 0; lane < Lanes; ++lane) deepest = std::max(deepest, split[lane]);
       if (deepest == l) break;  // d[l] is an eigenvalue in every lane
-      for (int lane = 0; lane < kLanes; ++lane) {
-        live[lane] = split[lane] > l;
+      for (int lane = 0; lane < Lanes; ++lane) {
+        live[lane] = mask_of(split[lane] > l);
         stopped[lane] = 0;
-        const double el = live[lane] ? e[l * kLanes + lane] : 1.0;
-        const double q = (d[(l + 1) * kLanes + lane] - d[l * kLanes + lane]) / (2.0 * el);
+        const double el = blend(live[lane], e[l * Lanes + lane], 1.0);
+        const double q = (d[(l + 1) * Lanes + lane] - d[l * Lanes + lane]) / (2.0 * el);
         const double r = std::sqrt(q * q + 1.0);
-        g[lane] = d[split[lane] * kLanes + lane] - d[l * kLanes + lane] + el / (q + std::copysign(r, q));
+        g[lane] = d[split[lane] * Lanes + lane] - d[l * Lanes + lane] + el / (q + std::copysign(r, q));
         s[lane] = 1.0;
         c[lane] = 1.0;
         p[lane] = 0.0;
       }
-      for (int i = deepest - 1; i >= l; --i)
-        rotate_row(d + i * kLanes, d + (i + 1) * kLanes, e + i * kLanes, e + (i + 1) * kLanes, i, split, live, stopped, s, c, g, p);
-      for (int lane = 0; lane < kLanes; ++lane) {
-        if (live[lane]) {
-          d[l * kLanes + lane] -= p[lane];
-          e[l * kLanes + lane] = g[lane];
-        }
-        if (live[lane] | stopped[lane]) e[split[lane] * kLanes + lane] = 0.0;
+      for (int64_t i = deepest - 1; i >= l; --i)
+        rotate_row<Lanes>(d + i * Lanes, d + (i + 1) * Lanes, e + i * Lanes, e + (i + 1) * Lanes, static_cast<int>(i), split,
+                   live, stopped, s, c, g, p);
+      for (int lane = 0; lane < Lanes; ++lane) {
+        d[l * Lanes + lane] = blend(live[lane], d[l * Lanes + lane] - p[lane], d[l * Lanes + lane]);
+        e[l * Lanes + lane] = blend(live[lane], g[lane], e[l * Lanes + lane]);
       }
+      for (int lane = 0; lane < Lanes; ++lane)  // a scatter: scalar
+        if (live[lane] | stopped[lane]) e[split[lane] * Lanes + lane] = 0.0;
     }
   }
 }
 
 // The Gram matrices G = A Aᵀ of a group (A's m vectors of length n, lane-interleaved as
-// a[(i·n + k)·kLanes + lane]) in double: float products are exact there, so the eigenvalues λ = σ²
+// a[(i·n + k)·Lanes + lane]) in double: float products are exact there, so the eigenvalues λ = σ²
 // carry an error of about ε_double·‖A‖², and σ = √λ one of at most √ε_double·σ_max ≈ 1e-8·σ_max.
-// Four rows of G at a time, so that vector i is read once for four products.
+// Four lanes: one AVX2 register, two SSE2 ones. Wider GCC vectors are lowered through the stack.
+typedef double Quad __attribute__((vector_size(4 * sizeof(double))));
+
+// Entries (i, j) … (i, j + Rows − 1) of G and their mirror images, vector i read once for Rows
+// products, with Rows · Lanes / 4 accumulators held in registers. Written as one loop over the
+// lanes, GCC 12 vectorised the loop over k instead when Lanes was 8 on AVX2, with a horizontal sum
+// per entry: 15 µs for 8 matrices 16×16.
+template <int Lanes, int Rows>
+[[gnu::always_inline]] inline void gram_block(const double* __restrict a, double* __restrict g, int m, int n, int i, int j) {
+  constexpr int kQuads = Lanes / 4;
+  Quad sum[Rows][kQuads] = {};
+  for (int k = 0; k < n; ++k) {
+#pragma GCC unroll 4
+    for (int q = 0; q < kQuads; ++q) {
+      Quad x;
+      std::memcpy(&x, a + (i * n + k) * Lanes + 4 * q, sizeof x);
+#pragma GCC unroll 4
+      for (int b = 0; b < Rows; ++b) {
+        Quad y;
+        std::memcpy(&y, a + ((j + b) * n + k) * Lanes + 4 * q, sizeof y);
+        sum[b][q] += x * y;
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int b = 0; b < Rows; ++b) {
+    std::memcpy(g + (i * m + j + b) * Lanes, sum[b], sizeof sum[b]);
+    std::memcpy(g + ((j + b) * m + i) * Lanes, sum[b], sizeof sum[b]);
+  }
+}
+
+// Eight accumulators a block: four entries of a row at a time in groups of 8, two in groups of 16.
+template <int Lanes>
 MEMSCOPE_SIMD_CLONES
 void gram_of(const double* __restrict a, double* __restrict g, int m, int n) {
-  auto store = [&](int i, int j, const double* sum) {
-    for (int lane = 0; lane < kLanes; ++lane) g[(i * m + j) * kLanes + lane] = g[(j * m + i) * kLanes + lane] = sum[lane];
-  };
+  static_assert(Lanes % 4 == 0 && 32 % Lanes == 0, "gram_of: 8 or 16 lanes");
+  constexpr int kBlock = 32 / Lanes;
   for (int i = 0; i < m; ++i) {
-    const double* ai = a + i * n * kLanes;
     int j = 0;
-    for (; j + 3 <= i; j += 4) {
-      double s0[kLanes] = {}, s1[kLanes] = {}, s2[kLanes] = {}, s3[kLanes] = {};
-      const double *a0 = a + j * n * kLanes, *a1 = a0 + n * kLanes, *a2 = a1 + n * kLanes, *a3 = a2 + n * kLanes;
-      for (int k = 0; k < n; ++k)
-        for (int lane = 0; lane < kLanes; ++lane) {
-          const double x = ai[k * kLanes + lane];
-          s0[lane] += x * a0[k * kLanes + lane];
-          s1[lane] += x * a1[k * kLanes + lane];
-          s2[lane] += x * a2[k * kLanes + lane];
-          s3[lane] += x * a3[k * kLanes + lane];
-        }
-      store(i, j, s0);
-      store(i, j + 1, s1);
-      store(i, j + 2, s2);
-      store(i, j + 3, s3);
+    for (; j + kBlock <= i + 1; j += kBlock) gram_block<Lanes, kBlock>(a, g, m, n, i, j);
+    for (; j <= i; ++j) gram_block<Lanes, 1>(a, g, m, n, i, j);
+  }
+}
+
+// The singular values of `lanes` (at most Lanes) matrices of a contiguous float stack [N, r, c], from
+// matrix `first` on, into their rows of `out` ([N, min(r, c)]). `a` holds Lanes · r · c doubles, `gram`
+// Lanes · min(r, c)² and `zeros` r · c floats.
+template <int Lanes>
+void singular_values_of_group(const float* source, int64_t first, int64_t lanes, int64_t r, int64_t c, double* a,
+                              double* gram, const float* zeros, float* out) {
+  const int m = static_cast<int>(std::min(r, c)), n = static_cast<int>(std::max(r, c));
+  const bool by_rows = r <= c;  // the Gram matrix of the shorter side: A Aᵀ or Aᵀ A, m×m
+  std::vector<double> d(static_cast<size_t>(m * Lanes)), e(d.size()), sigma(static_cast<size_t>(m));
+  double negligible[Lanes];
+  bool finite[Lanes];
+  // A lane beyond the count, or whose matrix is not finite (its σ are NaN), reads zeros.
+  const float* from[Lanes];
+  for (int64_t lane = 0; lane < Lanes; ++lane) {
+    const float* matrix = source + (first + std::min<int64_t>(lane, lanes - 1)) * r * c;
+    finite[lane] = lane < lanes;
+    for (int64_t i = 0; i < r * c && finite[lane]; ++i) finite[lane] = std::isfinite(matrix[i]);
+    from[lane] = finite[lane] ? matrix : zeros;
+  }
+  // Vector p is row p (by rows) or column p; each entry's lanes are one contiguous store.
+  for (int64_t p = 0; p < m; ++p)
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t at = by_rows ? p * c + k : k * c + p;
+      double* to = a + (p * n + k) * Lanes;
+      for (int lane = 0; lane < Lanes; ++lane) to[lane] = from[lane][at];
     }
-    for (; j <= i; ++j) {
-      double sum[kLanes] = {};
-      const double* aj = a + j * n * kLanes;
-      for (int k = 0; k < n; ++k)
-        for (int lane = 0; lane < kLanes; ++lane) sum[lane] += ai[k * kLanes + lane] * aj[k * kLanes + lane];
-      store(i, j, sum);
-    }
+  gram_of<Lanes>(a, gram, m, n);
+  for (int lane = 0; lane < Lanes; ++lane) {
+    double trace = 0;
+    for (int i = 0; i < m; ++i) trace += gram[static_cast<size_t>((i * m + i) * Lanes + lane)];
+    negligible[lane] = std::numeric_limits<double>::epsilon() * trace;
+  }
+  tridiagonalise<Lanes>(gram, d.data(), e.data(), m);
+  ql_eigenvalues<Lanes>(d.data(), e.data(), negligible, m);
+  for (int64_t lane = 0; lane < lanes; ++lane) {
+    for (int i = 0; i < m; ++i) sigma[static_cast<size_t>(i)] = std::sqrt(std::max(d[static_cast<size_t>(i * Lanes + lane)], 0.0));
+    std::sort(sigma.begin(), sigma.end(), std::greater<double>());
+    float* to = out + (first + lane) * m;
+    for (int i = 0; i < m; ++i)
+      to[i] = finite[lane] ? static_cast<float>(sigma[static_cast<size_t>(i)]) : std::numeric_limits<float>::quiet_NaN();
   }
 }
 
@@ -212,48 +293,24 @@ at::Tensor small_singular_values(const at::Tensor& matrices) {
   if (!matrices.device().is_cpu() || matrices.scalar_type() != at::kFloat || std::max(r, c) > kSmallSingularValueSide)
     return at::linalg_svdvals(matrices);
   const at::Tensor source = matrices.contiguous();
-  const int m = static_cast<int>(std::min(r, c)), n = static_cast<int>(std::max(r, c));
-  const bool by_rows = r <= c;  // the Gram matrix of the shorter side: A Aᵀ or Aᵀ A, m×m
+  const int64_t m = std::min(r, c);
   at::Tensor out = at::empty({count, m}, matrices.options());
   if (count == 0 || m == 0) return out;
   // Written in full for every group before they are read: no zeroing (128 KB at 16×64).
-  const std::unique_ptr<double[]> a(new double[static_cast<size_t>(m * n * kLanes)]);
-  const std::unique_ptr<double[]> gram(new double[static_cast<size_t>(m * m * kLanes)]);
-  std::vector<double> d(static_cast<size_t>(m * kLanes)), e(d.size()), sigma(static_cast<size_t>(m));
+  const std::unique_ptr<double[]> a(new double[static_cast<size_t>(r * c * kWideGroup)]);
+  const std::unique_ptr<double[]> gram(new double[static_cast<size_t>(m * m * kWideGroup)]);
   const std::vector<float> zeros(static_cast<size_t>(r * c), 0.0f);
-  double negligible[kLanes];
-  bool finite[kLanes];
-  for (int64_t first = 0; first < count; first += kLanes) {
-    const int64_t lanes = std::min<int64_t>(kLanes, count - first);
-    // A lane beyond the count, or whose matrix is not finite (its σ are NaN), reads zeros.
-    const float* from[kLanes];
-    for (int64_t lane = 0; lane < kLanes; ++lane) {
-      const float* matrix = source.data_ptr<float>() + (first + std::min<int64_t>(lane, lanes - 1)) * r * c;
-      finite[lane] = lane < lanes;
-      for (int64_t i = 0; i < r * c && finite[lane]; ++i) finite[lane] = std::isfinite(matrix[i]);
-      from[lane] = finite[lane] ? matrix : zeros.data();
-    }
-    // Vector p is row p (by rows) or column p; each entry's 16 lanes are one contiguous store.
-    for (int64_t p = 0; p < m; ++p)
-      for (int64_t k = 0; k < n; ++k) {
-        const int64_t at = by_rows ? p * c + k : k * c + p;
-        double* to = a.get() + (p * n + k) * kLanes;
-        for (int lane = 0; lane < kLanes; ++lane) to[lane] = from[lane][at];
-      }
-    gram_of(a.get(), gram.get(), m, n);
-    for (int lane = 0; lane < kLanes; ++lane) {
-      double trace = 0;
-      for (int i = 0; i < m; ++i) trace += gram[static_cast<size_t>((i * m + i) * kLanes + lane)];
-      negligible[lane] = std::numeric_limits<double>::epsilon() * trace;
-    }
-    tridiagonalise(gram.get(), d.data(), e.data(), m);
-    ql_eigenvalues(d.data(), e.data(), negligible, m);
-    for (int64_t lane = 0; lane < lanes; ++lane) {
-      for (int i = 0; i < m; ++i) sigma[static_cast<size_t>(i)] = std::sqrt(std::max(d[static_cast<size_t>(i * kLanes + lane)], 0.0));
-      std::sort(sigma.begin(), sigma.end(), std::greater<double>());
-      float* to = out.data_ptr<float>() + (first + lane) * m;
-      for (int i = 0; i < m; ++i)
-        to[i] = finite[lane] ? static_cast<float>(sigma[static_cast<size_t>(i)]) : std::numeric_limits<float>::quiet_NaN();
+  for (int64_t first = 0; first < count;) {
+    const int64_t left = count - first;
+    if (left > kNarrowGroup) {
+      const int64_t lanes = std::min<int64_t>(left, kWideGroup);
+      singular_values_of_group<kWideGroup>(source.data_ptr<float>(), first, lanes, r, c, a.get(), gram.get(),
+                                           zeros.data(), out.data_ptr<float>());
+      first += lanes;
+    } else {
+      singular_values_of_group<kNarrowGroup>(source.data_ptr<float>(), first, left, r, c, a.get(), gram.get(),
+                                             zeros.data(), out.data_ptr<float>());
+      first += left;
     }
   }
   return out;
