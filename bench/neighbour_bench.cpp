@@ -1,6 +1,6 @@
-// What a busy second core costs the model step (issue 20's probe overlap). With engine.overlap the
-// next inspect token is stepped on a side thread while the engine thread measures the probes, so
-// the step on one core is the floor of a probed token; this measures how much slower that step is
+// What a busy second core costs the model step (issue 20's probe overlap). With engine.overlap one
+// thread steps the next inspect token while the other measures this token's probes, so the step
+// beside the probes is the floor of a probed token; this measures how much slower that step is
 // when the other core is busy, and with what:
 //   idle        the other thread sleeps (the one-thread step the "probes off" run times)
 //   spin_pause  it spins with the pause instruction, as SideThread waits for a hand-over
@@ -9,8 +9,8 @@
 //   step        it steps the same model on a state of its own (same weights, own allocations)
 //   step_copy   it steps a copy of the model (weights of its own: no tensor shared with this thread)
 //   probes      it measures one probed token's probes over and over (collect_probes with the
-//               token's argmax and loss, and the detectors): the engine thread's work in an
-//               overlapped run
+//               token's argmax and loss, and the detectors): about the other thread's work in
+//               an overlapped run
 // Each kind is timed over the same token stream, interleaved (idle, spin_pause, …, idle, …), medians
 // over repetitions. One JSON line per kind: µs per token and the slowdown against idle in percent.
 // Flags: --preset P (demo-mqar), --tokens T per repetition (256), --reps R (7), --record 0|1

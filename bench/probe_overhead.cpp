@@ -11,8 +11,10 @@
 // "off" always first; for profiling one of them).
 // --forks N: each configuration runs N more timelines forked from its first, every step advancing
 // them all as the engine steps a run with forks (tokens/s counts every timeline's tokens).
-// engine.overlap (on by default) steps the next inspect token on a second thread while the probes
-// run: wall time then hides much of the probes, CPU time (cpu_overhead_pct, both threads) does not.
+// engine.overlap (on by default) measures the probes on a second thread while the engine thread
+// steps the next inspect token (SideJob::Probes, model/engine/branch.h), or the other way round
+// (SideJob::NextToken: with forks, and in default_next_token_aside): wall time
+// then hides much of the probes, CPU time (cpu_overhead_pct, both threads) does not.
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -40,6 +42,7 @@ using memscope::bench::process_cpu_seconds;
 struct Config {
   const char* name;
   std::vector<std::string> sets;
+  bool next_token_aside = false;  // every timeline's side thread steps its next token (else as the engine has it)
 };
 
 }  // namespace
@@ -60,6 +63,9 @@ int main(int argc, char** argv) {
   std::vector<Config> configs{
       {"off", {"probe.every=0", "train.module_norms=false"}},
       {"default", {}},  // probe.every, probe.matrices_every and train.module_norms as the preset has them
+      // The same with the side thread stepping the next token while the engine thread measures the
+      // probes (SideJob::NextToken), which the engine does only with forks.
+      {"default_next_token_aside", {}, true},
       // The same on the engine thread alone: the next token is not stepped while the probes run.
       {"default_no_overlap", {"engine.overlap=false"}},
       {"all", {"probe.every=1", "probe.matrices_every=1"}},
@@ -80,6 +86,8 @@ int main(int argc, char** argv) {
     all.insert(all.end(), configs[c].sets.begin(), configs[c].sets.end());
     timelines[c].push_back(std::make_unique<Branch>(0, load_preset(preset, all)));
     for (int64_t f = 1; f <= forks; ++f) timelines[c].push_back(timelines[c][0]->fork(static_cast<int>(f), 0, {}, events, {}));
+    for (auto& b : timelines[c])  // as the engine has it, or NextToken
+      b->set_side_job(configs[c].next_token_aside ? SideJob::NextToken : side_job_for(timelines[c].size()));
   }
   std::vector<std::vector<double>> seconds(configs.size()), cpu(configs.size());
   for (auto& t : timelines)

@@ -81,7 +81,7 @@ void add_inner_backward(Frame& frame, const InnerBackward& b, size_t token) {
 
 // One inspect token through the model on the calling thread. `state` is a copy: the step replaces
 // the state's tensors and never edits them, so the caller's state (and a frame's view of it) is
-// left as it was while this runs on the side thread.
+// left as it was while this runs beside the probes of the token before (engine.overlap).
 SteppedToken step_token(const LanguageModel& model, LmState state, const at::Tensor& token, int64_t chunk, bool probe) {
   at::NoGradGuard no_grad;  // grad mode is per thread
   SteppedToken s;
@@ -249,7 +249,8 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
     }
     stepped = step_token(model, inspect_, sequence_tokens_.narrow(0, cursor_.token_index, 1), inspect_chunk(), probe);
   }
-  // The state before this token: freed with the last token, on the side thread (below).
+  // The state before this token: with SideJob::NextToken freed with the last token, on the side
+  // thread (below); else here.
   LmState previous = std::exchange(inspect_, std::move(stepped->state));
 
   ++cursor_.token_index;
@@ -260,8 +261,9 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
   }
 
   const auto start = std::chrono::steady_clock::now();
-  if (spent_) spent_->state = std::move(previous);  // the last token whole, for the token ahead to free
-  if (probe) step_ahead();  // the next token, on the side thread, while this one's probes are measured here
+  const bool next_token_aside = side_job_ == SideJob::NextToken;
+  if (next_token_aside && spent_) spent_->state = std::move(previous);  // the last token whole, for the token ahead to free
+  if (probe && next_token_aside) step_ahead_aside();  // while this token's probes are measured here
   previous = {};
   spent_.reset();  // here when no token ahead took it
   if (probe) {
@@ -279,8 +281,21 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
       in.extra.push_back(logits.argmax());
       if (frame->target >= 0) in.extra.push_back(-at::log_softmax(logits.to(at::kDouble), 0)[frame->target]);
     }
-    const std::vector<double> extra = collect_probes(*frame, in, p);
-    if (inner_backward_) add_inner_backward(*frame, *inner_backward_, index);
+    std::vector<double> extra;
+    auto measure = [&] {
+      at::NoGradGuard no_grad_there;  // grad mode is per thread
+      extra = collect_probes(*frame, in, p);
+      if (inner_backward_) add_inner_backward(*frame, *inner_backward_, index);
+    };
+    // SideJob::Probes: the side thread measures them while this thread steps the next token, whose
+    // step keeps this thread's caches and allocations (README "The probes' own cost on AVX2, and
+    // the probes on the side thread"). Nothing here writes what `measure` reads until it is done.
+    if (!next_token_aside && can_step_ahead() && side_->try_run(measure)) {
+      step_ahead_here();
+      side_->wait();
+    } else {
+      measure();
+    }
     const TokenScore score = on_host ? score_token(logits, frame->target) : TokenScore{static_cast<int64_t>(extra[0]),
                                                                                         frame->target >= 0 ? extra[1] : 0.0};
     frame->predicted = score.predicted;
@@ -294,6 +309,7 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
   }
   frame->seconds = stepped->seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   frame->tokens_per_s = 1.0 / std::max(frame->seconds, 1e-9);
+  if (!next_token_aside) return frame;  // made here, freed here
   // Made on the side thread (records, weights and, added at the next step, its state): the next
   // token ahead frees it there, after its own step. Freed here instead, while that thread steps,
   // probe_overhead read +58% against +42% (fifth session), and on the AMD VM of README's "Hand-overs
@@ -304,19 +320,44 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
   return frame;
 }
 
-void Branch::step_ahead() {
+bool Branch::can_step_ahead() {
   const EngineConfig& e = preset().engine;
   const bool next_is_inspect = e.mode == EngineMode::Inspect || (e.mode == EngineMode::TrainInspect && cursor_.remaining > 0);
   // A new sequence loads its tokens on this thread, and a planted gate edits the model: neither
   // is stepped ahead. On a GPU the step is asynchronous already.
   if (!e.overlap || !next_is_inspect || cursor_.token_index == 0 || gate_fault_.pending ||
       !trainer_->model()->embedding.device().is_cpu())
-    return;
+    return false;
   if (!side_) side_ = std::make_unique<SideThread>();
+  return true;
+}
+
+SteppedToken& Branch::start_token_ahead() {
   SteppedToken& out = ahead_.emplace();
   out.step = step_ + 2;  // this step is step_ + 1 until advance() counts it
   out.sequence = cursor_.sequence;
   out.token_index = cursor_.token_index;
+  return out;
+}
+
+void Branch::step_ahead_here() {
+  SteppedToken& out = start_token_ahead();
+  ahead_in_hand_ = true;
+  try {
+    SteppedToken s = step_token(trainer_->model(), inspect_, sequence_tokens_.narrow(0, cursor_.token_index, 1),
+                                inspect_chunk(), due(preset().probe.every, out.step));
+    s.step = out.step;
+    s.sequence = out.sequence;
+    s.token_index = out.token_index;
+    out = std::move(s);
+  } catch (...) {
+    ahead_error_ = std::current_exception();  // thrown when its step is taken, as it would have been then
+  }
+}
+
+void Branch::step_ahead_aside() {
+  if (!can_step_ahead()) return;
+  SteppedToken& out = start_token_ahead();
   const bool probe = due(preset().probe.every, out.step);
   // The state is copied there, not here: the copy (9 µs of a 600 µs demo step on a slow VM) is on
   // the critical path either way, and the side thread needs its own. Nothing writes inspect_
@@ -342,16 +383,16 @@ void Branch::step_ahead() {
 std::optional<SteppedToken> Branch::take_stepped_ahead(int64_t step) {
   if (!ahead_in_hand_) return std::nullopt;
   ahead_in_hand_ = false;
-  std::exception_ptr error;
+  std::exception_ptr error = std::exchange(ahead_error_, nullptr);  // stepped here (SideJob::Probes)
   try {
-    side_->wait();
+    side_->wait();  // stepped there (SideJob::NextToken); idle otherwise
   } catch (...) {
     error = std::current_exception();
   }
   std::optional<SteppedToken> out = std::exchange(ahead_, std::nullopt);  // its step, sequence and token are set
   if (out->step != step || out->sequence != cursor_.sequence || out->token_index != cursor_.token_index)
     return std::nullopt;  // not this step's token: how it went does not matter
-  if (error) std::rethrow_exception(error);  // a step that threw there throws here, as it would have on this thread
+  if (error) std::rethrow_exception(error);  // a step that threw ahead throws now, as it would have then
   ++stepped_ahead_;
   return out;
 }
@@ -364,6 +405,7 @@ void Branch::drop_stepped_ahead() {
   } catch (...) {
     // Thrown away with the token: the step it was for is not going to be taken.
   }
+  ahead_error_ = nullptr;
   ahead_.reset();
 }
 

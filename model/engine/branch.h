@@ -53,9 +53,23 @@ struct Keyframe {
   int64_t bytes = 0;
 };
 
-// One inspect token through the model, before its probes are measured: made on the engine thread,
-// or ahead of time on the branch's side thread (engine.overlap) while the engine thread measured
-// the token before it.
+// What a branch's side thread does while a probed inspect token is measured (engine.overlap, CPU
+// models; README "The probes' own cost on AVX2, and the probes on the side thread"):
+// - Probes: it measures this token's probes while the engine thread steps the next token. The
+//   step keeps the engine thread's caches and allocations: on one timeline demo-mqar-titans read
+//   +28–38% against +35–56% with NextToken, demo-mqar +14–16% against +20–26% (AMD VM).
+// - NextToken: it steps the next token while the engine thread measures the probes. With forks
+//   the steps of one timeline then fill the other core while the engine thread measures and steps
+//   the others: demo-mqar with one fork read −13.4% with NextToken for both, −5.3% with one of
+//   each, and +17.2% with Probes for both.
+enum class SideJob { Probes, NextToken };
+
+// What the engine asks of each timeline's side thread when it steps `timelines` of them together.
+inline SideJob side_job_for(size_t timelines) { return timelines == 1 ? SideJob::Probes : SideJob::NextToken; }
+
+// One inspect token through the model, before its probes are measured: made when its step comes,
+// or ahead of time (engine.overlap) while the token before it was measured, on the engine thread
+// (SideJob::Probes) or the branch's side thread (SideJob::NextToken).
 struct SteppedToken {
   int64_t step = 0;                              // the engine step it is
   int64_t sequence = 0, token_index = 0;         // the token it stepped
@@ -80,6 +94,8 @@ class Branch {
 
   // One step; its frame goes to the ring and is returned, its detector events to `events`.
   std::shared_ptr<const Frame> advance(std::vector<Event>& events);
+  // What the side thread does for this timeline from its next probed inspect step (Probes until set).
+  void set_side_job(SideJob job) { side_job_ = job; }
 
   // A state command between steps (set knob, resets, NaN injection); logged for rewinds.
   // Restart knobs start the run over. Throws UserError for a bad knob, layer or head.
@@ -123,9 +139,15 @@ class Branch {
 
   std::shared_ptr<Frame> train_frame();
   std::shared_ptr<Frame> inspect_frame();
-  // After a probed inspect step: the next token starts on the side thread when the next step is
-  // one of the same probe sequence and nothing is planted (engine.overlap, CPU models).
-  void step_ahead();
+  // After a probed inspect step: whether the next token may be stepped ahead (engine.overlap, CPU
+  // models): it is of the same probe sequence and nothing is planted. Makes the side thread.
+  bool can_step_ahead();
+  SteppedToken& start_token_ahead();  // ahead_, with the step, sequence and token it is for
+  // The next token stepped now, on this thread (SideJob::Probes; a failed step is kept for its own).
+  void step_ahead_here();
+  // The next token started on the side thread when can_step_ahead() and a spare core is free
+  // (SideJob::NextToken).
+  void step_ahead_aside();
   // The token stepped ahead when it is `step`'s, else nothing; either way none is left in hand.
   std::optional<SteppedToken> take_stepped_ahead(int64_t step);
   // Before anything changes the weights, the state or the knobs: the token ahead is thrown away.
@@ -146,8 +168,11 @@ class Branch {
   std::vector<LoggedCommand> log_;
   std::shared_ptr<FrameRing> ring_;
   int64_t step_ = 0;
-  // The token stepped ahead: written by the side thread between try_run() and wait().
+  SideJob side_job_ = SideJob::Probes;
+  // The token stepped ahead: with SideJob::NextToken written by the side thread between try_run()
+  // and wait(); ahead_error_ is a step ahead that threw on this thread.
   std::optional<SteppedToken> ahead_;
+  std::exception_ptr ahead_error_;
   bool ahead_in_hand_ = false;
   std::shared_ptr<SteppedToken> spent_;  // the last token's, until the next token ahead drops it
   int64_t stepped_ahead_ = 0;

@@ -65,6 +65,7 @@ std::vector<Event> Engine::step() {
   for (auto& branch : branches_) {
     std::vector<Event> events;
     std::shared_ptr<const Frame> frame;
+    branch->set_side_job(side_job_for(branches_.size()));
     try {
       frame = branch->advance(events);
     } catch (const std::exception& e) {

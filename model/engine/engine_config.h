@@ -19,8 +19,8 @@ struct EngineConfig {
   double frame_budget_mb = 256.0;    // engine.frame_budget_mb: memory for the frame ring
   int64_t keyframe_every = 32;       // engine.keyframe_every: engine steps between keyframes
   double keyframe_budget_mb = 512.0; // engine.keyframe_budget_mb: memory for keyframes (older ones are thinned)
-  bool overlap = true;               // engine.overlap: step the next inspect token on a second thread while
-                                     // this one's probes are measured (CPU models; the frames are the same)
+  bool overlap = true;               // engine.overlap: measure this inspect token's probes on a second thread
+                                     // while the next token steps (CPU models; the frames are the same)
 };
 
 }  // namespace memscope::model

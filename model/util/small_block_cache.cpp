@@ -113,7 +113,7 @@ class SmallBlockCache final : public c10::Allocator {
   }
 
   // Tensors are freed on whichever thread drops them last (the engine, the GUI, a writer), and
-  // with engine.overlap two threads allocate at once: the engine's probes and the side thread's step.
+  // with engine.overlap two threads allocate at once: one steps a token while the other measures probes.
   mutable SpinLock lock_;
   mutable std::array<std::vector<void*>, kClasses> free_;
   mutable std::size_t cached_bytes_ = 0, reused_ = 0;

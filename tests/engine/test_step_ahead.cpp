@@ -1,6 +1,7 @@
-// engine.overlap (issue 20): the next inspect token is stepped on a side thread while the engine
-// thread measures this token's probes. The frames and events must be the ones the engine thread
-// alone makes, bit for bit, whatever commands, faults, rewinds and mode changes come in between.
+// engine.overlap (issue 20): while an inspect token's probes are measured the next token is stepped,
+// with the side thread measuring the probes (SideJob::Probes) or stepping the token
+// (SideJob::NextToken). The frames and events must be the ones the engine thread alone makes, bit
+// for bit, whatever commands, faults, rewinds and mode changes come in between.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -34,10 +35,11 @@ struct Script {
   int64_t stepped_ahead = 0;
 };
 
-Script run_script(bool overlap) {
+Script run_script(bool overlap, SideJob job = SideJob::Probes) {
   auto options = test::small_engine({std::string("engine.overlap=") + (overlap ? "true" : "false"),
                                      "engine.inspect_every=3", "probe.every=1"});
   Branch branch(0, load_preset(options.preset, options.sets));
+  branch.set_side_job(job);
   Script out;
   auto steps = [&](int n) {
     for (int i = 0; i < n; ++i) out.frames.push_back(*branch.advance(out.events));
@@ -53,6 +55,10 @@ Script run_script(bool overlap) {
   steps(2);
   branch.apply(Command::set_knob("probe.every", "2"));  // probed and unprobed steps alternate
   steps(5);
+  // The other side job from here, with a token ahead in hand: what was stepped either way is taken.
+  branch.set_side_job(job == SideJob::Probes ? SideJob::NextToken : SideJob::Probes);
+  steps(2);
+  branch.set_side_job(job);
   branch.apply(Command::set_knob("probe.every", "1"));
   steps(2);
   std::vector<Event> rewind_events;
@@ -71,20 +77,23 @@ Script run_script(bool overlap) {
 TEST_CASE("engine.overlap: the tokens stepped ahead give the engine thread's frames and events bit for bit",
           "[engine]") {
   const Script alone = run_script(false);
-  const Script overlapped = run_script(true);
   CHECK(alone.stepped_ahead == 0);
-  // Every command drops the token in hand, and a sequence start is stepped on the engine thread.
-  // (A one-core machine has no spare core: nothing is stepped ahead, and the frames still agree.)
-  if (SideThread::spare_cores() > 0) CHECK(overlapped.stepped_ahead >= 12);
-  REQUIRE(overlapped.frames.size() == alone.frames.size());
-  for (size_t i = 0; i < alone.frames.size(); ++i) {
-    INFO("frame " << i << ", step " << alone.frames[i].step);
-    CHECK(test::same_frame(overlapped.frames[i], alone.frames[i]));
-  }
-  REQUIRE(overlapped.events.size() == alone.events.size());
-  for (size_t i = 0; i < alone.events.size(); ++i) {
-    CHECK(overlapped.events[i].step == alone.events[i].step);
-    CHECK(overlapped.events[i].message == alone.events[i].message);
+  for (SideJob job : {SideJob::Probes, SideJob::NextToken}) {
+    INFO((job == SideJob::Probes ? "probes aside" : "next token aside"));
+    const Script overlapped = run_script(true, job);
+    // Every command drops the token in hand, and a sequence start is stepped on the engine thread.
+    // (A one-core machine has no spare core: nothing is stepped ahead, and the frames still agree.)
+    if (SideThread::spare_cores() > 0) CHECK(overlapped.stepped_ahead >= 12);
+    REQUIRE(overlapped.frames.size() == alone.frames.size());
+    for (size_t i = 0; i < alone.frames.size(); ++i) {
+      INFO("frame " << i << ", step " << alone.frames[i].step);
+      CHECK(test::same_frame(overlapped.frames[i], alone.frames[i]));
+    }
+    REQUIRE(overlapped.events.size() == alone.events.size());
+    for (size_t i = 0; i < alone.events.size(); ++i) {
+      CHECK(overlapped.events[i].step == alone.events[i].step);
+      CHECK(overlapped.events[i].message == alone.events[i].message);
+    }
   }
   // The planted faults reached the frames: the script is not trivially quiet.
   bool non_finite = false;
@@ -98,9 +107,10 @@ TEST_CASE("engine.overlap: MLP-memory and HOPE models step ahead to the same fra
     INFO(preset);
     std::vector<std::vector<Frame>> runs;
     std::vector<int64_t> ahead;
-    for (const char* overlap : {"false", "true"}) {
+    for (const char* overlap : {"false", "true", "true"}) {  // the last: SideJob::NextToken
       auto options = test::small_engine({std::string("engine.overlap=") + overlap});
       Branch branch(0, load_preset(preset, options.sets));
+      if (runs.size() == 2) branch.set_side_job(SideJob::NextToken);
       std::vector<Frame> frames;
       std::vector<Event> events;
       auto steps = [&](int n) {
@@ -114,13 +124,16 @@ TEST_CASE("engine.overlap: MLP-memory and HOPE models step ahead to the same fra
       runs.push_back(frames);
       ahead.push_back(branch.tokens_stepped_ahead());
     }
-    if (SideThread::spare_cores() > 0) CHECK(ahead[1] >= 6);
-    REQUIRE(runs[0].size() == runs[1].size());
-    for (size_t i = 0; i < runs[0].size(); ++i) CHECK(test::same_frame(runs[0][i], runs[1][i]));
+    for (size_t run = 1; run < runs.size(); ++run) {
+      INFO("run " << run);
+      if (SideThread::spare_cores() > 0) CHECK(ahead[run] >= 6);
+      REQUIRE(runs[0].size() == runs[run].size());
+      for (size_t i = 0; i < runs[0].size(); ++i) CHECK(test::same_frame(runs[0][i], runs[run][i]));
+    }
   }
 }
 
-TEST_CASE("engine.overlap: an engine with it and one without emit the same frames", "[engine]") {
+TEST_CASE("engine.overlap: an engine with it and one without emit the same frames, with a fork too", "[engine]") {
   std::vector<std::vector<Frame>> runs;
   for (const char* overlap : {"false", "true"}) {
     Engine engine(test::small_engine({std::string("engine.overlap=") + overlap}));
@@ -130,6 +143,9 @@ TEST_CASE("engine.overlap: an engine with it and one without emit the same frame
     engine.post(Command::steps(12));
     engine.post(Command::set_knob("memory.window.decay", "0.9"));
     engine.post(Command::steps(6));
+    // Two timelines: each side thread steps its timeline's next token (SideJob::NextToken).
+    engine.post(Command::fork(15, {"memory.lr.max=0.5"}));
+    engine.post(Command::steps(8));
     engine.post(Command::rewind(8));
     engine.post(Command::steps(6));
     engine.wait_idle();
@@ -137,6 +153,8 @@ TEST_CASE("engine.overlap: an engine with it and one without emit the same frame
   }
   REQUIRE(runs[0].size() == runs[1].size());
   for (size_t i = 0; i < runs[0].size(); ++i) CHECK(test::same_frame(runs[0][i], runs[1][i]));
+  const auto forked = std::count_if(runs[1].begin(), runs[1].end(), [](const Frame& f) { return f.timeline == 1; });
+  CHECK(forked >= 14);  // the fork's frames from step 15 to its 8 steps later, and its 6 after the rewind
 }
 
 TEST_CASE("SideThread runs one job at a time, hands back what it threw, and waits for its job when destroyed",

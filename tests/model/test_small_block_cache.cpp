@@ -69,8 +69,8 @@ TEST_CASE("small-block cache: blocks are reused, data intact, and a model's step
 
 TEST_CASE("small-block cache: two threads allocating and freeing each other's blocks at once keep every block whole",
           "[model][allocator]") {
-  // With engine.overlap the side thread steps while the engine thread measures probes and frees the
-  // last token's tensors: both take and give back blocks at once, through the cache's one lock.
+  // With engine.overlap one thread steps while the other measures probes, and each frees tensors
+  // the other made: both take and give back blocks at once, through the cache's one lock.
   install_small_block_cache();
   if (!small_block_cache_stats().installed) return;  // ASan, LibTorch ≥ 2.3 or MEMSCOPE_SMALL_BLOCK_CACHE=0
   const size_t reused_before = small_block_cache_stats().reused;
