@@ -355,7 +355,7 @@ std::vector<Knob> probe_detect_engine_record_knobs() {
   k.push_back(float_knob("engine.keyframe_budget_mb", 0.01, 1 << 20, Live, "memory for keyframes, MiB (older ones are thinned)",
                          KNOB_FIELD(p.engine.keyframe_budget_mb)));
   k.push_back(bool_knob("engine.overlap", Live,
-                        "measure this inspect token's probes on a second thread while the next token steps (CPU; same frames)",
+                        "measure this inspect token's probes on a second thread while the next token steps; with forks the other way round (CPU; same frames)",
                         KNOB_FIELD(p.engine.overlap)));
 
   // Recording (DESIGN "Sessions"): read when a recording starts, never by the model, so all live.

@@ -266,6 +266,9 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
   if (probe && next_token_aside) step_ahead_aside();  // while this token's probes are measured here
   previous = {};
   spent_.reset();  // here when no token ahead took it
+  // With SideJob::Probes this frame's wall time holds the next token's step too: that part is not
+  // this step's (Frame::seconds), and the probes measured beside it are.
+  double next_step_and_probes = 0, probes_aside = 0;
   if (probe) {
     ProbeInputs in;
     in.model = &model;
@@ -282,17 +285,33 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
       if (frame->target >= 0) in.extra.push_back(-at::log_softmax(logits.to(at::kDouble), 0)[frame->target]);
     }
     std::vector<double> extra;
+    double probes_took = 0;
     auto measure = [&] {
+      const auto from = std::chrono::steady_clock::now();
       at::NoGradGuard no_grad_there;  // grad mode is per thread
       extra = collect_probes(*frame, in, p);
       if (inner_backward_) add_inner_backward(*frame, *inner_backward_, index);
+      probes_took = std::chrono::duration<double>(std::chrono::steady_clock::now() - from).count();
     };
     // SideJob::Probes: the side thread measures them while this thread steps the next token, whose
     // step keeps this thread's caches and allocations (README "The probes' own cost on AVX2, and
-    // the probes on the side thread"). Nothing here writes what `measure` reads until it is done.
+    // the probes on the side thread"). Nothing here writes what `measure` reads until it is done,
+    // and nothing leaves this scope before it is: `measure` holds references into it.
     if (!next_token_aside && can_step_ahead() && side_->try_run(measure)) {
-      step_ahead_here();
+      const auto from = std::chrono::steady_clock::now();
+      try {
+        step_ahead_here();
+      } catch (...) {
+        try {
+          side_->wait();
+        } catch (...) {
+          // The step's own failure is the one to report.
+        }
+        throw;
+      }
       side_->wait();
+      next_step_and_probes = std::chrono::duration<double>(std::chrono::steady_clock::now() - from).count();
+      probes_aside = probes_took;
     } else {
       measure();
     }
@@ -307,7 +326,8 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
     frame->loss = -log_p[frame->target].item<double>();
     frame->predicted = log_p.argmax().item<int64_t>();
   }
-  frame->seconds = stepped->seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  frame->seconds = stepped->seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() -
+                   next_step_and_probes + probes_aside;
   frame->tokens_per_s = 1.0 / std::max(frame->seconds, 1e-9);
   if (!next_token_aside) return frame;  // made here, freed here
   // Made on the side thread (records, weights and, added at the next step, its state): the next

@@ -118,7 +118,7 @@ class Branch {
   int64_t earliest_keyframe() const;
   int64_t keyframe_bytes() const;
   size_t keyframes() const { return keyframes_.size(); }
-  // Inspect tokens taken from the side thread so far (engine.overlap), for tests and benches.
+  // Inspect tokens stepped ahead and taken so far, on either thread (engine.overlap), for tests and benches.
   int64_t tokens_stepped_ahead() const { return stepped_ahead_; }
 
  private:

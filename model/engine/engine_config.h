@@ -20,7 +20,8 @@ struct EngineConfig {
   int64_t keyframe_every = 32;       // engine.keyframe_every: engine steps between keyframes
   double keyframe_budget_mb = 512.0; // engine.keyframe_budget_mb: memory for keyframes (older ones are thinned)
   bool overlap = true;               // engine.overlap: measure this inspect token's probes on a second thread
-                                     // while the next token steps (CPU models; the frames are the same)
+                                     // while the next token steps; with forks the other way round (CPU
+                                     // models; the frames are the same; branch.h's SideJob)
 };
 
 }  // namespace memscope::model

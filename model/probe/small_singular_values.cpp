@@ -20,8 +20,9 @@ namespace {
 // Matrices per group (`Lanes` below): 16, or 8 for a stack of 8 or fewer, or the last 8 or fewer of a
 // larger one. A padded lane costs as much as a real one: Titans' 8 heads of 16×16 take 38 µs in a
 // group of 8 against 58 in a group of 16 (AVX2 VM; not half, since a QL row's square root and
-// division form a latency chain that fewer registers hide less well). Each loop over `lane` is one
-// or two AVX-512 instructions of doubles, or two or four AVX2 ones.
+// division form a latency chain that fewer registers hide less well). Each loop over `lane` in the
+// reduction and the QL sweep is one or two AVX-512 instructions of doubles, or two or four AVX2
+// ones; the Gram matrices go by four lanes (gram_block).
 constexpr int kWideGroup = 16, kNarrowGroup = 8;
 constexpr int kMaxSweepsPerEigenvalue = 30;
 

@@ -12,8 +12,8 @@ TokenScore score_token(const at::Tensor& logits, int64_t target) {
   const at::Tensor x = logits.contiguous();
   const float* v = x.data_ptr<float>();
   const int64_t n = x.numel();
+  TORCH_CHECK(n > 0, "score_token: no logits");  // as at::argmax
   TokenScore s;
-  if (n == 0) return s;
   // The first maximum, or the first NaN (at::argmax's order).
   int64_t best = 0;
   for (int64_t i = 1; i < n && !std::isnan(v[best]); ++i)

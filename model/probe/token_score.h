@@ -12,7 +12,9 @@ namespace memscope::model {
 struct TokenScore {
   int64_t predicted = -1;  // the argmax; a NaN logit wins, as at::argmax has it
   double loss = 0;         // −log softmax(logits)[target] in double, rounded to float as the frame's
-                           // one float transfer of the probes rounds it; NaN when a logit is NaN or +Inf
+                           // one float transfer of the probes rounds it; NaN when a logit is NaN or +Inf.
+                           // ATen sums in vector lanes with its own exp: the float is the same in every
+                           // case tests/model/test_token_score.cpp draws, and could differ in a last bit
 };
 
 // `logits`: [V] float on the CPU. `target` < 0: no loss (left 0).

@@ -33,6 +33,7 @@ struct Script {
   std::vector<Frame> frames;
   std::vector<Event> events;
   int64_t stepped_ahead = 0;
+  int64_t taken_across_switch = 0;  // tokens stepped ahead one way and taken the other
 };
 
 Script run_script(bool overlap, SideJob job = SideJob::Probes) {
@@ -54,10 +55,13 @@ Script run_script(bool overlap, SideJob job = SideJob::Probes) {
   branch.apply(on_layer(Command::Kind::NanGate, 0, 0, "lr"));
   steps(2);
   branch.apply(Command::set_knob("probe.every", "2"));  // probed and unprobed steps alternate
-  steps(5);
-  // The other side job from here, with a token ahead in hand: what was stepped either way is taken.
+  steps(6);  // the last is probed (step 24): the token of step 25 is in hand, stepped the first way
+  // The other side job from here: the token in hand is taken all the same, and the next one is
+  // stepped the other way, in hand when the side job switches back (and the command drops it).
   branch.set_side_job(job == SideJob::Probes ? SideJob::NextToken : SideJob::Probes);
+  const int64_t ahead_before_switch = branch.tokens_stepped_ahead();
   steps(2);
+  out.taken_across_switch = branch.tokens_stepped_ahead() - ahead_before_switch;
   branch.set_side_job(job);
   branch.apply(Command::set_knob("probe.every", "1"));
   steps(2);
@@ -83,7 +87,10 @@ TEST_CASE("engine.overlap: the tokens stepped ahead give the engine thread's fra
     const Script overlapped = run_script(true, job);
     // Every command drops the token in hand, and a sequence start is stepped on the engine thread.
     // (A one-core machine has no spare core: nothing is stepped ahead, and the frames still agree.)
-    if (SideThread::spare_cores() > 0) CHECK(overlapped.stepped_ahead >= 12);
+    if (SideThread::spare_cores() > 0) {
+      CHECK(overlapped.stepped_ahead >= 12);
+      CHECK(overlapped.taken_across_switch == 1);
+    }
     REQUIRE(overlapped.frames.size() == alone.frames.size());
     for (size_t i = 0; i < alone.frames.size(); ++i) {
       INFO("frame " << i << ", step " << alone.frames[i].step);
