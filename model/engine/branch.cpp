@@ -99,6 +99,15 @@ SteppedToken step_token(const LanguageModel& model, LmState state, const at::Ten
   return s;
 }
 
+// A token stepped ahead into the slot start_token_ahead() made for it, which names its step,
+// sequence and token.
+void fill_token_ahead(SteppedToken& slot, SteppedToken stepped) {
+  stepped.step = slot.step;
+  stepped.sequence = slot.sequence;
+  stepped.token_index = slot.token_index;
+  slot = std::move(stepped);
+}
+
 }  // namespace
 
 Branch::Branch(int id, const Preset& preset) : id_(id) {
@@ -266,9 +275,9 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
   if (probe && next_token_aside) step_ahead_aside();  // while this token's probes are measured here
   previous = {};
   spent_.reset();  // here when no token ahead took it
-  // With SideJob::Probes this frame's wall time holds the next token's step too: that part is not
-  // this step's (Frame::seconds), and the probes measured beside it are.
-  double next_step_and_probes = 0, probes_aside = 0;
+  // With SideJob::Probes this frame's wall time holds the next token's step too, which is not this
+  // step's (Frame::seconds); the probes measured beside it are.
+  double next_step = 0;
   if (probe) {
     ProbeInputs in;
     in.model = &model;
@@ -310,8 +319,7 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
         throw;
       }
       side_->wait();
-      next_step_and_probes = std::chrono::duration<double>(std::chrono::steady_clock::now() - from).count();
-      probes_aside = probes_took;
+      next_step = std::chrono::duration<double>(std::chrono::steady_clock::now() - from).count() - probes_took;
     } else {
       measure();
     }
@@ -326,8 +334,8 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
     frame->loss = -log_p[frame->target].item<double>();
     frame->predicted = log_p.argmax().item<int64_t>();
   }
-  frame->seconds = stepped->seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() -
-                   next_step_and_probes + probes_aside;
+  frame->seconds =
+      stepped->seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() - next_step;
   frame->tokens_per_s = 1.0 / std::max(frame->seconds, 1e-9);
   if (!next_token_aside) return frame;  // made here, freed here
   // Made on the side thread (records, weights and, added at the next step, its state): the next
@@ -364,12 +372,8 @@ void Branch::step_ahead_here() {
   SteppedToken& out = start_token_ahead();
   ahead_in_hand_ = true;
   try {
-    SteppedToken s = step_token(trainer_->model(), inspect_, sequence_tokens_.narrow(0, cursor_.token_index, 1),
-                                inspect_chunk(), due(preset().probe.every, out.step));
-    s.step = out.step;
-    s.sequence = out.sequence;
-    s.token_index = out.token_index;
-    out = std::move(s);
+    fill_token_ahead(out, step_token(trainer_->model(), inspect_, sequence_tokens_.narrow(0, cursor_.token_index, 1),
+                                     inspect_chunk(), due(preset().probe.every, out.step)));
   } catch (...) {
     ahead_error_ = std::current_exception();  // thrown when its step is taken, as it would have been then
   }
@@ -386,11 +390,7 @@ void Branch::step_ahead_aside() {
   const bool started = side_->try_run([&out, model = trainer_->model(), from = &inspect_,
                                        token = sequence_tokens_.narrow(0, cursor_.token_index, 1), chunk = inspect_chunk(),
                                        probe, spent = std::exchange(spent_, nullptr)]() mutable {
-    SteppedToken s = step_token(model, *from, token, chunk, probe);
-    s.step = out.step;
-    s.sequence = out.sequence;
-    s.token_index = out.token_index;
-    out = std::move(s);
+    fill_token_ahead(out, step_token(model, *from, token, chunk, probe));
     spent.reset();
   });
   if (!started) {  // another timeline holds the spare core: this one steps on the engine thread
