@@ -1,16 +1,20 @@
 // Where a probed inspect step's time goes (issue 20's "say where the remaining time goes"):
 // probe_overhead measures the whole engine step with and without probes; this splits a probed
 // step into its parts, each timed per token over the same token stream, stepped as the engine
-// steps it (batch 1, one token at a time):
-//   step_us           the model step without a record (an unprobed step's model work)
-//   record_us         what asking for the record adds to the model step
-//   extras_us         the token's argmax and scored loss over the vocabulary (score_token, as the engine)
-//   extras_aten_us    the same as ATen calls (argmax; log_softmax in double), for the ratio
-//   collect_us        collect_probes without snapshots, of which
-//   spectra_us          the batched singular values alone (erank, NS spectra), as collect builds them
-//   spectra_lapack_us the same stacks through at::linalg_svdvals (LAPACK), for the ratio
-//   snapshots_us      what collect adds on a snapshot step (probe.matrices_every)
-//   detectors_us      Detectors::observe on the frame
+// steps it (batch 1, one token at a time, one thread), in three runs of the stream:
+//   step_us           1. unprobed: the model step without a record, steps back to back
+//   probed_step_us    2. probed, in the engine's order (step with its record, score, probes,
+//                        detectors, next step): the step, so probed_step_us - step_us is what the
+//                        record and the probes' footprint in the caches add to it
+//   extras_us            the token's argmax and scored loss over the vocabulary (score_token)
+//   collect_us           collect_probes without snapshots
+//   snapshots_us         what collect adds on a snapshot step (probe.matrices_every)
+//   detectors_us         Detectors::observe on the frame
+//   record_us         3. parts alone: what asking for the record adds to the step, the two steps
+//                        of each token taken one right after the other, in turns first
+//   extras_aten_us       the token's score as ATen calls (argmax; log_softmax in double), for the ratio
+//   spectra_us           the batched singular values (erank, NS spectra), as collect builds them
+//   spectra_lapack_us    the same stacks through at::linalg_svdvals (LAPACK), for the ratio
 // One JSON line; medians over repetitions of the stream. Flags: --preset P (demo-mqar),
 // --tokens T per repetition (256), --reps R (5), --threads T (1).
 #include <torch/torch.h>
@@ -76,50 +80,85 @@ int main(int argc, char** argv) {
   const ProbeConfig& probe = preset.probe;
   const auto [stream, sequence_length] = memscope::bench::token_stream(trainer, tokens);
 
-  enum Part { Step, StepRecord, Extras, ExtrasAten, Collect, Spectra, SpectraLapack, CollectSnapshots, DetectorsPart, kParts };
+  enum Part {
+    Step, ProbedStep, StepRecord, Extras, ExtrasAten, Collect, Spectra, SpectraLapack, CollectSnapshots, DetectorsPart, kParts
+  };
   std::vector<std::vector<double>> per_rep(kParts);
   int64_t snapshot_steps = 0;
+  const auto token = [&](int64_t i) { return stream[static_cast<size_t>(i)]; };
+  const auto fresh = [&](int64_t i, LmState& state) {
+    if (i % sequence_length == 0) state = model->initial_state(1);
+  };
   for (int64_t r = 0; r < reps; ++r) {
     std::vector<double> total(kParts, 0.0);
     int64_t plain = 0, snapshots = 0;
-    LmState unprobed = model->initial_state(1), probed = model->initial_state(1);
+    // 1. The unprobed run: nothing between one step and the next.
+    LmState state;
+    for (int64_t i = 0; i < tokens; ++i) {
+      fresh(i, state);
+      const auto start = Clock::now();
+      model->step(token(i), state, 1, StepDetail::OutputOnly);
+      total[Step] += micros_since(start);
+    }
+    // 2. The probed run in the engine's order on one thread: the step with its record, the
+    //    token's score, the probes, the detectors, then the next token's step. Its step against
+    //    the unprobed run's is what the record and the probes' footprint in the caches cost.
     Detectors detectors(preset.detect);
     for (int64_t i = 0; i < tokens; ++i) {
-      if (i % sequence_length == 0) unprobed = model->initial_state(1), probed = model->initial_state(1);
-      auto start = Clock::now();
-      model->step(stream[static_cast<size_t>(i)], unprobed, 1, StepDetail::OutputOnly);
-      total[Step] += micros_since(start);
-
+      fresh(i, state);
       std::vector<std::vector<at::Tensor>> before;
-      for (const auto& b : probed.blocks) before.push_back(b.memory.memory);
-      start = Clock::now();
-      const LmStepOutput out = model->step(stream[static_cast<size_t>(i)], probed, 1, StepDetail::Record);
-      total[StepRecord] += micros_since(start);
-
+      for (const auto& b : state.blocks) before.push_back(b.memory.memory);
+      auto start = Clock::now();
+      const LmStepOutput out = model->step(token(i), state, 1, StepDetail::Record);
+      total[ProbedStep] += micros_since(start);
       start = Clock::now();
       ProbeInputs in;
       in.model = &model;
-      in.state = &probed;
+      in.state = &state;
       in.memory_before = &before;
       in.records = &out.records;
-      const at::Tensor logits = out.logits[0];
-      score_token(logits, 0);  // as the engine scores a CPU model's token
-      total[Extras] += micros_since(start);
-      start = Clock::now();
-      (-at::log_softmax(logits.to(at::kDouble), 0)[0]).item<double>();  // the four ATen calls it replaced,
-      logits.argmax().item<int64_t>();                                  // each read back as the probes' transfer did
-      total[ExtrasAten] += micros_since(start);
-
       in.matrices = probe.matrices_every > 0 && i % probe.matrices_every == 0;
       Frame frame;
       frame.step = i + 1;
       frame.kind = FrameKind::Inspect;
       frame.token_index = i % sequence_length;
+      const at::Tensor logits = out.logits[0];
+      score_token(logits, 0);  // as the engine scores a CPU model's token
+      total[Extras] += micros_since(start);
       start = Clock::now();
       collect_probes(frame, in, probe);
       (in.matrices ? total[CollectSnapshots] : total[Collect]) += micros_since(start);
       (in.matrices ? snapshots : plain) += 1;
-
+      start = Clock::now();
+      detectors.observe(frame);
+      total[DetectorsPart] += micros_since(start);
+    }
+    // 3. Parts timed alone, each against what it replaced: the record step against the unprobed
+    //    step of the same token, the spectra against LAPACK, the token's score against the ATen
+    //    calls.
+    LmState unprobed, probed;
+    for (int64_t i = 0; i < tokens; ++i) {
+      fresh(i, unprobed);
+      fresh(i, probed);
+      // Which of the two goes first alternates: the second finds the first's caches warm.
+      double output_only = 0, recorded = 0;
+      LmStepOutput out;
+      for (int order = 0; order < 2; ++order) {
+        const auto start = Clock::now();
+        if ((order + i) % 2 == 0) {
+          model->step(token(i), unprobed, 1, StepDetail::OutputOnly);
+          output_only = micros_since(start);
+        } else {
+          out = model->step(token(i), probed, 1, StepDetail::Record);
+          recorded = micros_since(start);
+        }
+      }
+      total[StepRecord] += recorded - output_only;
+      auto start = Clock::now();
+      const at::Tensor logits = out.logits[0];
+      (-at::log_softmax(logits.to(at::kDouble), 0)[0]).item<double>();  // the four ATen calls it replaced,
+      logits.argmax().item<int64_t>();                                  // each read back as the probes' transfer did
+      total[ExtrasAten] += micros_since(start);
       if (model->config().has_memory()) {
         const std::vector<at::Tensor> stacks = spectra_stacks(probed, out);
         start = Clock::now();
@@ -129,22 +168,13 @@ int main(int argc, char** argv) {
         for (const auto& stack : stacks) at::linalg_svdvals(stack);
         total[SpectraLapack] += micros_since(start);
       }
-
-      start = Clock::now();
-      detectors.observe(frame);
-      total[DetectorsPart] += micros_since(start);
     }
     const double n = static_cast<double>(tokens);
-    per_rep[Step].push_back(total[Step] / n);
-    per_rep[StepRecord].push_back((total[StepRecord] - total[Step]) / n);
-    per_rep[Extras].push_back(total[Extras] / n);
-    per_rep[ExtrasAten].push_back(total[ExtrasAten] / n);
+    for (Part part : {Step, ProbedStep, StepRecord, Extras, ExtrasAten, Spectra, SpectraLapack, DetectorsPart})
+      per_rep[part].push_back(total[part] / n);
     per_rep[Collect].push_back(total[Collect] / static_cast<double>(std::max<int64_t>(plain, 1)));
-    per_rep[Spectra].push_back(total[Spectra] / n);
-    per_rep[SpectraLapack].push_back(total[SpectraLapack] / n);
     per_rep[CollectSnapshots].push_back(
         snapshots > 0 ? total[CollectSnapshots] / static_cast<double>(snapshots) - per_rep[Collect].back() : 0.0);
-    per_rep[DetectorsPart].push_back(total[DetectorsPart] / n);
     snapshot_steps = snapshots;
   }
   using memscope::bench::median;
@@ -155,6 +185,7 @@ int main(int argc, char** argv) {
                               {"threads", threads},
                               {"snapshot_steps_per_rep", snapshot_steps},
                               {"step_us", median(per_rep[Step])},
+                              {"probed_step_us", median(per_rep[ProbedStep])},
                               {"record_us", median(per_rep[StepRecord])},
                               {"extras_us", median(per_rep[Extras])},
                               {"extras_aten_us", median(per_rep[ExtrasAten])},

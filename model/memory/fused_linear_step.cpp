@@ -149,7 +149,8 @@ StepOutput MemoryLayerImpl::fused_step(const at::Tensor& x_t, MemoryState& state
   StepRecord rec;
   if (record) {
     rec = allocate_fused_record(B, H, d, 1, x_t.options());
-    rec.gamma.fill_(position_weights(x_t.options())[0]);  // c = 1: γ is the position weight alone
+    // c = 1: γ is the position weight alone.
+    std::fill_n(rec.gamma.data_ptr<float>(), B * H, position_weights_float_[0]);
   }
   std::vector<float> phi_k(static_cast<size_t>(d)), phi_q(static_cast<size_t>(d)), psi(static_cast<size_t>(d));
   for (int64_t b = 0; b < B; ++b)

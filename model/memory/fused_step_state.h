@@ -4,21 +4,25 @@
 #pragma once
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "model/memory/memory_layer.h"  // StepOutput, MemoryState
+#include "model/util/tensor_slab.h"
 
 namespace memscope::model {
 
 // The record of a probed fused step, [B,H,…] float32 for the per-head loops to fill: the fields
 // sequential_step.cpp records for these rules (δ and the token's own γ are 1 here: no Huber bias,
-// no γ gate). ns_output is added by the Muon step.
+// no γ gate). ns_output is added by the Muon step. One slab for them all (model/util/tensor_slab.h).
 inline StepRecord allocate_fused_record(int64_t B, int64_t H, int64_t d, int64_t window, const at::TensorOptions& options) {
+  TensorSlab slab(B * H * (3 * d + 7 + window + d * d), options.dtype(at::kFloat));
   StepRecord r;
-  for (at::Tensor* t : {&r.phi_k, &r.phi_q, &r.v}) *t = at::empty({B, H, d}, options);
-  for (at::Tensor* t : {&r.retain, &r.lr, &r.momentum, &r.loss_before, &r.loss_after}) *t = at::empty({B, H}, options);
-  r.delta = at::ones({B, H}, options);
-  r.token_gamma = at::ones({B, H}, options);
-  r.gamma = at::empty({B, H, window}, options);
-  r.gradient = {at::empty({B, H, d, d}, options)};
+  for (at::Tensor* t : {&r.phi_k, &r.phi_q, &r.v}) *t = slab.take({B, H, d});
+  for (at::Tensor* t : {&r.retain, &r.lr, &r.momentum, &r.loss_before, &r.loss_after, &r.delta, &r.token_gamma})
+    *t = slab.take({B, H});
+  r.gamma = slab.take({B, H, window});
+  r.gradient = {slab.take({B, H, d, d})};
+  for (at::Tensor* t : {&r.delta, &r.token_gamma}) std::fill_n(t->data_ptr<float>(), B * H, 1.0f);
   return r;
 }
 

@@ -56,8 +56,7 @@ StepOutput MemoryLayerImpl::fused_window_step(const at::Tensor& qkv, const std::
   };
 
   // The window's weights γ_j = (token gate γ, 1 without a gate) × the position weight, times s.
-  const at::Tensor positions = position_weights(options).contiguous();
-  const float* position = positions.data_ptr<float>();
+  const float* position = position_weights_float_.data();
   const at::Tensor ring_phi = c > 1 ? state.ring_phi.to(at::kFloat).contiguous() : at::Tensor();
   const at::Tensor ring_v = c > 1 ? state.ring_v.to(at::kFloat).contiguous() : at::Tensor();
   const at::Tensor ring_gamma = c > 1 ? state.ring_gamma.to(at::kFloat).contiguous() : at::Tensor();
@@ -73,7 +72,6 @@ StepOutput MemoryLayerImpl::fused_window_step(const at::Tensor& qkv, const std::
   const bool continuing = chunk > 1 && state.tokens % chunk != 0 && state.anchor_chunk == chunk && !state.anchor.empty();
   const at::Tensor gradient_point = continuing ? state.anchor[0].to(at::kFloat).contiguous() : m_old;
   at::Tensor m_new = at::empty_like(m_old), s_new = at::empty_like(s_old);
-  at::Tensor phi_queries = at::empty({B, H, d}, options);
   std::vector<float> keys(static_cast<size_t>(c * d)), values(static_cast<size_t>(c * d)), gammas(static_cast<size_t>(c));
   std::vector<float> g(static_cast<size_t>(d * d)), error(static_cast<size_t>(d));
   // A probed step's record; the window of every head is kept for the loss after the write, which
@@ -82,10 +80,10 @@ StepOutput MemoryLayerImpl::fused_window_step(const at::Tensor& qkv, const std::
   std::vector<float> windows_phi, windows_v;
   if (record) {
     rec = allocate_fused_record(B, H, d, c, options);
-    rec.phi_q = phi_queries;
     windows_phi.resize(static_cast<size_t>(B * H * c * d));
     windows_v.resize(windows_phi.size());
   }
+  const at::Tensor phi_queries = record ? rec.phi_q : at::empty({B, H, d}, options);  // φ(q), kept in the record
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h) {
       const int64_t bh = b * H + h;

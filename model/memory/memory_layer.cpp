@@ -113,6 +113,7 @@ MemoryLayerImpl::MemoryLayerImpl(MemoryRule rule, MemoryLayerOptions options) : 
     ln_weight = register_parameter("ln_weight", torch::ones({heads_, d}));
     ln_bias = register_parameter("ln_bias", torch::zeros({heads_, d}));
   }
+  refresh_position_weights();
 }
 
 std::vector<std::string> MemoryLayerImpl::memory_names() const {
@@ -323,6 +324,13 @@ void MemoryLayerImpl::set_live_rule(const MemoryRule& rule) {
                   rule.dgd_per_feature == rule_.dgd_per_feature,
               "memory layer: this rule change needs a restart (it changes parameters or state shapes)");
   rule_ = rule;
+  refresh_position_weights();
+}
+
+void MemoryLayerImpl::refresh_position_weights() {
+  at::NoGradGuard no_grad;
+  const at::Tensor w = position_weights(at::TensorOptions().dtype(at::kFloat)).contiguous();
+  position_weights_float_.assign(w.data_ptr<float>(), w.data_ptr<float>() + w.numel());
 }
 
 }  // namespace memscope::model

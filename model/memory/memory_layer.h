@@ -203,6 +203,11 @@ class MemoryLayerImpl : public torch::nn::Module {
   const at::Tensor& fused_projection() const;
   mutable at::Tensor fused_projection_;
   mutable std::vector<std::pair<const void*, uint32_t>> fused_projection_key_;
+  // position_weights() in float32 on the host, for the fused steps to read: five ATen calls a
+  // layer and step, made once with the rule (constructor, set_live_rule) instead. Written only
+  // there, so a step on another thread only reads it.
+  void refresh_position_weights();
+  std::vector<float> position_weights_float_;
 
   MemoryRule rule_;
   int64_t d_model_, heads_, head_dim_, feature_dim_;

@@ -181,6 +181,28 @@ TEST_CASE("Muon's chunkwise forward in inference (the fused step per token) equa
   }
 }
 
+TEST_CASE("a live change of the window's decay reaches the fused step", "[model]") {
+  // The fused steps read the position weights from the host copy the layer makes with its rule
+  // (memory_layer.h); a knob edited while paused (memory.window.decay) must change it too.
+  MemoryLayer layer = layer_for("atlas-linear", {"memory.window.gamma=decay", "memory.window.decay=0.95"});
+  MemoryRule rule = load_preset("atlas-linear", {"memory.window.gamma=decay", "memory.window.decay=0.5"}).memory;
+  const at::Tensor before = layer->position_weights(torch::TensorOptions());
+  layer->set_live_rule(rule);
+  CHECK_FALSE(torch::allclose(before, layer->position_weights(torch::TensorOptions())));
+  CHECK(largest_difference(layer, 20, 2) < 1e-4);
+  // Once the window is full (no γ gate: every slot's γ is 1), a fused record's window weights are
+  // the new position weights, d^{t−i} normalised with d = 0.5.
+  torch::NoGradGuard no_grad;
+  MemoryState state = layer->initial_state(1);
+  StepOutput out;
+  for (int t = 0; t < 10; ++t) out = layer->step(torch::randn({1, layer->d_model()}), state, 1, StepDetail::Record);
+  const int64_t c = out.record.gamma.size(-1);
+  REQUIRE(c == load_preset("atlas-linear").memory.window);
+  const at::Tensor expected = layer->position_weights(torch::TensorOptions().dtype(at::kFloat));
+  CHECK(expected[c - 2].item<double>() == Approx(0.5 * expected[c - 1].item<double>()));  // newest last
+  CHECK(torch::allclose(out.record.gamma[0][0], expected));
+}
+
 TEST_CASE("the fused step's clip binds: a tight clip changes the memory, as in the general step", "[model]") {
   const std::vector<std::string> base{"memory.structure=linear", "memory.feature_map.kind=identity", "memory.lr.max=10"};
   auto with = [&](const std::string& clip) {
