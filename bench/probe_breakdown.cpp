@@ -81,7 +81,8 @@ int main(int argc, char** argv) {
   const auto [stream, sequence_length] = memscope::bench::token_stream(trainer, tokens);
 
   enum Part {
-    Step, ProbedStep, StepRecord, Extras, ExtrasAten, Collect, Spectra, SpectraLapack, CollectSnapshots, DetectorsPart, kParts
+    Step, ProbedStep, StepRecord, Extras, ExtrasAten, Collect, Spectra, SpectraLapack, CollectSnapshots,
+    DetectorsPart, kParts
   };
   std::vector<std::vector<double>> per_rep(kParts);
   int64_t snapshot_steps = 0;

@@ -14,11 +14,13 @@ at::Tensor TensorSlab::take(at::IntArrayRef sizes) {
               " left");
   // What a view op builds, without the dispatch: the slab's storage, its keys and dtype, an offset
   // and contiguous sizes.
-  auto piece = c10::make_intrusive<c10::TensorImpl>(c10::Storage(slab_.storage()), slab_.key_set(), slab_.dtype());
-  piece->set_storage_offset(slab_.storage_offset() + used_);
-  piece->set_sizes_contiguous(sizes);
+  at::Tensor piece =
+      at::detail::make_tensor<c10::TensorImpl>(c10::Storage(slab_.storage()), slab_.key_set(), slab_.dtype());
+  c10::TensorImpl* impl = piece.unsafeGetTensorImpl();
+  impl->set_storage_offset(slab_.storage_offset() + used_);
+  impl->set_sizes_contiguous(sizes);
   used_ += count;
-  return at::Tensor(std::move(piece));
+  return piece;
 }
 
 }  // namespace memscope::model
