@@ -3,11 +3,13 @@
 // step into its parts, each timed per token over the same token stream, stepped as the engine
 // steps it (batch 1, one token at a time, one thread), in three runs of the stream:
 //   step_us           1. unprobed: the model step without a record, steps back to back
-//   probed_step_us    2. probed, in the engine's order (step with its record, score, probes,
-//                        detectors, next step): the step, so probed_step_us - step_us is what the
-//                        record and the probes' footprint in the caches add to it
+//   probed_step_us    2. probed, in the engine's order (step with its record, RecordLater as the
+//                        engine asks, score, probes, detectors, next step): the step, so
+//                        probed_step_us - step_us is what the record and the probes' footprint in
+//                        the caches add to it
 //   extras_us            the token's argmax and scored loss over the vocabulary (score_token)
-//   collect_us           collect_probes without snapshots
+//   collect_us           collect_probes without snapshots, after finish_record (the loss after
+//                        the write that a general step's record leaves to the probes)
 //   snapshots_us         what collect adds on a snapshot step (probe.matrices_every)
 //   detectors_us         Detectors::observe on the frame
 //   record_us         3. parts alone: what asking for the record adds to the step, the two steps
@@ -110,7 +112,7 @@ int main(int argc, char** argv) {
       std::vector<std::vector<at::Tensor>> before;
       for (const auto& b : state.blocks) before.push_back(b.memory.memory);
       auto start = Clock::now();
-      const LmStepOutput out = model->step(token(i), state, 1, StepDetail::Record);
+      LmStepOutput out = model->step(token(i), state, 1, StepDetail::RecordLater);  // as the engine
       total[ProbedStep] += micros_since(start);
       start = Clock::now();
       ProbeInputs in;
@@ -127,6 +129,8 @@ int main(int argc, char** argv) {
       score_token(logits, 0);  // as the engine scores a CPU model's token
       total[Extras] += micros_since(start);
       start = Clock::now();
+      for (auto& record : out.records)
+        if (record) finish_record(*record);
       collect_probes(frame, in, probe);
       (in.matrices ? total[CollectSnapshots] : total[Collect]) += micros_since(start);
       (in.matrices ? snapshots : plain) += 1;

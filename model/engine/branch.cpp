@@ -92,8 +92,10 @@ SteppedToken step_token(const LanguageModel& model, LmState state, const at::Ten
       s.before.push_back(std::move(weights));
     }
   const auto start = std::chrono::steady_clock::now();
-  // Records only for probed steps (issue 20): an unprobed step skips the inner losses.
-  s.out = model->step(token, state, chunk, probe ? StepDetail::Record : StepDetail::OutputOnly);
+  // Records only for probed steps (issue 20): an unprobed step skips the inner losses. The loss
+  // after the write of a general (MLP) step is left to the probes, which finish the record on
+  // their own thread (SideJob::Probes) while this one steps the next token.
+  s.out = model->step(token, state, chunk, probe ? StepDetail::RecordLater : StepDetail::OutputOnly);
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   s.state = std::move(state);
   return s;
@@ -298,6 +300,8 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
     auto measure = [&] {
       const auto from = std::chrono::steady_clock::now();
       at::NoGradGuard no_grad_there;  // grad mode is per thread
+      for (auto& record : stepped->out.records)
+        if (record) finish_record(*record);
       extra = collect_probes(*frame, in, p);
       if (inner_backward_) add_inner_backward(*frame, *inner_backward_, index);
       probes_took = std::chrono::duration<double>(std::chrono::steady_clock::now() - from).count();

@@ -11,6 +11,7 @@
 #include <torch/nn/pimpl.h>
 
 #include <array>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -64,7 +65,9 @@ struct StepRecord {
   at::Tensor retain_feature, lr_feature;   // [B,H,d_φ] (dgd.per_feature only, else undefined)
   at::Tensor key_squares;                  // [B,H,d_φ] k̄² of the MLP dgd preconditioner (else undefined)
   at::Tensor loss_before;                  // [B,H] L_t(M_{t−1})
-  at::Tensor loss_after;                   // [B,H] L_t(M_t)
+  at::Tensor loss_after;                   // [B,H] L_t(M_t); with StepDetail::RecordLater, see below
+  // StepDetail::RecordLater: what computes loss_after, which finish_record() runs and clears.
+  std::function<at::Tensor()> loss_after_later;
   std::vector<at::Tensor> gradient;        // g_t per memory weight (state.names order)
   std::vector<at::Tensor> ns_output;       // NS_k(S_t) per weight (muon only, else empty)
   // With grad mode on, a view of S_t that only the NS call reads: the gradient at it is the part
@@ -80,7 +83,15 @@ struct StepOutput {
 // What a sequential step computes beside its output and its new state. A step nobody probes
 // (forward_sequential without a trace, an unprobed inspect step) skips the inner losses before
 // and after the write, and the record's copies: issue 20's "records only for probed steps".
-enum class StepDetail { Record, OutputOnly };
+// RecordLater is Record with the general step's loss after the write left for finish_record():
+// for an MLP memory that is one more read of the memory, 80 µs a layer of Titans-MLP's probed
+// step, which the engine's probes then compute on their own thread instead of the stepping one.
+enum class StepDetail { Record, RecordLater, OutputOnly };
+
+// Computes what a RecordLater step left for later (loss_after), once; nothing for a whole record.
+// The record's tensors are its own, so this may run on another thread than the step, once the
+// step has returned.
+void finish_record(StepRecord& record);
 
 // Everything per token, [B,T,H,…], for traces and tests (forward with record = true).
 struct ForwardTrace {

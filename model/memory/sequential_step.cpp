@@ -6,6 +6,7 @@
 #include "model/memory/dgd_preconditioner.h"
 #include "model/memory/inner_clip.h"
 #include "model/memory/memory_layer.h"
+#include "model/memory/mlp_memory.h"
 #include "model/memory/newton_schulz.h"
 #include "model/memory/retention.h"
 
@@ -18,7 +19,7 @@ at::Tensor as_matrix_scale(const at::Tensor& gate) { return gate.unsqueeze(-1).u
 }  // namespace
 
 StepOutput MemoryLayerImpl::step(const at::Tensor& x_t, MemoryState& state, int64_t chunk, StepDetail detail) const {
-  const bool recording = detail == StepDetail::Record;
+  const bool recording = detail != StepDetail::OutputOnly;
   if (fused_step_applies(x_t, state, chunk)) return fused_step(x_t, state, recording, chunk);
   TORCH_CHECK(x_t.dim() == 2, "memory step: expected x_t of shape [B,D], got ", x_t.sizes());
   TORCH_CHECK(chunk >= 1, "memory step: chunk size must be at least 1, got ", chunk);
@@ -160,7 +161,23 @@ StepOutput MemoryLayerImpl::step(const at::Tensor& x_t, MemoryState& state, int6
     }
   }
   state.memory = after;
-  if (recording) rec.loss_after = window_loss(read(after, window_phi));
+  if (recording) {
+    // L_t(M_t): the window read again from the memory after the write (read() and window_loss()
+    // above, spelled out on copies of what they read), so that with RecordLater it may run on
+    // another thread once this step has returned (finish_record).
+    const bool mlp = !linear;
+    auto loss_after = [after, window_phi, window_v, loss_weights, window_delta, mlp, rule = rule_,
+                       ln_w = mlp ? ln_weight.to(window_phi.dtype()) : at::Tensor(),
+                       ln_b = mlp ? ln_bias.to(window_phi.dtype()) : at::Tensor()] {
+      const at::Tensor y = mlp ? mlp_pass(window_phi, after[0], after[1], ln_w, ln_b).y
+                               : at::matmul(window_phi, after[0].transpose(-1, -2));
+      return (loss_weights * bias_loss(y, window_v, rule, window_delta)).sum(-1);
+    };
+    if (detail == StepDetail::RecordLater && !at::GradMode::is_enabled())
+      rec.loss_after_later = std::move(loss_after);
+    else
+      rec.loss_after = loss_after();
+  }
 
   // Read: the token sees the memory after its own write unless the rule says before.
   const auto& read_from = rule_.read == ReadOrder::AfterWrite ? after : before;
@@ -180,6 +197,13 @@ StepOutput MemoryLayerImpl::step(const at::Tensor& x_t, MemoryState& state, int6
     state.anchor_chunk = 0;
   }
   return {y, rec};
+}
+
+void finish_record(StepRecord& record) {
+  if (!record.loss_after_later) return;
+  at::NoGradGuard no_grad;  // the step that left it ran without grad mode; this thread may not
+  record.loss_after = record.loss_after_later();
+  record.loss_after_later = nullptr;
 }
 
 ForwardOutput MemoryLayerImpl::forward_sequential(const at::Tensor& x, MemoryState& state, bool record) const {

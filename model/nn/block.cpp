@@ -87,21 +87,22 @@ BlockState BlockImpl::initial_state(int64_t batch) const {
 }
 
 at::Tensor BlockImpl::forward(const at::Tensor& x, BlockState& state, int64_t chunk) const {
-  return run(x, state, chunk, false, nullptr);
+  return run(x, state, chunk, false, nullptr, StepDetail::OutputOnly);
 }
 
-at::Tensor BlockImpl::step(const at::Tensor& x_t, BlockState& state, StepRecord* record, int64_t chunk) const {
-  return run(x_t.unsqueeze(1), state, chunk, true, record).squeeze(1);
+at::Tensor BlockImpl::step(const at::Tensor& x_t, BlockState& state, StepRecord* record, int64_t chunk,
+                           StepDetail detail) const {
+  return run(x_t.unsqueeze(1), state, chunk, true, record, record ? detail : StepDetail::OutputOnly).squeeze(1);
 }
 
 at::Tensor BlockImpl::memory_out(const at::Tensor& x, BlockState& state, int64_t chunk, bool step_mode,
-                                 StepRecord* record) const {
+                                 StepRecord* record, StepDetail detail) const {
   at::Tensor y;  // [B,T,H,d_v]
   if (!config_.ttl) {
     y = memory->forward_frozen(x, state.memory);
   } else if (step_mode) {
     // No one asked for the record: the step skips its inner losses and copies (same y and state).
-    StepOutput out = memory->step(x.squeeze(1), state.memory, chunk, record ? StepDetail::Record : StepDetail::OutputOnly);
+    StepOutput out = memory->step(x.squeeze(1), state.memory, chunk, record ? detail : StepDetail::OutputOnly);
     if (record) *record = std::move(out.record);
     y = out.y.unsqueeze(1);
   } else {
@@ -111,26 +112,26 @@ at::Tensor BlockImpl::memory_out(const at::Tensor& x, BlockState& state, int64_t
 }
 
 at::Tensor BlockImpl::run(const at::Tensor& x, BlockState& state, int64_t chunk, bool step_mode,
-                          StepRecord* record) const {
+                          StepRecord* record, StepDetail detail) const {
   at::Tensor h = x;
   switch (config_.block) {
     case BlockKind::Lmm:
-      h = h + memory_out(norm_memory->forward(h), state, chunk, step_mode, record);
+      h = h + memory_out(norm_memory->forward(h), state, chunk, step_mode, record, detail);
       break;
     case BlockKind::Mag: {
       const at::Tensor n = norm_attention->forward(h);
       const at::Tensor g = at::sigmoid(at::matmul(n, w_gate.t()) + b_gate);
       const at::Tensor a = attention->forward(n, state.attention);
-      const at::Tensor m = memory_out(norm_memory->forward(h), state, chunk, step_mode, record);
+      const at::Tensor m = memory_out(norm_memory->forward(h), state, chunk, step_mode, record, detail);
       h = h + g * a + (1 - g) * m;
       break;
     }
     case BlockKind::Mal:
-      h = h + memory_out(norm_memory->forward(h), state, chunk, step_mode, record);
+      h = h + memory_out(norm_memory->forward(h), state, chunk, step_mode, record, detail);
       h = h + attention->forward(norm_attention->forward(h), state.attention);
       break;
     case BlockKind::Mac:
-      h = run_mac(h, state, chunk, step_mode, record);
+      h = run_mac(h, state, chunk, step_mode, record, detail);
       break;
     case BlockKind::Swa:
       h = h + attention->forward(norm_attention->forward(h), state.attention);
@@ -152,7 +153,7 @@ at::Tensor BlockImpl::run(const at::Tensor& x, BlockState& state, int64_t chunk,
 }
 
 at::Tensor BlockImpl::run_mac(const at::Tensor& x, BlockState& state, int64_t chunk, bool step_mode,
-                              StepRecord* record) const {
+                              StepRecord* record, StepDetail detail) const {
   // Segments sit at multiples of S from the stream start; a call may begin or end mid-segment.
   const int64_t S = config_.segment, T = x.size(1);
   std::vector<at::Tensor> outputs;
@@ -172,7 +173,7 @@ at::Tensor BlockImpl::run_mac(const at::Tensor& x, BlockState& state, int64_t ch
                                             w_retrieved.t());
 
     const at::Tensor a = attention->forward(n, state.attention, retrieved);
-    const at::Tensor m = memory_out(norm_memory->forward(a), state, chunk, step_mode, record);
+    const at::Tensor m = memory_out(norm_memory->forward(a), state, chunk, step_mode, record, detail);
     outputs.push_back(piece + a * at::sigmoid(m));
     t += length;
   }

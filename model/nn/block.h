@@ -52,8 +52,10 @@ class BlockImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x, BlockState& state, int64_t chunk) const;
 
   // x_t: [B,D] → [B,D]; the memory runs its exact sequential step. `record` receives what the
-  // memory did (left untouched when the block has no memory or TTL is off).
-  at::Tensor step(const at::Tensor& x_t, BlockState& state, StepRecord* record, int64_t chunk = 1) const;
+  // memory did (left untouched when the block has no memory or TTL is off), in `detail`
+  // (Record or RecordLater; OutputOnly when `record` is null).
+  at::Tensor step(const at::Tensor& x_t, BlockState& state, StepRecord* record, int64_t chunk = 1,
+                  StepDetail detail = StepDetail::Record) const;
 
   BlockKind kind() const { return config_.block; }
 
@@ -71,11 +73,13 @@ class BlockImpl : public torch::nn::Module {
 
  private:
   // `step_mode`: T must be 1 and the memory takes its sequential step (filling `record`).
-  at::Tensor run(const at::Tensor& x, BlockState& state, int64_t chunk, bool step_mode, StepRecord* record) const;
-  at::Tensor run_mac(const at::Tensor& x, BlockState& state, int64_t chunk, bool step_mode, StepRecord* record) const;
+  at::Tensor run(const at::Tensor& x, BlockState& state, int64_t chunk, bool step_mode, StepRecord* record,
+                 StepDetail detail) const;
+  at::Tensor run_mac(const at::Tensor& x, BlockState& state, int64_t chunk, bool step_mode, StepRecord* record,
+                     StepDetail detail) const;
   // The memory's output for x [B,T,D], projected to [B,T,D].
   at::Tensor memory_out(const at::Tensor& x, BlockState& state, int64_t chunk, bool step_mode,
-                        StepRecord* record) const;
+                        StepRecord* record, StepDetail detail) const;
 
   LmConfig config_;
 };

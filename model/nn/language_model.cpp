@@ -47,7 +47,7 @@ LmStepOutput LanguageModelImpl::step(const at::Tensor& token, LmState& state, in
   at::Tensor h = embedding.index_select(0, token);
   for (size_t i = 0; i < blocks_.size(); ++i) {
     StepRecord record;
-    h = blocks_[i]->step(h, state.blocks[i], detail == StepDetail::Record ? &record : nullptr, chunk);
+    h = blocks_[i]->step(h, state.blocks[i], detail != StepDetail::OutputOnly ? &record : nullptr, chunk, detail);
     out.records.push_back(record.loss_before.defined() ? std::optional<StepRecord>(std::move(record)) : std::nullopt);
   }
   state.position += 1;

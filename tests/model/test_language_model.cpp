@@ -144,6 +144,27 @@ TEST_CASE("language model: step records what each layer's memory did", "[nn]") {
   CHECK_FALSE(swa->step(tokens(1, 1).select(1, 0), t).records[0].has_value());
 }
 
+TEST_CASE("language model: a step recorded for later gives the same logits, and records once finished", "[nn]") {
+  // StepDetail::RecordLater, as the engine steps a probed token: every layer's record, its loss
+  // after the write left to finish_record() (the MLP memory takes the general step).
+  torch::NoGradGuard no_grad;
+  LanguageModel lm = tiny_model("mag", "atlas");
+  LmState now = lm->initial_state(1), later = lm->initial_state(1);
+  const at::Tensor x = tokens(1, 5);
+  for (int64_t t = 0; t < 5; ++t) {
+    const LmStepOutput a = lm->step(x.select(1, t), now, 1, StepDetail::Record);
+    LmStepOutput b = lm->step(x.select(1, t), later, 1, StepDetail::RecordLater);
+    CHECK(torch::equal(a.logits, b.logits));
+    REQUIRE(b.records.size() == 2);
+    for (size_t l = 0; l < 2; ++l) {
+      REQUIRE(b.records[l].has_value());
+      CHECK_FALSE(b.records[l]->loss_after.defined());
+      finish_record(*b.records[l]);
+      CHECK(torch::equal(a.records[l]->loss_after, b.records[l]->loss_after));
+    }
+  }
+}
+
 TEST_CASE("sliding-window attention sees exactly the last W tokens and the persistent tokens", "[nn]") {
   torch::NoGradGuard no_grad;
   // One swa layer: the output at position 9 depends on tokens 7, 8, 9 (W = 3) and nothing older.
