@@ -83,7 +83,8 @@ StepOutput MemoryLayerImpl::fused_window_step(const at::Tensor& qkv, const std::
     windows_phi.resize(static_cast<size_t>(B * H * c * d));
     windows_v.resize(windows_phi.size());
   }
-  const at::Tensor phi_queries = record ? rec.phi_q : at::empty({B, H, d}, options);  // φ(q), kept in the record
+  // φ(q) of every head: the record's own piece when there is a record.
+  const at::Tensor phi_queries = record ? rec.phi_q : at::empty({B, H, d}, options);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h) {
       const int64_t bh = b * H + h;
