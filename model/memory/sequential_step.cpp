@@ -16,6 +16,17 @@ namespace {
 
 at::Tensor as_matrix_scale(const at::Tensor& gate) { return gate.unsqueeze(-1).unsqueeze(-1); }  // [B,H,1,1]
 
+// L_t(M_t): the window read again from the memory after the write, as step()'s read() and
+// window_loss() compute it. ln_w and ln_b (the MLP read's LN) are undefined for a linear memory.
+at::Tensor window_loss_after(const std::vector<at::Tensor>& after, const at::Tensor& window_phi,
+                             const at::Tensor& window_v, const at::Tensor& loss_weights,
+                             const at::Tensor& window_delta, const MemoryRule& rule, const at::Tensor& ln_w,
+                             const at::Tensor& ln_b) {
+  const at::Tensor y = ln_w.defined() ? mlp_pass(window_phi, after[0], after[1], ln_w, ln_b).y
+                                      : at::matmul(window_phi, after[0].transpose(-1, -2));
+  return (loss_weights * bias_loss(y, window_v, rule, window_delta)).sum(-1);
+}
+
 }  // namespace
 
 StepOutput MemoryLayerImpl::step(const at::Tensor& x_t, MemoryState& state, int64_t chunk, StepDetail detail) const {
@@ -162,21 +173,19 @@ StepOutput MemoryLayerImpl::step(const at::Tensor& x_t, MemoryState& state, int6
   }
   state.memory = after;
   if (recording) {
-    // L_t(M_t): the window read again from the memory after the write (read() and window_loss()
-    // above, spelled out on copies of what they read), so that with RecordLater it may run on
-    // another thread once this step has returned (finish_record).
-    const bool mlp = !linear;
-    auto loss_after = [after, window_phi, window_v, loss_weights, window_delta, mlp, rule = rule_,
-                       ln_w = mlp ? ln_weight.to(window_phi.dtype()) : at::Tensor(),
-                       ln_b = mlp ? ln_bias.to(window_phi.dtype()) : at::Tensor()] {
-      const at::Tensor y = mlp ? mlp_pass(window_phi, after[0], after[1], ln_w, ln_b).y
-                               : at::matmul(window_phi, after[0].transpose(-1, -2));
-      return (loss_weights * bias_loss(y, window_v, rule, window_delta)).sum(-1);
-    };
-    if (detail == StepDetail::RecordLater && !at::GradMode::is_enabled())
-      rec.loss_after_later = std::move(loss_after);
-    else
-      rec.loss_after = loss_after();
+    const at::Tensor ln_w = linear ? at::Tensor() : ln_weight.to(window_phi.dtype());
+    const at::Tensor ln_b = linear ? at::Tensor() : ln_bias.to(window_phi.dtype());
+    if (detail == StepDetail::RecordLater && !at::GradMode::is_enabled()) {
+      // On copies of what it reads, the rule included, so that it may run on another thread once
+      // this step has returned (finish_record).
+      rec.loss_after_later = [after, window_phi, window_v, loss_weights, window_delta, rule = rule_, ln_w,
+                              ln_b] {
+        return window_loss_after(after, window_phi, window_v, loss_weights, window_delta, rule, ln_w, ln_b);
+      };
+    } else {
+      rec.loss_after =
+          window_loss_after(after, window_phi, window_v, loss_weights, window_delta, rule_, ln_w, ln_b);
+    }
   }
 
   // Read: the token sees the memory after its own write unless the rule says before.

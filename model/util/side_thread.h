@@ -1,10 +1,10 @@
 // SideThread: one job at a time on a thread of its own, handed over with little latency. The
 // engine uses it to measure an inspect token's probes while its own thread steps the next token,
 // or with forks to step the next token while its own thread measures the probes (engine.overlap,
-// issue 20, model/engine/branch.h's SideJob): both halves take 100-600 µs, depending on the machine, so a hand-over
-// through a sleeping condition variable alone (tens of µs to wake; 50 µs and more in a VM) would eat
-// much of the gain. Each side therefore spins before it sleeps, for as long as its last wait of the
-// same kind took, twice over (spin_budget in side_thread.cpp).
+// issue 20, model/engine/branch.h's SideJob): both halves take 100-600 µs, depending on the
+// machine, so a hand-over through a sleeping condition variable alone (tens of µs to wake; 50 µs
+// and more in a VM) would eat much of the gain. Each side therefore spins before it sleeps, for as
+// long as its last wait of the same kind took, twice over (spin_budget in side_thread.cpp).
 #pragma once
 #include <atomic>
 #include <chrono>
