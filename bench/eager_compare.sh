@@ -2,8 +2,9 @@
 # memscope's sequential step against the eager-PyTorch loop a researcher would write (bench/eager/),
 # in one run: REPS rounds (default 5), each timing memscope (bench/step_bench) and then eager
 # Python, one thread each, so that machine noise hits both alike. Two pairings:
-#   layer  the memory layer (Titans' and Atlas' rules): one JSON line per rule with both medians,
-#          the ratio, GFLOP/s and the share of this core's sgemm peak (step_bench measures it)
+#   layer  the memory layer (Titans' and Atlas' rules, and their deep MLP memories, eager_mlp_memory.py,
+#          checked first against memory-trace): one JSON line per rule with both medians, the ratio,
+#          GFLOP/s and the share of this core's sgemm peak (step_bench measures it)
 #   model  the whole demo-mqar-titans and demo-mqar models token by token (eager_lm.py, checked
 #          first against memscope's recorded step of the same checkpoint): both medians and the ratio
 #   chunkwise  the Titans and Atlas (Muon) layers' chunkwise forms at c = 1, b = 64 (memory_bench's
@@ -49,6 +50,8 @@ STEP3=$("$CLI" train --preset demo-mqar-titans --steps 3 --json | grep '"step":3
 "$PY" bench/eager/eager_lm_train.py --ckpt "$OUT/model.safetensors" --batch-csv "$OUT/train.csv" --chunk 4 \
   --check-loss "$(echo "$STEP3" | "$PY" -c 'import json,sys;print(json.load(sys.stdin)["loss"])')" \
   --check-grad-norm "$(echo "$STEP3" | "$PY" -c 'import json,sys;print(json.load(sys.stdin)["grad_norm"])')" >>"$OUT/eager.jsonl"
+# The deep (MLP) memory layers: eager (autograd's inner gradient per token) checked against the trace.
+"$PY" bench/eager/eager_mlp_memory.py --check >>"$OUT/eager.jsonl"
 DEVICE_BENCH=${DEVICE_BENCH:-build/bench/device_bench}
 MEMORY_BENCH=${MEMORY_BENCH:-build/bench/memory_bench}
 for _ in $(seq 1 "$REPS"); do
@@ -58,6 +61,7 @@ for _ in $(seq 1 "$REPS"); do
   "$PY" bench/eager/time_eager.py --bench eager_chunkwise --chunk 64 --reps 1 >>"$OUT/eager.jsonl"
   "$STEP" --only layer --reps 1 >>"$OUT/memscope.jsonl"
   "$PY" bench/eager/time_eager.py --bench eager_layer --reps 1 >>"$OUT/eager.jsonl"
+  "$PY" bench/eager/eager_mlp_memory.py --time 512 --reps 1 >>"$OUT/eager.jsonl"
   "$STEP" --only model --model-preset demo-mqar-titans --tokens 512 --reps 1 >>"$OUT/memscope.jsonl"
   "$PY" bench/eager/eager_lm.py --ckpt "$OUT/model.safetensors" --time 512 --reps 1 >>"$OUT/eager.jsonl"
   "$STEP" --only model --model-preset demo-mqar --tokens 512 --reps 1 >>"$OUT/memscope.jsonl"
@@ -86,6 +90,24 @@ for rule in ("titans", "atlas"):
                           "ratio": round(tps / e_tps, 3), "memscope_gflops": round(gflops, 2),
                           "sgemm_peak_gflops": round(peak, 1), "share_of_peak": round(gflops / peak, 3),
                           "rounds": len(m)}))
+# The MLP layers: memscope's fused step, and its general step (autograd) in the same step_bench run.
+for rule in ("titans-mlp", "atlas-mlp"):
+    e = [r for r in eager if r["bench"] == "eager_mlp_layer" and r.get("rule") == rule]
+    if not e:
+        continue
+    e_tps = statistics.median(r["tokens_per_s"] for r in e)
+    for record in (False, True):
+        m = [r for r in ours if r.get("case") == f"layer/{rule}" and r["record"] == record and r.get("fused")]
+        g = [r for r in ours if r.get("case") == f"layer/{rule}" and r["record"] == record and r.get("fused") is False]
+        tps = statistics.median(r["tokens_per_s"] for r in m)
+        gflops = statistics.median(r["gflops"] for r in m)
+        peak = statistics.median(r["sgemm_peak_gflops"] for r in m)
+        print(json.dumps({"bench": "eager_compare", "rule": rule, "step": "probed" if record else "unprobed",
+                          "memscope_tokens_per_s": round(tps, 1), "eager_tokens_per_s": round(e_tps, 1),
+                          "ratio": round(tps / e_tps, 3),
+                          "memscope_general_tokens_per_s": round(statistics.median(r["tokens_per_s"] for r in g), 1),
+                          "memscope_gflops": round(gflops, 2), "sgemm_peak_gflops": round(peak, 1),
+                          "share_of_peak": round(gflops / peak, 3), "rounds": len(m)}))
 for model, eager_bench in (("demo-mqar-titans", "eager_lm"), ("demo-mqar", "eager_lm_atlas")):
     e = [r for r in eager if r["bench"] == eager_bench]
     e_tps = statistics.median(r["tokens_per_s"] for r in e)
@@ -132,6 +154,8 @@ print(json.dumps({"bench": "eager_compare", "train": "demo-mqar-titans", "memsco
                   "eager_tokens_per_s": round(e_tps, 1), "ratio": round(tps / e_tps, 3),
                   "memscope_step_ms": round(statistics.median(r["step_ms"] for r in m), 2),
                   "eager_step_ms": round(statistics.median(r["step_ms"] for r in e), 2), "rounds": len(m)}))
+for check in (r for r in eager if r["bench"] == "eager_mlp_check"):
+    print(json.dumps(check))
 for name in ("eager_lm_check", "eager_lm_check_atlas", "eager_lm_train_check"):
     check = [r for r in eager if r["bench"] == name]
     print(json.dumps(check[0] if check else {"bench": name, "missing": True}))

@@ -8,7 +8,7 @@
 // M and S rather than writing in place: frames and keyframes may hold the old ones.
 //
 // Atlas's rules (an Omega window, polynomial features, Muon) go on from the projection to
-// fused_window_step.cpp.
+// fused_window_step.cpp, and the MLP memory's to fused_mlp_step.cpp.
 //
 // The result equals step()'s to float32 rounding (the sums run in another order), which
 // tests/model/test_fused_step.cpp checks on every rule this path takes.
@@ -44,20 +44,26 @@ bool MemoryLayerImpl::fused_step_applies(const at::Tensor& x_t, const MemoryStat
   for (const auto& o : overrides_) overridden = overridden || o.mode != GateOverride::Mode::Off;
   // A probed step is fused too: it fills the record (allocate_fused_record) that the probes read.
   // Grad mode (stepping into a training batch) needs the general path's autograd graph.
+  // The MLP memory (fused_mlp_step.cpp) takes gd with momentum and Muon; dgd's preconditioner
+  // stays on the general path.
+  const bool mlp = r.structure == Structure::Mlp;
+  bool float_weights = state.memory.size() == (mlp ? 2u : 1u);
+  for (const auto& m : state.memory) float_weights = float_weights && m.scalar_type() == at::kFloat;
   return fused_step_on_ && (chunk == 1 || window_step_rule()) && !at::GradMode::is_enabled() && !overridden &&
-         r.structure == Structure::Linear && r.bias == Bias::L2 &&
+         r.bias == Bias::L2 &&
          (r.feature_map == FeatureMapKind::Identity || r.feature_map == FeatureMapKind::Poly) &&
          r.gamma != WindowWeights::Gated &&
          (r.optimiser == Optimiser::GdMomentum || r.optimiser == Optimiser::Muon ||
-          (r.optimiser == Optimiser::Dgd && !r.dgd_per_feature && r.window == 1 &&
+          (r.optimiser == Optimiser::Dgd && !mlp && !r.dgd_per_feature && r.window == 1 &&
            r.feature_map == FeatureMapKind::Identity)) &&  // fused_window_step has no dgd
-         (r.retention == Retention::L2Decay || r.retention == Retention::None) && feature_dim_ == head_dim_ &&
-         x_t.device().is_cpu() && x_t.scalar_type() == at::kFloat && state.memory.size() == 1 &&
-         state.memory[0].scalar_type() == at::kFloat && !state.latent.defined();
+         (r.retention == Retention::L2Decay || r.retention == Retention::None) &&
+         feature_dim_ == head_dim_ && x_t.device().is_cpu() && x_t.scalar_type() == at::kFloat &&
+         float_weights && !state.latent.defined();
 }
 
 bool MemoryLayerImpl::window_step_rule() const {
-  return rule_.window > 1 || rule_.optimiser == Optimiser::Muon || rule_.feature_map != FeatureMapKind::Identity;
+  return rule_.structure == Structure::Mlp || rule_.window > 1 || rule_.optimiser == Optimiser::Muon ||
+         rule_.feature_map != FeatureMapKind::Identity;
 }
 
 const at::Tensor& MemoryLayerImpl::fused_projection() const {
@@ -125,7 +131,8 @@ StepOutput MemoryLayerImpl::fused_step(const at::Tensor& x_t, MemoryState& state
   const at::Tensor momentum_b = momentum_at >= 0 ? bias_of(Gate::Momentum) : at::Tensor();
   const float max_lr = static_cast<float>(rule_.max_lr);
   if (window_step_rule()) {
-    // Atlas's rules: the gates per (sequence, head), then fused_window_step.cpp.
+    // Atlas's rules and the MLP memory: the gates per (sequence, head), then fused_window_step.cpp
+    // or fused_mlp_step.cpp.
     std::vector<float> alphas(static_cast<size_t>(B * H)), etas(alphas.size()), betas(alphas.size());
     for (int64_t b = 0; b < B; ++b)
       for (int64_t h = 0; h < H; ++h) {
@@ -135,7 +142,9 @@ StepOutput MemoryLayerImpl::fused_step(const at::Tensor& x_t, MemoryState& state
         etas[at] = max_lr * sigmoid(logits[lr_at + h] + lr_b.data_ptr<float>()[h]);
         betas[at] = momentum_at >= 0 ? sigmoid(logits[momentum_at + h] + momentum_b.data_ptr<float>()[h]) : 0.0f;
       }
-    return fused_window_step(qkv, alphas, etas, betas, state, record, chunk);
+    return rule_.structure == Structure::Mlp
+               ? fused_mlp_step(qkv, alphas, etas, betas, state, record, chunk)
+               : fused_window_step(qkv, alphas, etas, betas, state, record, chunk);
   }
   const float scale = static_cast<float>(inner_loss_scale(rule_, head_dim_));  // γ = 1 at c = 1
   const bool momentum = rule_.optimiser == Optimiser::GdMomentum;
@@ -148,7 +157,7 @@ StepOutput MemoryLayerImpl::fused_step(const at::Tensor& x_t, MemoryState& state
   at::Tensor y = at::empty({B, H, d}, x_t.options());
   StepRecord rec;
   if (record) {
-    rec = allocate_fused_record(B, H, d, 1, x_t.options());
+    rec = allocate_fused_record(B, H, d, 1, x_t.options(), {{d, d}});
     // c = 1: γ is the position weight alone.
     std::fill_n(rec.gamma.data_ptr<float>(), B * H, position_weights_float_[0]);
   }
@@ -228,7 +237,7 @@ StepOutput MemoryLayerImpl::fused_step(const at::Tensor& x_t, MemoryState& state
         rec.loss_after.data_ptr<float>()[bh] = 0.5f * scale * loss_after;
       }
     }
-  return finish_fused_step(state, m_new, s_new, y, std::move(rec));
+  return finish_fused_step(state, {m_new}, {s_new}, y, std::move(rec));
 }
 
 }  // namespace memscope::model

@@ -9,8 +9,7 @@
 // sequential_step.cpp does; momentum, retention and the read use the current memory.
 // Newton–Schulz runs through newton_schulz_small(), a plain loop per head equal to the general
 // step's newton_schulz() up to float rounding (at d = 16 the ATen calls were most of the cost).
-// The window's older tokens live in the state's ring, oldest first; the slots before the sequence
-// start carry γ = 0 there, so they add nothing.
+// The window's older tokens live in the state's ring (fused_window.h).
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -19,6 +18,7 @@
 
 #include "model/memory/attentional_bias.h"
 #include "model/memory/fused_step_state.h"
+#include "model/memory/fused_window.h"
 #include "model/memory/memory_layer.h"
 #include "model/memory/newton_schulz.h"
 
@@ -34,38 +34,10 @@ StepOutput MemoryLayerImpl::fused_window_step(const at::Tensor& qkv, const std::
   const auto options = qkv.options();
   const float* projected = qkv.data_ptr<float>();
 
-  std::vector<float> poly;  // a_1..a_p
-  if (rule_.feature_map == FeatureMapKind::Poly) {
-    const at::Tensor a = poly_coefficients.to(at::kFloat).contiguous();
-    poly.assign(a.data_ptr<float>(), a.data_ptr<float>() + a.numel());
-  }
-  auto features = [&](const float* z, float* phi) {
-    double squares = 0;
-    for (int64_t i = 0; i < d; ++i) squares += static_cast<double>(z[i]) * z[i];
-    const float norm = std::max(static_cast<float>(std::sqrt(squares)), 1e-12f);
-    for (int64_t i = 0; i < d; ++i) {
-      const float x = z[i] / norm;
-      if (poly.empty()) {
-        phi[i] = x;
-        continue;
-      }
-      float acc = poly.back() * x;  // Horner, as apply_feature_map: x·(a_1 + x·(a_2 + …))
-      for (size_t k = poly.size() - 1; k-- > 0;) acc = (acc + poly[k]) * x;
-      phi[i] = acc;
-    }
-  };
-
+  const FusedFeatures features(rule_.feature_map == FeatureMapKind::Poly ? poly_coefficients : at::Tensor());
+  FusedWindow window(state, c, d);
   // The window's weights γ_j = (token gate γ, 1 without a gate) × the position weight, times s.
   const float* position = position_weights_float_.data();
-  const at::Tensor ring_phi = c > 1 ? state.ring_phi.to(at::kFloat).contiguous() : at::Tensor();
-  const at::Tensor ring_v = c > 1 ? state.ring_v.to(at::kFloat).contiguous() : at::Tensor();
-  const at::Tensor ring_gamma = c > 1 ? state.ring_gamma.to(at::kFloat).contiguous() : at::Tensor();
-  at::Tensor next_phi, next_v, next_gamma;
-  if (c > 1) {
-    next_phi = at::empty_like(ring_phi);
-    next_v = at::empty_like(ring_v);
-    next_gamma = at::empty_like(ring_gamma);
-  }
 
   const at::Tensor m_old = state.memory[0].contiguous();
   const at::Tensor s_old = state.momentum[0].contiguous();
@@ -73,13 +45,14 @@ StepOutput MemoryLayerImpl::fused_window_step(const at::Tensor& qkv, const std::
   const at::Tensor gradient_point = continuing ? state.anchor[0].to(at::kFloat).contiguous() : m_old;
   at::Tensor m_new = at::empty_like(m_old), s_new = at::empty_like(s_old);
   std::vector<float> keys(static_cast<size_t>(c * d)), values(static_cast<size_t>(c * d)), gammas(static_cast<size_t>(c));
-  std::vector<float> g(static_cast<size_t>(d * d)), error(static_cast<size_t>(d));
+  std::vector<float> g(static_cast<size_t>(d * d)), error(static_cast<size_t>(d)),
+      phi_k(static_cast<size_t>(d));
   // A probed step's record; the window of every head is kept for the loss after the write, which
   // Muon knows only once Newton–Schulz has run over all heads.
   StepRecord rec;
   std::vector<float> windows_phi, windows_v;
   if (record) {
-    rec = allocate_fused_record(B, H, d, c, options);
+    rec = allocate_fused_record(B, H, d, c, options, {{d, d}});
     windows_phi.resize(static_cast<size_t>(B * H * c * d));
     windows_v.resize(windows_phi.size());
   }
@@ -89,16 +62,9 @@ StepOutput MemoryLayerImpl::fused_window_step(const at::Tensor& qkv, const std::
     for (int64_t h = 0; h < H; ++h) {
       const int64_t bh = b * H + h;
       const float* q = projected + b * 3 * W + h * d;
-      features(q, phi_queries.data_ptr<float>() + bh * d);
-      // The window, oldest first: the ring's c − 1 tokens, then this one (γ = 1: no gamma gate).
-      for (int64_t j = 0; j + 1 < c; ++j) {
-        std::copy_n(ring_phi.data_ptr<float>() + (bh * (c - 1) + j) * d, d, keys.begin() + j * d);
-        std::copy_n(ring_v.data_ptr<float>() + (bh * (c - 1) + j) * d, d, values.begin() + j * d);
-        gammas[static_cast<size_t>(j)] = ring_gamma.data_ptr<float>()[bh * (c - 1) + j];
-      }
-      features(q + W, keys.data() + (c - 1) * d);
-      std::copy_n(q + 2 * W, d, values.begin() + (c - 1) * d);
-      gammas[static_cast<size_t>(c - 1)] = 1.0f;
+      features(q, phi_queries.data_ptr<float>() + bh * d, d);
+      features(q + W, phi_k.data(), d);
+      window.gather(bh, phi_k.data(), q + 2 * W, keys.data(), values.data(), gammas.data());
 
       const float* M = m_old.data_ptr<float>() + bh * d * d;
       const float* S = s_old.data_ptr<float>() + bh * d * d;
@@ -150,11 +116,7 @@ StepOutput MemoryLayerImpl::fused_window_step(const at::Tensor& qkv, const std::
           M2[i] = alpha[at] * M[i] - S2[i];
         }
       }
-      if (c > 1) {  // the ring moves on by one token
-        std::copy_n(keys.begin() + d, (c - 1) * d, next_phi.data_ptr<float>() + bh * (c - 1) * d);
-        std::copy_n(values.begin() + d, (c - 1) * d, next_v.data_ptr<float>() + bh * (c - 1) * d);
-        std::copy_n(gammas.begin() + 1, c - 1, next_gamma.data_ptr<float>() + bh * (c - 1));
-      }
+      window.advance(bh, keys.data(), values.data(), gammas.data());
     }
   if (muon) {
     const at::Tensor orthogonal = newton_schulz_small(s_new, rule_.ns);
@@ -199,12 +161,8 @@ StepOutput MemoryLayerImpl::fused_window_step(const at::Tensor& qkv, const std::
       }
       rec.loss_after.data_ptr<float>()[bh] = loss_after;
     }
-  if (c > 1) {
-    state.ring_phi = next_phi.to(state.ring_phi.dtype());
-    state.ring_v = next_v.to(state.ring_v.dtype());
-    state.ring_gamma = next_gamma.to(state.ring_gamma.dtype());
-  }
-  return finish_fused_step(state, m_new, s_new, y, std::move(rec), chunk, gradient_point);
+  window.commit(state);
+  return finish_fused_step(state, {m_new}, {s_new}, y, std::move(rec), chunk, {gradient_point});
 }
 
 }  // namespace memscope::model

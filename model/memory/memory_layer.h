@@ -208,7 +208,10 @@ class MemoryLayerImpl : public torch::nn::Module {
   // conv and the gates α, η, β per (sequence, head).
   StepOutput fused_window_step(const at::Tensor& qkv, const std::vector<float>& alpha, const std::vector<float>& eta,
                                const std::vector<float>& beta, MemoryState& state, bool record, int64_t chunk) const;
-  // Whether fused_step hands this rule to fused_window_step.
+  // fused_mlp_step.cpp: the same for the MLP memory (gd with momentum or Muon, any window).
+  StepOutput fused_mlp_step(const at::Tensor& qkv, const std::vector<float>& alpha, const std::vector<float>& eta,
+                            const std::vector<float>& beta, MemoryState& state, bool record, int64_t chunk) const;
+  // Whether fused_step hands this rule on (to fused_window_step or fused_mlp_step) after the gates.
   bool window_step_rule() const;
   // [W_q; W_k; W_v; the used gates' W], rebuilt when a parameter changes (by identity and version).
   const at::Tensor& fused_projection() const;

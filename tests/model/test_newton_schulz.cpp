@@ -65,10 +65,25 @@ TEST_CASE("NS's small-matrix loop equals the batched ATen form for square, tall,
   NsSchedule per_step;
   per_step.per_step = {{3.4445, -4.7750, 2.0315}, {1.5, -0.5, 0.0}, {2.0, -1.5, 0.5}};
   for (const auto& schedule : {NsSchedule{}, per_step})
-    // 64, 48, 40 and 33 wide reach the 32-column blocks, the symmetric products' skipped blocks and
-    // the ragged columns; 8 and 24 only the ragged ones; 16 the 16-column blocks.
-    for (auto shape : std::vector<std::vector<int64_t>>{{16, 16}, {4, 16, 16}, {2, 3, 24, 8}, {8, 40}, {1, 1},
-                                                        {64, 64}, {3, 48, 64}, {64, 32}, {40, 40}, {2, 33, 50}}) {
+    // The kernel's strips are 4, 8 or 16 floats wide (the CPU's widest registers), in panels of
+    // two strips: 64, 48, 40 and 33 reach the two-strip panels, the symmetric products' skipped
+    // blocks and the ragged columns; 8, 24 and 13 one strip or the ragged ones alone. 16×64 and
+    // 64×256 are the MLP memory's weights (head dims 16 and 64; fused_mlp_step.cpp).
+    for (auto shape : std::vector<std::vector<int64_t>>{{16, 16},
+                                                        {4, 16, 16},
+                                                        {2, 3, 24, 8},
+                                                        {8, 40},
+                                                        {1, 1},
+                                                        {64, 64},
+                                                        {3, 48, 64},
+                                                        {64, 32},
+                                                        {40, 40},
+                                                        {2, 33, 50},
+                                                        {2, 16, 64},
+                                                        {2, 64, 16},
+                                                        {64, 256},
+                                                        {256, 64},
+                                                        {5, 13}}) {
       const auto g = torch::randn(shape, torch::kFloat32);
       const auto fast = newton_schulz_small(g, schedule);
       const auto reference = newton_schulz(g.to(torch::kFloat64), schedule);

@@ -32,13 +32,16 @@ TEST_CASE("a record finished later, on another thread, is the whole record bit f
   struct Case {
     std::string preset;
     std::vector<std::string> sets;
-    bool general;  // takes the general step, which defers; the fused step records whole at once
+    // Takes the general step (the fused one switched off, or a rule it does not take), which
+    // defers; the fused steps record whole at once.
+    bool general;
   };
   const std::vector<Case> cases{
-      {"titans-lmm", {"memory.structure=mlp"}, true},                      // Titans-MLP: gd with momentum
-      {"atlas", {"memory.window.c=4"}, true},                             // Atlas-MLP: Muon, an Omega window
+      {"titans-lmm", {"memory.structure=mlp"}, true},  // Titans-MLP: gd with momentum
+      {"atlas", {"memory.window.c=4"}, true},          // Atlas-MLP: Muon, an Omega window
       {"titans-lmm", {"memory.structure=linear", "memory.bias=huber"}, true},  // linear, general path
       {"titans-lmm", {"memory.structure=linear", "memory.feature_map.kind=identity"}, false},  // fused
+      {"atlas", {"memory.window.c=4"}, false},  // the fused MLP step
   };
   for (const Case& c : cases) {
     std::string name = c.preset;
@@ -46,6 +49,7 @@ TEST_CASE("a record finished later, on another thread, is the whole record bit f
     INFO(name);
     torch::manual_seed(4);
     MemoryLayer layer(load_preset(c.preset, c.sets).memory, MemoryLayerOptions{32, 2, 0});
+    layer->set_fused_step(!c.general);
     torch::NoGradGuard no_grad;
     const at::Tensor x = torch::randn({1, 6, 32});
     MemoryState now = layer->initial_state(1), later = layer->initial_state(1);

@@ -1,0 +1,212 @@
+#!/usr/bin/python3
+"""The deep (MLP) memory layer in eager PyTorch, token by token, as a researcher would write it: the
+inner gradient by torch.autograd.grad on every token. The baseline for memscope's fused MLP step
+(model/memory/fused_mlp_step.cpp; issue 20), and a check of it.
+
+The memory of SPEC §3 per head: M(z) = z + LN(W_1 GELU(W_2 z)), W_1 [d,4d], W_2 [4d,d], LN's affine
+per head. Per token (SPEC §1, §2, §4-§6): the fused q/k/v projection, the causal conv, phi (L2
+normalise, then the polynomial map when the rule has one), the gates, the window loss
+L = sum_j gamma_j * 1/2 ||M(phi_j) - v_j||^2 over the last c tokens (uniform weights 1/c, the slots
+before the sequence start weigh 0), g = grad_W L (clipped to memory.inner.clip over both weights),
+then gd with momentum (S = beta S + eta g, W = alpha W - S) or Muon (S = beta S + g,
+W = alpha W - eta NS(S)), and the read y = M(phi_q) after the write.
+
+    /usr/bin/python3 bench/eager/eager_mlp_memory.py --check            # against memscope-cli memory-trace
+    /usr/bin/python3 bench/eager/eager_mlp_memory.py --time 256 --reps 3  # tokens/s, one thread, JSON lines
+
+--check runs `memory-trace --parameters` for titans-lmm and atlas (window 4) and compares y_t, W_1 and
+W_2 after every token, free-running from the traced parameters and inputs x; exits 1 above --tol.
+--time runs the layer at H = 4, head dim 64 (D = 256), memscope's initialisation, on random x: the
+configuration of step_bench's layer/titans-mlp and layer/atlas-mlp rows.
+"""
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before torch loads its BLAS
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import eager_memory  # noqa: E402
+from check_against_trace import read_safetensors  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RULES = {"titans-mlp": ("titans-lmm", []), "atlas-mlp": ("atlas", ["memory.window.c=4"])}
+
+
+class MlpMemoryLayer:
+    """One sequence (B = 1), params with memscope's names (memory-trace --parameters)."""
+
+    def __init__(self, params, heads, optimiser, *, window=1, max_lr=1.0, inner_clip=0.0, ns_steps=5,
+                 ns_coefficients=eager_memory.MUON_COEFFICIENTS):
+        self.heads, self.optimiser, self.window, self.max_lr, self.clip = heads, optimiser, window, max_lr, inner_clip
+        self.ns = dict(steps=ns_steps, coefficients=ns_coefficients)
+        self.w_qkv = torch.cat([params["w_q"], params["w_k"], params["w_v"]])  # [3*H*d, D]
+        conv = params.get("conv_weight")
+        self.conv_taps = None if conv is None else conv.t().contiguous()     # [4, 3*H*d]
+        self.gates = {name: (params[f"gate_{name}_w"], params[f"gate_{name}_b"])
+                      for name in ("retain", "lr", "momentum") if f"gate_{name}_w" in params}
+        self.w1_0, self.w2_0 = params["w1_0"], params["w2_0"]
+        self.ln_w, self.ln_b = params["ln_weight"][:, None], params["ln_bias"][:, None]  # [H,1,d]
+        self.poly = params.get("poly_coefficients")
+        self.head_dim = self.w1_0.size(1)
+        self.position = self.w1_0.new_full((window,), 1.0 / window)  # uniform gamma
+
+    def features(self, z):
+        z = z / z.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+        if self.poly is None:
+            return z
+        acc = self.poly[-1] * z  # Horner, as apply_feature_map
+        for a in reversed(self.poly[:-1]):
+            acc = (acc + a) * z
+        return acc
+
+    def memory(self, z, w1, w2):
+        """M(z) for z [H,n,d] with W_1 [H,d,4d], W_2 [H,4d,d]."""
+        o = F.gelu(z @ w2.transpose(-1, -2)) @ w1.transpose(-1, -2)
+        return z + F.layer_norm(o, o.shape[-1:]) * self.ln_w + self.ln_b
+
+    def gate(self, name, x):
+        if name not in self.gates:
+            return x.new_full((self.heads,), {"retain": 1.0, "momentum": 0.0}[name])
+        value = torch.sigmoid(F.linear(x, *self.gates[name]))
+        return self.max_lr * value if name == "lr" else value
+
+    def initial_state(self):
+        H, d, c = self.heads, self.head_dim, self.window
+        zeros = self.w1_0.new_zeros
+        conv = None if self.conv_taps is None else zeros(3, self.w_qkv.size(0))
+        return (self.w1_0.clone(), self.w2_0.clone(), torch.zeros_like(self.w1_0), torch.zeros_like(self.w2_0), conv,
+                zeros(H, c - 1, d), zeros(H, c - 1, d), zeros(H, c - 1))
+
+    def step(self, x_t, state):
+        W1, W2, S1, S2, conv, ring_k, ring_v, ring_g = state
+        qkv = F.linear(x_t, self.w_qkv)
+        if conv is not None:
+            window = torch.cat([conv, qkv[None]])
+            conv = window[1:]
+            qkv = (window * self.conv_taps).sum(0)
+        q, k, v = qkv.view(3, self.heads, self.head_dim)
+        phi_q, phi_k = self.features(q), self.features(k)
+        alpha, eta, beta = (self.gate(name, x_t)[:, None, None] for name in ("retain", "lr", "momentum"))
+        keys, values = torch.cat([ring_k, phi_k[:, None]], 1), torch.cat([ring_v, v[:, None]], 1)
+        gammas = torch.cat([ring_g, ring_g.new_ones(self.heads, 1)], 1)
+        with torch.enable_grad():
+            w1, w2 = W1.detach().requires_grad_(), W2.detach().requires_grad_()
+            loss = (gammas * self.position * 0.5 * (self.memory(keys, w1, w2) - values).pow(2).sum(-1)).sum()
+            g1, g2 = torch.autograd.grad(loss, (w1, w2))
+        if self.clip > 0:
+            norm = (g1.pow(2).sum((-2, -1)) + g2.pow(2).sum((-2, -1))).clamp_min(1e-30).sqrt()
+            factor = (self.clip / norm).clamp_max(1.0)[:, None, None]
+            g1, g2 = g1 * factor, g2 * factor
+        if self.optimiser == "muon":
+            S1, S2 = beta * S1 + g1, beta * S2 + g2
+            W1 = alpha * W1 - eta * eager_memory.newton_schulz(S1, self.ns["steps"], self.ns["coefficients"])
+            W2 = alpha * W2 - eta * eager_memory.newton_schulz(S2, self.ns["steps"], self.ns["coefficients"])
+        else:
+            S1, S2 = beta * S1 + eta * g1, beta * S2 + eta * g2
+            W1, W2 = alpha * W1 - S1, alpha * W2 - S2
+        y = self.memory(phi_q[:, None], W1, W2)[:, 0]
+        return y, (W1, W2, S1, S2, conv, keys[:, 1:], values[:, 1:], gammas[:, 1:])
+
+    def run(self, x, record=False):
+        state, ys, w1s, w2s = self.initial_state(), [], [], []
+        for t in range(x.size(0)):
+            y, state = self.step(x[t], state)
+            ys.append(y)
+            if record:
+                w1s.append(state[0])
+                w2s.append(state[1])
+        return (torch.stack(ys), torch.stack(w1s), torch.stack(w2s)) if record else torch.stack(ys)
+
+
+def layer_for(params, rule):
+    m = rule["memory"]
+    return MlpMemoryLayer(params, int(params["w1_0"].size(0)), m["optimiser"], window=m["window"]["c"],
+                          max_lr=m["lr"]["max"], inner_clip=m["inner"]["clip"], ns_steps=m["ns"]["steps"],
+                          ns_coefficients=tuple(m["ns"]["coefficients"]))
+
+
+def check(args):
+    worst = 0.0
+    with tempfile.TemporaryDirectory() as workdir:
+        for name, (preset, sets) in RULES.items():
+            out = os.path.join(workdir, name + ".safetensors")
+            cmd = [args.cli, "memory-trace", "--preset", preset, "--tokens", str(args.tokens), "--heads", "2",
+                   "--dim", "32", "--seed", "1", "--parameters", "--out", out]
+            for s in sets:
+                cmd += ["--set", s]
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+            tr, meta = read_safetensors(out)
+            rule = json.loads(meta["rule"])
+            params = {k[len("param/"):]: v for k, v in tr.items() if k.startswith("param/")}
+            y, w1, w2 = layer_for(params, rule).run(tr["x"], record=True)
+            errors = {}
+            for key, mine, ref in (("y", y, tr["y"]), ("W1", w1, tr["W1"][1:]), ("W2", w2, tr["W2"][1:])):
+                errors[key] = ((mine - ref).abs().max() / ref.abs().max()).item()
+            worst = max(worst, *errors.values())
+            print(json.dumps({"bench": "eager_mlp_check", "rule": name, "tokens": args.tokens,
+                              "rel_error": errors, "tol": args.tol}))
+    return 0 if worst <= args.tol else 1
+
+
+def time_layers(args):
+    H, d = 4, 64
+    generator = torch.Generator().manual_seed(0)
+    for name, (preset, _) in RULES.items():
+        muon = name == "atlas-mlp"
+        T = args.time // 8 if muon else args.time  # Muon's NS on 64x256 weights is ~100x gd's step
+        D, W, hidden = H * d, H * d, 4 * d
+        rand = lambda *shape: torch.randn(*shape, generator=generator)  # noqa: E731
+        params = {n: rand(W, D) / D ** 0.5 for n in ("w_q", "w_k", "w_v")}
+        params["conv_weight"] = 0.1 * rand(3 * W, 4)
+        params["conv_weight"][:, 3] = 1.0
+        for gate, bias in (("retain", 3.0), ("lr", -2.0), ("momentum", 1.0)):
+            params[f"gate_{gate}_w"], params[f"gate_{gate}_b"] = rand(H, D) / D ** 0.5, torch.full((H,), bias)
+        params["w1_0"], params["w2_0"] = rand(H, d, hidden) / hidden ** 0.5, rand(H, hidden, d) / d ** 0.5
+        params["ln_weight"], params["ln_bias"] = torch.ones(H, d), torch.zeros(H, d)
+        window = 8 if muon else 1
+        if muon:
+            params["poly_coefficients"] = torch.tensor([1.0, 0.5])
+        layer = MlpMemoryLayer(params, H, "muon" if muon else "gd-momentum", window=window)
+        x = rand(T, D)
+        with torch.no_grad():
+            layer.run(x[: min(T, 16)])  # warm-up
+            times = []
+            for _ in range(args.reps):
+                start = time.perf_counter()
+                layer.run(x)
+                times.append(time.perf_counter() - start)
+        seconds = statistics.median(times)
+        print(json.dumps({"bench": "eager_mlp_layer", "rule": name, "tokens": T, "heads": H, "head_dim": d,
+                          "window": window, "tokens_per_s": T / seconds, "us_per_token": 1e6 * seconds / T,
+                          "median_of": args.reps}))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--check", action="store_true")
+    p.add_argument("--time", type=int, default=0, help="tokens per timed run (Muon: an eighth)")
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--tokens", type=int, default=40, help="--check: tokens traced")
+    p.add_argument("--tol", type=float, default=1e-4)
+    p.add_argument("--cli", default=os.path.join(ROOT, "build/app/cli/memscope-cli"))
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    rc = check(args) if args.check else 0
+    if args.time:
+        time_layers(args)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
