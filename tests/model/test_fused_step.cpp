@@ -81,9 +81,10 @@ double largest_difference(const MemoryLayer& fused_layer, int64_t T, int64_t bat
   return worst;
 }
 
-MemoryLayer layer_for(const std::string& preset, const std::vector<std::string>& sets) {
+MemoryLayer layer_for(const std::string& preset, const std::vector<std::string>& sets, int64_t d_model = 64,
+                      int64_t heads = 4) {
   torch::manual_seed(3);
-  return MemoryLayer(load_preset(preset, sets).memory, MemoryLayerOptions{64, 4, 0});
+  return MemoryLayer(load_preset(preset, sets).memory, MemoryLayerOptions{d_model, heads, 0});
 }
 
 }  // namespace
@@ -172,6 +173,12 @@ TEST_CASE("the fused MLP step equals the general step: Titans' and Atlas's deep 
     INFO("atlas chunk " << chunk);
     CHECK(largest_difference(layer_for("atlas", {"memory.window.c=4"}), 30, 2, chunk) < 1e-4);
     CHECK(largest_difference(layer_for("titans-lmm", {}), 30, 2, chunk) < 1e-4);
+  }
+  // Head dim 64: the MLP is 64×256, the size of step_bench's layer rows, and Newton–Schulz's small
+  // loop takes its long side of 256.
+  for (const char* preset : {"titans-lmm", "atlas"}) {
+    INFO(preset << " at head dim 64");
+    CHECK(largest_difference(layer_for(preset, {}, 128, 2), 12, 1) < 1e-4);
   }
 }
 
