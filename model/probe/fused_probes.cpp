@@ -38,6 +38,19 @@ bool copy_finite(const float* __restrict from, float* __restrict to, int64_t n) 
   return bad == 0;
 }
 
+// The same for a [rows, cols] matrix, written transposed ([cols, rows]).
+bool copy_finite_transposed(const float* __restrict from, int64_t rows, int64_t cols, float* __restrict to) {
+  int bad = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const float x = from[r * cols + c];
+      const bool finite = x - x == 0.0f;
+      to[c * rows + r] = finite ? x : 0.0f;
+      bad |= static_cast<int>(!finite);
+    }
+  return bad == 0;
+}
+
 // ‖x − y‖_F (y = nullptr: ‖x‖_F) in double.
 float frobenius(const float* __restrict x, const float* __restrict y, int64_t n) {
   double sums[kPartialSums] = {};
@@ -172,30 +185,54 @@ std::vector<double> collect_fused_probes(Frame& frame, const ProbeInputs& in) {
     }
 
   frame.weight_metrics.assign(static_cast<size_t>(L * H * W * kWeightMetricCount), kNaN);
+  // One SVD call for every spectrum of every weight: M's (zeroed where not finite) for the erank,
+  // then U's for the NS error, per weight, each of batch row 0. A tall matrix goes in transposed
+  // (σ(Xᵀ) = σ(X)), so that an MLP memory's W1 [d,4d] and W2 [4d,d] share one call: the batched
+  // SVD takes 8 or 16 matrices at a time (small_singular_values.h), and at d = 16 four heads' W1
+  // alone took 53 µs where eight matrices take 62.
+  const int64_t per_weight = (muon ? 2 : 1) * L * H;
+  bool one_shape = true;
+  for (const Weight& x : weights)
+    one_shape = one_shape && x.rank == weights[0].rank && x.area == weights[0].area;
+  std::vector<at::Tensor> stacks;  // one, or one per weight when their shapes differ
+  // Per weight, then layer and head: M, S, U not all finite.
+  std::vector<std::vector<bool>> bad_m(static_cast<size_t>(W), std::vector<bool>(static_cast<size_t>(L * H)));
+  std::vector<std::vector<bool>> bad_s = bad_m, bad_u = bad_m;
   for (int64_t w = 0; w < W; ++w) {
     const Weight& x = weights[static_cast<size_t>(w)];
-    // One SVD call per weight for every spectrum: M's (zeroed where not finite) for the erank,
-    // then U's for the NS error, each [rows, cols] of batch row 0.
-    const int64_t matrices = (muon ? 2 : 1) * L * H;
-    at::Tensor stack = at::empty({matrices, x.rows, x.cols}, first.memory[0].options());
-    float* to = stack.data_ptr<float>();
-    std::vector<bool> bad_m(static_cast<size_t>(L * H)), bad_s(bad_m.size()), bad_u(bad_m.size());
+    if (!one_shape || w == 0)
+      stacks.push_back(
+          at::empty({(one_shape ? W : 1) * per_weight, x.rank, x.area / x.rank}, first.memory[0].options()));
+    float* to = stacks.back().data_ptr<float>() + (one_shape ? w : 0) * per_weight * x.area;
+    auto& m_bad = bad_m[static_cast<size_t>(w)];
+    auto& s_bad = bad_s[static_cast<size_t>(w)];
+    auto& u_bad = bad_u[static_cast<size_t>(w)];
     for (int pass = 0; pass < (muon ? 2 : 1); ++pass)
       for (int64_t l = 0; l < L; ++l)
         for (int64_t h = 0; h < H; ++h, to += x.area) {
           const float* from = row0(pass == 0 ? x.memory[static_cast<size_t>(l)] : x.ns[static_cast<size_t>(l)]) + h * x.area;
-          const bool finite = copy_finite(from, to, x.area);
+          const bool finite = x.rows > x.cols ? copy_finite_transposed(from, x.rows, x.cols, to)
+                                              : copy_finite(from, to, x.area);
           const size_t at = static_cast<size_t>(l * H + h);
           if (pass == 0) {
-            bad_m[at] = !finite;
-            bad_s[at] = !all_finite(row0(x.momentum[static_cast<size_t>(l)]) + h * x.area, x.area);
+            m_bad[at] = !finite;
+            s_bad[at] = !all_finite(row0(x.momentum[static_cast<size_t>(l)]) + h * x.area, x.area);
           } else {
-            bad_u[at] = bad_s[at] || !finite;
+            u_bad[at] = s_bad[at] || !finite;
           }
         }
-    const at::Tensor sigma = small_singular_values(stack).contiguous();  // [matrices, rank], descending
-    const float* spectra = sigma.data_ptr<float>();
+  }
+  std::vector<at::Tensor> sigmas;  // [matrices, rank] per call, descending
+  for (const at::Tensor& stack : stacks) sigmas.push_back(small_singular_values(stack).contiguous());
+
+  for (int64_t w = 0; w < W; ++w) {
+    const Weight& x = weights[static_cast<size_t>(w)];
     const int64_t rank = x.rank;
+    const float* spectra = one_shape ? sigmas[0].data_ptr<float>() + w * per_weight * rank
+                                     : sigmas[static_cast<size_t>(w)].data_ptr<float>();
+    const auto& bad_m_w = bad_m[static_cast<size_t>(w)];
+    const auto& bad_s_w = bad_s[static_cast<size_t>(w)];
+    const auto& bad_u_w = bad_u[static_cast<size_t>(w)];
 
     for (int64_t l = 0; l < L; ++l)
       for (int64_t h = 0; h < H; ++h) {
@@ -214,8 +251,10 @@ std::vector<double> collect_fused_probes(Frame& frame, const ProbeInputs& in) {
           const double p = s[i] / total;
           if (p > 0) entropy -= p * std::log(p);
         }
-        if (!bad_m[at]) out[static_cast<int>(WeightMetric::Erank)] = total > 0 ? static_cast<float>(std::exp(entropy)) : 0.0f;
-        if (muon && !bad_u[at]) {  // ‖UᵀU − I‖_F/√r from U's singular values
+        if (!bad_m_w[at])
+          out[static_cast<int>(WeightMetric::Erank)] =
+              total > 0 ? static_cast<float>(std::exp(entropy)) : 0.0f;
+        if (muon && !bad_u_w[at]) {  // ‖UᵀU − I‖_F/√r from U's singular values
           const float* u = spectra + (L * H + static_cast<int64_t>(at)) * rank;
           double error = 0;
           for (int64_t i = 0; i < rank; ++i) error += (static_cast<double>(u[i]) * u[i] - 1.0) * (static_cast<double>(u[i]) * u[i] - 1.0);
@@ -223,7 +262,8 @@ std::vector<double> collect_fused_probes(Frame& frame, const ProbeInputs& in) {
           out[static_cast<int>(WeightMetric::NsSmin)] = u[rank - 1];
           out[static_cast<int>(WeightMetric::NsSmax)] = u[0];
         }
-        out[static_cast<int>(WeightMetric::NonFinite)] = static_cast<float>(bad_m[at] + 2 * bad_s[at] + 4 * head_bad[at]);
+        out[static_cast<int>(WeightMetric::NonFinite)] =
+            static_cast<float>(bad_m_w[at] + 2 * bad_s_w[at] + 4 * head_bad[at]);
       }
   }
 
