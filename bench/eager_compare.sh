@@ -97,15 +97,17 @@ for rule in ("titans-mlp", "atlas-mlp"):
         continue
     e_tps = statistics.median(r["tokens_per_s"] for r in e)
     for record in (False, True):
-        m = [r for r in ours if r.get("case") == f"layer/{rule}" and r["record"] == record and r.get("fused")]
-        g = [r for r in ours if r.get("case") == f"layer/{rule}" and r["record"] == record and r.get("fused") is False]
+        rows = [r for r in ours if r.get("case") == f"layer/{rule}" and r["record"] == record]
+        m = [r for r in rows if r.get("fused")]
+        g = [r for r in rows if r.get("fused") is False]
         tps = statistics.median(r["tokens_per_s"] for r in m)
         gflops = statistics.median(r["gflops"] for r in m)
         peak = statistics.median(r["sgemm_peak_gflops"] for r in m)
         print(json.dumps({"bench": "eager_compare", "rule": rule, "step": "probed" if record else "unprobed",
                           "memscope_tokens_per_s": round(tps, 1), "eager_tokens_per_s": round(e_tps, 1),
                           "ratio": round(tps / e_tps, 3),
-                          "memscope_general_tokens_per_s": round(statistics.median(r["tokens_per_s"] for r in g), 1),
+                          "memscope_general_tokens_per_s":
+                              round(statistics.median(r["tokens_per_s"] for r in g), 1),
                           "memscope_gflops": round(gflops, 2), "sgemm_peak_gflops": round(peak, 1),
                           "share_of_peak": round(gflops / peak, 3), "rounds": len(m)}))
 for model, eager_bench in (("demo-mqar-titans", "eager_lm"), ("demo-mqar", "eager_lm_atlas")):

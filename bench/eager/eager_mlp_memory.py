@@ -48,7 +48,8 @@ class MlpMemoryLayer:
 
     def __init__(self, params, heads, optimiser, *, window=1, max_lr=1.0, inner_clip=0.0, ns_steps=5,
                  ns_coefficients=eager_memory.MUON_COEFFICIENTS):
-        self.heads, self.optimiser, self.window, self.max_lr, self.clip = heads, optimiser, window, max_lr, inner_clip
+        self.heads, self.optimiser, self.window = heads, optimiser, window
+        self.max_lr, self.clip = max_lr, inner_clip
         self.ns = dict(steps=ns_steps, coefficients=ns_coefficients)
         self.w_qkv = torch.cat([params["w_q"], params["w_k"], params["w_v"]])  # [3*H*d, D]
         conv = params.get("conv_weight")
@@ -85,8 +86,8 @@ class MlpMemoryLayer:
         H, d, c = self.heads, self.head_dim, self.window
         zeros = self.w1_0.new_zeros
         conv = None if self.conv_taps is None else zeros(3, self.w_qkv.size(0))
-        return (self.w1_0.clone(), self.w2_0.clone(), torch.zeros_like(self.w1_0), torch.zeros_like(self.w2_0), conv,
-                zeros(H, c - 1, d), zeros(H, c - 1, d), zeros(H, c - 1))
+        weights = (self.w1_0.clone(), self.w2_0.clone(), torch.zeros_like(self.w1_0), torch.zeros_like(self.w2_0))
+        return (*weights, conv, zeros(H, c - 1, d), zeros(H, c - 1, d), zeros(H, c - 1))
 
     def step(self, x_t, state):
         W1, W2, S1, S2, conv, ring_k, ring_v, ring_g = state

@@ -57,8 +57,8 @@ inline float dot(const float* x, const float* y, int64_t n) {
 // `rows` inputs z [rows,d] through the pass: h, a [rows,hidden]; n, y [rows,d]; σ [rows].
 // w1 = W_1 [d,hidden], w2 = W_2 [hidden,d].
 MEMSCOPE_SIMD_CLONES
-void mlp_forward(const Head& head, const float* z, int64_t rows, const float* w1, const float* w2, float* h, float* a,
-                 float* n, float* stdev, float* y) {
+void mlp_forward(const Head& head, const float* z, int64_t rows, const float* w1, const float* w2, float* h,
+                 float* a, float* n, float* stdev, float* y) {
   const auto [d, hidden, ln_weight, ln_bias] = head;
   for (int64_t j = 0; j < hidden; ++j)
     for (int64_t r = 0; r < rows; ++r) h[r * hidden + j] = dot(w2 + j * d, z + r * d, d);
@@ -123,8 +123,9 @@ void mlp_accumulate_gradient(const Head& head, const float* psi, const float* z,
 // SPEC §5 for one weight of one head: gd with momentum S' = β S + η g, W' = α W − S'; Muon
 // S' = β S + g (W' once Newton–Schulz has run over every head).
 MEMSCOPE_SIMD_CLONES
-void update_weight(const float* __restrict w, const float* __restrict s, const float* __restrict g, int64_t size,
-                   float alpha, float eta, float beta, bool muon, float* __restrict w_new, float* __restrict s_new) {
+void update_weight(const float* __restrict w, const float* __restrict s, const float* __restrict g,
+                   int64_t size, float alpha, float eta, float beta, bool muon, float* __restrict w_new,
+                   float* __restrict s_new) {
   if (muon) {
     for (int64_t i = 0; i < size; ++i) s_new[i] = beta * s[i] + g[i];
     return;

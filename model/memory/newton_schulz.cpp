@@ -36,7 +36,8 @@ namespace {
 
 // C[m,n] = beta·C0 + alpha·A[m,k]·B[k,n], row-major (A with any strides, below). C0 (read only
 // where beta ≠ 0) is where the scaled sum comes from, so that B = b·A + c·A² and a·Y + Y·B need no
-// copy of A or Y first: those copies were ~15% of Atlas's layer step in `perf`. A block of R
+// copy of A or Y first: those copies were most of the 14–15% of Atlas's layer step that `perf` put
+// in memmove. A block of R
 // rows × S strips of C is accumulated in registers over the whole k loop, as axpys of B's rows
 // (written through C instead, every step would wait on its own store). Eight accumulators: an
 // FMA's result is ready four cycles later and a core with two FMA units needs eight independent
@@ -47,7 +48,7 @@ namespace {
 // for: 16 in the AVX-512 kernel, 8 in the AVX2 + FMA one, 4 in the portable (SSE) one. A vector
 // wider than the target's registers is split by the compiler through the stack: with 16-float
 // strips in an AVX2 build (and no FMA, which target_clones("avx2") leaves out) Newton–Schulz on a
-// 16×64 matrix ran at 5–6 GFLOP/s on the AMD VM, against 18 with these kernels (issue 20).
+// 16×64 matrix ran at 5–6 GFLOP/s on the AMD VM, against 39 with these kernels (issue 20).
 template <int W>
 struct StripOf {
   typedef float type __attribute__((vector_size(W * sizeof(float))));

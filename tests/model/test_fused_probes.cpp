@@ -121,7 +121,8 @@ TEST_CASE("fused probes equal the general path: Muon, gd with momentum, dgd, ret
       s.state.blocks[1].memory.memory[0][0][1][2][3] = std::nan("");
       s.state.blocks[0].memory.momentum[0][0][0][0][0] = std::numeric_limits<double>::infinity();
       // And one in an MLP's second weight, W2 [4d,d]: a tall matrix's spectrum.
-      if (s.state.blocks[0].memory.memory.size() > 1) s.state.blocks[0].memory.memory[1][0][2][5][1] = std::nan("");
+      if (s.state.blocks[0].memory.memory.size() > 1)
+        s.state.blocks[0].memory.memory[1][0][2][5][1] = std::nan("");
       in.records = &s.out.records;
       in.memory_before = &s.before;
       in.matrices = true;
