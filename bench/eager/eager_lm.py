@@ -119,13 +119,7 @@ class WindowedMemoryLayer(eager_memory.MemoryLayer):
         self.poly = params.get("poly_coefficients")
 
     def features(self, z):
-        z = z / z.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-        if self.poly is None:
-            return z
-        acc = self.poly[-1] * z  # Horner, as apply_feature_map
-        for a in reversed(self.poly[:-1]):
-            acc = (acc + a) * z
-        return acc
+        return eager_memory.features(z, self.poly)
 
     def initial_state(self):
         M, S, conv = super().initial_state()

@@ -37,6 +37,18 @@ import torch
 MUON_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
 
 
+def features(z, poly=None):
+    """phi of SPEC §2 over the last dimension: z / max(||z||, 1e-12), then, with the coefficients
+    poly = a_1..a_p, sum_i a_i z^i (Horner, as apply_feature_map); identity features without them."""
+    z = z / z.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+    if poly is None:
+        return z
+    acc = poly[-1] * z
+    for a in reversed(poly[:-1]):
+        acc = (acc + a) * z
+    return acc
+
+
 def newton_schulz(g, steps=5, coefficients=MUON_COEFFICIENTS, per_step=None):
     """NS_k(G) for a batch of matrices G [B,rows,cols] (§6, model/memory/newton_schulz.cpp):
     X = G / (||G||_F + 1e-7); tall G is transposed so A = X X^T is the small Gram matrix;

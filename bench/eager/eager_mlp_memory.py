@@ -63,13 +63,7 @@ class MlpMemoryLayer:
         self.position = self.w1_0.new_full((window,), 1.0 / window)  # uniform gamma
 
     def features(self, z):
-        z = z / z.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-        if self.poly is None:
-            return z
-        acc = self.poly[-1] * z  # Horner, as apply_feature_map
-        for a in reversed(self.poly[:-1]):
-            acc = (acc + a) * z
-        return acc
+        return eager_memory.features(z, self.poly)
 
     def memory(self, z, w1, w2):
         """M(z) for z [H,n,d] with W_1 [H,d,4d], W_2 [H,4d,d]."""
