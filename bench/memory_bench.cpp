@@ -1,7 +1,8 @@
 // Sequential step vs chunkwise form, tokens/s (issue 3). One JSON line per configuration:
 // structure × window c × optimiser (gd-momentum, muon = NS on, dgd) × chunk b, with the
 // chunkwise/sequential ratio of the same run. Where the fused chunkwise form applies (linear, c = 1,
-// gd-momentum or dgd), also the ATen dual form it replaces, and both with their backward.
+// gd-momentum or dgd), also the ATen dual form it replaces, and both with their backward. The MLP
+// memory's gd-momentum rows add the fused chunkwise form's GFLOP/s and this core's sgemm peak.
 // Flags: --tokens T (default 2048), --quick (T = 256, b = 64 only), --heads H, --head-dim d; and
 // filters --only linear|mlp, --c N, --optimiser NAME, --chunk b (one configuration: eager_compare.sh).
 // Each form is timed once from a fresh state, by default; --warm runs it once untimed first and
@@ -16,16 +17,36 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_timing.h"
-#include "model/util/compute_threads.h"
+#include "bench/sgemm_peak.h"
 #include "model/memory/memory_layer.h"
 #include "model/memory/memory_rule.h"
 #include "model/util/allocator.h"
+#include "model/util/compute_threads.h"
 #include "model/util/small_block_cache.h"
 
 using namespace memscope::model;
 
 using memscope::bench::median;
 using memscope::bench::seconds_of;
+
+namespace {
+
+// The products of the MLP memory's fused chunkwise form (fused_mlp_chunkwise.cpp) a token, in FLOPs,
+// for chunk b, window c, heads H, head dim d and hidden 4d: per head and chunk, the m = b + c − 1
+// keys' pass and backward at the chunk start (three d×4d products), the read (φ·q and a·a_q, the
+// start and momentum terms of both weights, the two δ sums) and the chunk-end W and S of both
+// weights. The projections and the clip's Gram matrices are not counted.
+double mlp_chunk_flops_per_token(int64_t b, int64_t c, int64_t heads, int64_t d) {
+  const double m = static_cast<double>(b + c - 1), n = static_cast<double>(b), dd = static_cast<double>(d),
+               hidden = 4.0 * dd;
+  const double keys = 3 * 2 * hidden * dd * m;
+  const double read = 2 * m * dd * n + 4 * hidden * dd * n + 2 * hidden * m * n + 2 * m * hidden * n +
+                      4 * dd * hidden * n + 2 * dd * m * n;
+  const double end = 4 * 2 * dd * hidden * m;
+  return static_cast<double>(heads) * (keys + read + end) / n;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   memscope::model::keep_large_blocks_in_heap();  // model/util/allocator.h
@@ -58,6 +79,7 @@ int main(int argc, char** argv) {
   if (only_chunk > 0) chunks = {only_chunk};
   memscope::model::set_compute_threads(1);  // ATen and OpenBLAS: one core, as every ratio here states
   torch::NoGradGuard no_grad;  // inference (stepping) cost; training adds the backward pass
+  const double peak = memscope::bench::sgemm_peak(3);
   // One form's time: after a warm-up run with --warm, the median of --reps runs, each from a fresh
   // state (`run` makes its own).
   auto timed = [&](const std::function<void()>& run) {
@@ -104,6 +126,10 @@ int main(int argc, char** argv) {
         // backward (fused_linear_chunkwise.cpp) against the ATen dual form it replaces, both
         // forward only and forward + backward (a training step's share), in the same run.
         const bool fused_form = std::string(structure) == "linear" && c == 1 && !ns;
+        // The MLP memory's gd-momentum chunkwise form is the fused one (fused_mlp_chunkwise.cpp), for
+        // inference: against its ATen dual form too, and its products' rate against this core's
+        // sgemm peak, measured at the start.
+        const bool fused_mlp = std::string(structure) == "mlp" && optimiser == "gd-momentum";
         for (int64_t b : chunks) {
           const double chunked = timed([&] {
             MemoryState sc = layer->initial_state(1);
@@ -125,6 +151,18 @@ int main(int argc, char** argv) {
             layer->set_fused_step(true);
             train_fused = tokens / timed(train_step);
           }
+          if (fused_mlp) {
+            layer->set_fused_step(false);
+            aten = tokens / timed([&] {
+                     MemoryState sa = layer->initial_state(1);
+                     layer->forward(x, sa, b);
+                   });
+            layer->set_fused_step(true);
+          }
+          const nlohmann::json chunk_gflops =
+              fused_mlp
+                  ? nlohmann::json(mlp_chunk_flops_per_token(b, c, heads, head_dim) * tokens / chunked / 1e9)
+                  : nlohmann::json();
           std::cout << nlohmann::json{{"bench", "memory"},
                                       {"structure", structure},
                                       {"c", c},
@@ -142,7 +180,11 @@ int main(int argc, char** argv) {
                                       {"train_fused_tokens_per_s", train_fused},
                                       {"train_aten_tokens_per_s", train_aten},
                                       {"ratio", sequential / chunked},
-                                      {"sequential_projection_share", split ? nlohmann::json(projection_per_token / sequential) : nlohmann::json()},
+                                      {"chunkwise_gflops", chunk_gflops},
+                                      {"sgemm_peak_gflops", peak},
+                                      {"sequential_projection_share",
+                                       split ? nlohmann::json(projection_per_token / sequential)
+                                             : nlohmann::json()},
                                       {"chunkwise_projection_share", projection_batched / chunked},
                                       {"memory_only_ratio",
                                        split ? nlohmann::json((sequential - projection_per_token) /

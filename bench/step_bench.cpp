@@ -18,6 +18,7 @@
 
 #include "bench/bench_flags.h"
 #include "bench/bench_timing.h"
+#include "bench/sgemm_peak.h"
 #include "model/config/preset.h"
 #include "model/memory/memory_layer.h"
 #include "model/memory/memory_rule.h"
@@ -32,6 +33,7 @@ namespace {
 
 using memscope::bench::median;
 using memscope::bench::seconds_of;
+using memscope::bench::sgemm_peak;
 
 // Minor page faults so far: a stepping path that allocates and frees large blocks faults them
 // back in on every token (issue 20's "no allocation per token").
@@ -39,20 +41,6 @@ int64_t minor_faults() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   return usage.ru_minflt;
-}
-
-// This core's single-thread sgemm rate on 512×512 matrices, GFLOP/s: the peak the ratios cite.
-double sgemm_peak(int reps) {
-  const at::Tensor a = torch::randn({512, 512}), b = torch::randn({512, 512});
-  at::Tensor c = torch::empty({512, 512});
-  std::vector<double> rates;
-  for (int r = 0; r < reps; ++r) {
-    const double s = seconds_of([&] {
-      for (int i = 0; i < 20; ++i) at::mm_out(c, a, b);
-    });
-    rates.push_back(20 * 2.0 * 512 * 512 * 512 / s / 1e9);
-  }
-  return *std::max_element(rates.begin(), rates.end());
 }
 
 // The two rules of the eager baseline (bench/eager/): Titans' (linear memory, gd-momentum, conv)

@@ -8,6 +8,7 @@
 #include "model/memory/decayed_contractions.h"
 #include "model/memory/dgd_preconditioner.h"
 #include "model/memory/fused_linear_chunkwise.h"
+#include "model/memory/fused_mlp_chunkwise.h"
 #include "model/memory/inner_clip.h"
 #include "model/memory/linear_scan.h"
 #include "model/memory/memory_layer.h"
@@ -70,9 +71,12 @@ class ChunkRunner {
     if (fast) {
       linear_psi(gradient_point[0]);  // the dual form needs ψ only, never the per-token g_t
       out.y = dual_form(q, alpha, eta, beta);
+    } else if (mlp_fast && rule_.optimiser == Optimiser::Dgd) {
+      out.y = mlp_dgd_dual_form(gradient_point, q, alpha, eta);
+    } else if (mlp_fast && fused_mlp_dual_form_applies(q)) {
+      out.y = fused_mlp_dual_form(gradient_point, q, alpha, eta, beta);
     } else if (mlp_fast) {
-      out.y = rule_.optimiser == Optimiser::Dgd ? mlp_dgd_dual_form(gradient_point, q, alpha, eta)
-                                                : mlp_dual_form(gradient_point, q, alpha, eta, beta);
+      out.y = mlp_dual_form(gradient_point, q, alpha, eta, beta);
     } else {
       out = materialised(gradients(gradient_point), q, alpha, eta, beta);
     }
@@ -382,6 +386,35 @@ class ChunkRunner {
       state_.memory[i] = w;
     }
     return y.y;
+  }
+
+  // The same dual form as one loop per head (fused_mlp_chunkwise.h), for inference on the CPU in
+  // float32 with the l2 bias; set_fused_step(false) keeps the ATen form above, its reference.
+  bool fused_mlp_dual_form_applies(const at::Tensor& q) const {
+    return layer_.fused_step_on() && rule_.bias == Bias::L2 && q.device().is_cpu() &&
+           q.scalar_type() == at::kFloat && !at::GradMode::is_enabled();
+  }
+  at::Tensor fused_mlp_dual_form(const std::vector<at::Tensor>& gradient_point, const at::Tensor& q,
+                                 const at::Tensor& alpha, const at::Tensor& eta, const at::Tensor& beta) {
+    MlpChunkInputs in;
+    in.keys = ext_phi_;
+    in.values = ext_v_;
+    in.slot_weights = loss_weights_;
+    in.queries = q;
+    in.alpha = alpha;
+    in.eta = eta;
+    in.beta = beta;
+    in.gradient_point = gradient_point;
+    in.memory = state_.memory;
+    in.momentum = state_.momentum;
+    in.ln_weight = layer_.ln_weight;
+    in.ln_bias = layer_.ln_bias;
+    in.inner_clip = rule_.inner_clip;
+    in.read_after_write = rule_.read == ReadOrder::AfterWrite;
+    MlpChunkOutputs out = fused_mlp_chunk(in);
+    state_.memory = out.memory;
+    state_.momentum = out.momentum;
+    return out.y;
   }
 
   // MLP memory, dgd (SPEC §5's diagonal preconditioner, dgd_preconditioner.h): per feature f,

@@ -20,6 +20,7 @@
 #include "model/memory/attentional_bias.h"
 #include "model/memory/fused_step_state.h"
 #include "model/memory/fused_window.h"
+#include "model/memory/gelu_math.h"
 #include "model/memory/memory_layer.h"
 #include "model/memory/newton_schulz.h"
 #include "model/util/simd_clones.h"
@@ -29,14 +30,6 @@ namespace memscope::model {
 namespace {
 
 constexpr float kLayerNormEps = 1e-5f;  // SPEC §3, as mlp_memory.cpp
-
-// The exact (erf) GELU and its derivative, as mlp_memory.cpp's exact_gelu(_derivative).
-inline float gelu(float h) { return 0.5f * h * (1.0f + std::erf(h * static_cast<float>(M_SQRT1_2))); }
-inline float gelu_derivative(float h) {
-  const float inv_sqrt_2pi = static_cast<float>(0.5 * M_2_SQRTPI * M_SQRT1_2);
-  return 0.5f * (1.0f + std::erf(h * static_cast<float>(M_SQRT1_2))) +
-         h * std::exp(-0.5f * h * h) * inv_sqrt_2pi;
-}
 
 // One head's MLP: d inputs, `hidden` units, LN's affine parameters. The products in the two
 // functions below read the weights in their own row-major layout, each row once for all the inputs:
@@ -62,7 +55,7 @@ void mlp_forward(const Head& head, const float* z, int64_t rows, const float* w1
   const auto [d, hidden, ln_weight, ln_bias] = head;
   for (int64_t j = 0; j < hidden; ++j)
     for (int64_t r = 0; r < rows; ++r) h[r * hidden + j] = dot(w2 + j * d, z + r * d, d);
-  for (int64_t j = 0; j < rows * hidden; ++j) a[j] = gelu(h[j]);
+  gelu_array(h, a, rows * hidden);
   for (int64_t i = 0; i < d; ++i)  // o, normalised in place below
     for (int64_t r = 0; r < rows; ++r) n[r * d + i] = dot(w1 + i * hidden, a + r * hidden, hidden);
   for (int64_t r = 0; r < rows; ++r) {
@@ -107,7 +100,7 @@ void mlp_accumulate_gradient(const Head& head, const float* psi, const float* z,
     const float* w = w1 + i * hidden;
     for (int64_t j = 0; j < hidden; ++j) delta_h[j] += e * w[j];
   }
-  for (int64_t j = 0; j < hidden; ++j) delta_h[j] *= gelu_derivative(h[j]);
+  multiply_by_gelu_derivative(h, delta_h, hidden);
   for (int64_t i = 0; i < d; ++i) {
     const float e = delta_o[i];
     float* g = g1 + i * hidden;
