@@ -38,6 +38,24 @@ constexpr float kLayerNormEps = 1e-5f;  // SPEC §3, as mlp_memory.cpp
 
 using Buffer = std::vector<float>;
 
+// A thread's scratch for one head of a chunk: the same buffers, in the same order, for every head
+// and chunk, grown to the largest asked for and never freed, so that no chunk allocates or zeroes
+// its ~0.7 MB of activations (at d = 64, b = 64). Nothing taken from it is zero.
+class Scratch {
+ public:
+  float* take(int64_t size) {
+    if (next_ == buffers_.size()) buffers_.emplace_back();
+    Buffer& b = buffers_[next_++];
+    if (static_cast<int64_t>(b.size()) < size) b.resize(static_cast<size_t>(size));
+    return b.data();
+  }
+  void restart() { next_ = 0; }
+
+ private:
+  std::vector<Buffer> buffers_;
+  size_t next_ = 0;
+};
+
 // out [cols, rows] = in [rows, cols]ᵀ.
 void transpose(const float* in, int64_t rows, int64_t cols, float* out) {
   for (int64_t r = 0; r < rows; ++r)
@@ -95,21 +113,22 @@ void recurrences(ChunkHead& h, const float* alpha, const float* eta, const float
 }
 
 // Key e's coefficient in the sum over r of `row`[r]·g_r: Σ_j row[e−j]·u[e−j, j], u the slots'
-// weights (with the clip), for every e of the m keys.
-void fold_slots(const float* row, const float* u, int64_t n, int64_t c, float* out) {
+// weights (with the clip), for every e of the m keys, into out[e·stride].
+void fold_slots(const float* row, const float* u, int64_t n, int64_t c, float* out, int64_t stride = 1) {
   const int64_t m = n + c - 1;
   for (int64_t e = 0; e < m; ++e) {
     float sum = 0;
     for (int64_t j = std::max<int64_t>(0, e - (n - 1)); j < c && j <= e; ++j)
       sum += row[e - j] * u[(e - j) * c + j];
-    out[e] = sum;
+    out[e * stride] = sum;
   }
 }
 
 void run_head(const ChunkHead& shape, const MlpChunkInputs& in, const std::vector<float*>& out_ptrs,
               float* y_out, int64_t bh, int64_t head, const float* alpha, const float* eta, const float* beta,
-              double clip) {
+              double clip, Scratch& scratch) {
   ChunkHead h = shape;
+  scratch.restart();
   const int64_t n = h.n, c = h.c, m = h.m, d = h.d, hd = h.hidden, w = d * hd;
   const int ni = static_cast<int>(n), mi = static_cast<int>(m), di = static_cast<int>(d),
             hi = static_cast<int>(hd);
@@ -129,15 +148,18 @@ void run_head(const ChunkHead& shape, const MlpChunkInputs& in, const std::vecto
   const float* ln_bias = in.ln_bias.data_ptr<float>() + head * d;
 
   // 1. Every key's pass at W̄ and its backward, feature-major: h, a [hd,m]; n̂, δo [d,m]; δh [hd,m].
-  Buffer keys_t(d * m), h_keys(hd * m), a_keys(hd * m), n_keys(d * m), delta_o(d * m), delta_h(hd * m);
-  Buffer mean(std::max(m, n)), stdev(std::max(m, n));
-  transpose(keys, m, d, keys_t.data());
-  small_gemm(bar2, di, 1, keys_t.data(), nullptr, h_keys.data(), hi, di, mi, 1.0f, 0.0f);  // W̄_2 φ
-  gelu_array(h_keys.data(), a_keys.data(), hd * m);
-  small_gemm(bar1, hi, 1, a_keys.data(), nullptr, n_keys.data(), di, hi, mi, 1.0f, 0.0f);  // W̄_1 a
-  normalise_columns(n_keys.data(), d, m, mean.data(), stdev.data());
+  float *keys_t = scratch.take(d * m), *h_keys = scratch.take(hd * m), *a_keys = scratch.take(hd * m),
+        *n_keys = scratch.take(d * m), *delta_o = scratch.take(d * m), *delta_h = scratch.take(hd * m);
+  float *mean = scratch.take(std::max(m, n)), *stdev = scratch.take(std::max(m, n));
+  transpose(keys, m, d, keys_t);
+  small_gemm(bar2, di, 1, keys_t, nullptr, h_keys, hi, di, mi, 1.0f, 0.0f);  // W̄_2 φ
+  gelu_array(h_keys, a_keys, hd * m);
+  small_gemm(bar1, hi, 1, a_keys, nullptr, n_keys, di, hi, mi, 1.0f, 0.0f);  // W̄_1 a
+  normalise_columns(n_keys, d, m, mean, stdev);
   // δn = γ_LN (y − v) with y = φ + γ_LN n̂ + β_LN; δo = (δn − mean δn − n̂·mean(δn n̂))/σ.
-  Buffer mean_dn(m, 0.0f), mean_dn_n(m, 0.0f);
+  float *mean_dn = scratch.take(m), *mean_dn_n = scratch.take(m);
+  std::fill_n(mean_dn, m, 0.0f);
+  std::fill_n(mean_dn_n, m, 0.0f);
   for (int64_t i = 0; i < d; ++i)
     for (int64_t e = 0; e < m; ++e) {
       const float nhat = n_keys[i * m + e];
@@ -152,18 +174,20 @@ void run_head(const ChunkHead& shape, const MlpChunkInputs& in, const std::vecto
       delta_o[i * m + e] = (delta_o[i * m + e] - mean_dn[e] / static_cast<float>(d) -
                             n_keys[i * m + e] * mean_dn_n[e] / static_cast<float>(d)) /
                            stdev[e];
-  small_gemm(bar1, 1, hi, delta_o.data(), nullptr, delta_h.data(), hi, di, mi, 1.0f, 0.0f);  // W̄_1ᵀ δo
-  multiply_by_gelu_derivative(h_keys.data(), delta_h.data(), hd * m);
+  small_gemm(bar1, 1, hi, delta_o, nullptr, delta_h, hi, di, mi, 1.0f, 0.0f);  // W̄_1ᵀ δo
+  multiply_by_gelu_derivative(h_keys, delta_h, hd * m);
 
   // 2. The slots' weights u[t,j] = w_{t,j}·f_t, f_t token t's clip factor (SPEC §4): ‖g_t‖² over its
   // window's rank-1 terms is Σ_{j,k} u_j u_k ((δo_j·δo_k)(a_j·a_k) + (δh_j·δh_k)(φ_j·φ_k)).
-  Buffer u(slot_weights, slot_weights + n * c);
+  float* u = scratch.take(n * c);
+  std::copy_n(slot_weights, n * c, u);
   if (clip > 0) {
-    Buffer gram_o(m * m), gram_a(m * m), gram_h(m * m), gram_phi(m * m);
-    small_gemm(delta_o.data(), 1, mi, delta_o.data(), nullptr, gram_o.data(), mi, di, mi, 1.0f, 0.0f, true);
-    small_gemm(a_keys.data(), 1, mi, a_keys.data(), nullptr, gram_a.data(), mi, hi, mi, 1.0f, 0.0f, true);
-    small_gemm(delta_h.data(), 1, mi, delta_h.data(), nullptr, gram_h.data(), mi, hi, mi, 1.0f, 0.0f, true);
-    small_gemm(keys, di, 1, keys_t.data(), nullptr, gram_phi.data(), mi, di, mi, 1.0f, 0.0f, true);
+    float *gram_o = scratch.take(m * m), *gram_a = scratch.take(m * m), *gram_h = scratch.take(m * m),
+          *gram_phi = scratch.take(m * m);
+    small_gemm(delta_o, 1, mi, delta_o, nullptr, gram_o, mi, di, mi, 1.0f, 0.0f, true);
+    small_gemm(a_keys, 1, mi, a_keys, nullptr, gram_a, mi, hi, mi, 1.0f, 0.0f, true);
+    small_gemm(delta_h, 1, mi, delta_h, nullptr, gram_h, mi, hi, mi, 1.0f, 0.0f, true);
+    small_gemm(keys, di, 1, keys_t, nullptr, gram_phi, mi, di, mi, 1.0f, 0.0f, true);
     for (int64_t t = 0; t < n; ++t) {
       float norm_sq = 0;
       for (int64_t j = 0; j < c; ++j)
@@ -182,68 +206,71 @@ void run_head(const ChunkHead& shape, const MlpChunkInputs& in, const std::vecto
 
   // 3. The per-key coefficients: E[t,e] of the row each token reads (its own after the write, the
   // one before otherwise), and the chunk end's for W_n (last) and S_n (momentum_end).
-  Buffer fold(n * m, 0.0f), last(m), momentum_end(m), row(n);
-  Buffer start(n), moment(n);  // P_t and s_t of the row read
+  // E is kept transposed, fold[e·n + t], for the products with (φ_e·q_t) and (a_e·a_q,t) below.
+  float *fold = scratch.take(m * n), *last = scratch.take(m), *momentum_end = scratch.take(m), *row = scratch.take(n);
+  float *start = scratch.take(n), *moment = scratch.take(n);  // P_t and s_t of the row read
+  std::fill_n(fold, m * n, 0.0f);
   for (int64_t t = 0; t < n; ++t) {
     const int64_t r = h.read_after ? t : t - 1;
     start[t] = r < 0 ? 1.0f : h.p_alpha[r];
     moment[t] = r < 0 ? 0.0f : h.s[r];
-    if (r >= 0) fold_slots(h.coef.data() + r * n, u.data(), n, c, fold.data() + t * m);
+    if (r >= 0) fold_slots(h.coef.data() + r * n, u, n, c, fold + t, n);
   }
-  fold_slots(h.coef.data() + (n - 1) * n, u.data(), n, c, last.data());
+  fold_slots(h.coef.data() + (n - 1) * n, u, n, c, last);
   for (int64_t r = 0; r < n; ++r) row[r] = h.d_beta_last[r] * eta[r];
-  fold_slots(row.data(), u.data(), n, c, momentum_end.data());
+  fold_slots(row, u, n, c, momentum_end);
 
   // 4. The read. Layer 2: H_q = W_2,0 Q·P − S_2,0 Q·s − Σ_e δh_e (E ⊙ φ_e·q), with Q = [q_t] [d,n].
-  Buffer q_start(d * n), q_moment(d * n), products(m * n), h_q(hd * n), a_q(hd * n), o_q(d * n), o_s(d * n),
-      o_mix(d * n);
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t i = 0; i < d; ++i) {
-      q_start[i * n + t] = queries[t * d + i] * start[t];
-      q_moment[i * n + t] = -queries[t * d + i] * moment[t];
+  float *q_start = scratch.take(d * n), *q_moment = scratch.take(d * n), *products = scratch.take(m * n),
+        *h_q = scratch.take(hd * n), *a_q = scratch.take(hd * n), *o_q = scratch.take(d * n),
+        *o_s = scratch.take(d * n), *o_mix = scratch.take(d * n);
+  float* q_t = scratch.take(d * n);
+  transpose(queries, n, d, q_t);
+  for (int64_t i = 0; i < d; ++i)
+    for (int64_t t = 0; t < n; ++t) {
+      q_start[i * n + t] = q_t[i * n + t] * start[t];
+      q_moment[i * n + t] = -q_t[i * n + t] * moment[t];
     }
   // (φ_e·q_t)·(−E[t,e]): [m,n].
-  Buffer q_t(d * n);
-  transpose(queries, n, d, q_t.data());
-  small_gemm(keys, di, 1, q_t.data(), nullptr, products.data(), mi, di, ni, 1.0f, 0.0f);
+  small_gemm(keys, di, 1, q_t, nullptr, products, mi, di, ni, 1.0f, 0.0f);
   for (int64_t e = 0; e < m; ++e)
-    for (int64_t t = 0; t < n; ++t) products[e * n + t] *= -fold[t * m + e];
-  small_gemm(w2, di, 1, q_start.data(), nullptr, h_q.data(), hi, di, ni, 1.0f, 0.0f);
-  small_gemm(s2, di, 1, q_moment.data(), h_q.data(), h_q.data(), hi, di, ni, 1.0f, 1.0f);
-  small_gemm(delta_h.data(), mi, 1, products.data(), h_q.data(), h_q.data(), hi, mi, ni, 1.0f, 1.0f);
-  gelu_array(h_q.data(), a_q.data(), hd * n);
+    for (int64_t t = 0; t < n; ++t) products[e * n + t] *= -fold[e * n + t];
+  small_gemm(w2, di, 1, q_start, nullptr, h_q, hi, di, ni, 1.0f, 0.0f);
+  small_gemm(s2, di, 1, q_moment, h_q, h_q, hi, di, ni, 1.0f, 1.0f);
+  small_gemm(delta_h, mi, 1, products, h_q, h_q, hi, mi, ni, 1.0f, 1.0f);
+  gelu_array(h_q, a_q, hd * n);
   // Layer 1: O_q = P·(W_1,0 A_q) − s·(S_1,0 A_q) − Σ_e δo_e (E ⊙ a_e·a_q).
-  small_gemm(a_keys.data(), 1, mi, a_q.data(), nullptr, products.data(), mi, hi, ni, 1.0f, 0.0f);
+  small_gemm(a_keys, 1, mi, a_q, nullptr, products, mi, hi, ni, 1.0f, 0.0f);
   for (int64_t e = 0; e < m; ++e)
-    for (int64_t t = 0; t < n; ++t) products[e * n + t] *= -fold[t * m + e];
-  small_gemm(w1, hi, 1, a_q.data(), nullptr, o_q.data(), di, hi, ni, 1.0f, 0.0f);
-  small_gemm(s1, hi, 1, a_q.data(), nullptr, o_s.data(), di, hi, ni, 1.0f, 0.0f);
-  small_gemm(delta_o.data(), mi, 1, products.data(), nullptr, o_mix.data(), di, mi, ni, 1.0f, 0.0f);
+    for (int64_t t = 0; t < n; ++t) products[e * n + t] *= -fold[e * n + t];
+  small_gemm(w1, hi, 1, a_q, nullptr, o_q, di, hi, ni, 1.0f, 0.0f);
+  small_gemm(s1, hi, 1, a_q, nullptr, o_s, di, hi, ni, 1.0f, 0.0f);
+  small_gemm(delta_o, mi, 1, products, nullptr, o_mix, di, mi, ni, 1.0f, 0.0f);
   for (int64_t i = 0; i < d; ++i)
     for (int64_t t = 0; t < n; ++t)
       o_q[i * n + t] = start[t] * o_q[i * n + t] - moment[t] * o_s[i * n + t] + o_mix[i * n + t];
-  normalise_columns(o_q.data(), d, n, mean.data(), stdev.data());
+  normalise_columns(o_q, d, n, mean, stdev);
   for (int64_t t = 0; t < n; ++t)  // y = φ_q + γ_LN n̂ + β_LN, token-major
     for (int64_t i = 0; i < d; ++i)
       y_out[t * d + i] = queries[t * d + i] + ln_weight[i] * o_q[i * n + t] + ln_bias[i];
 
   // 5. The chunk end: W_n = P_n W_0 − s_n S_0 − Σ_e last_e δ_e ⊗ x_e, S_n = P^β_n S_0 + Σ_e
   // momentum_end_e δ_e ⊗ x_e, with (δ, x) = (δo, a) for W_1 and (δh, φ) for W_2.
-  Buffer a_rows(m * hd), scaled(hd * m);
-  transpose(a_keys.data(), hd, m, a_rows.data());
+  float *a_rows = scratch.take(m * hd), *scaled = scratch.take(hd * m);
+  transpose(a_keys, hd, m, a_rows);
   const float p_end = h.p_alpha[n - 1], s_end = h.s[n - 1], beta_end = h.p_beta[n - 1];
   auto weight_end = [&](const float* w0, const float* s0, const float* delta, int rows, int cols,
                         const float* inputs, float* w_new, float* s_new) {
     for (int64_t i = 0; i < static_cast<int64_t>(rows) * cols; ++i) w_new[i] = p_end * w0[i] - s_end * s0[i];
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t e = 0; e < m; ++e) scaled[i * m + e] = delta[i * m + e] * last[e];
-    small_gemm(scaled.data(), mi, 1, inputs, w_new, w_new, rows, mi, cols, -1.0f, 1.0f);
+    small_gemm(scaled, mi, 1, inputs, w_new, w_new, rows, mi, cols, -1.0f, 1.0f);
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t e = 0; e < m; ++e) scaled[i * m + e] = delta[i * m + e] * momentum_end[e];
-    small_gemm(scaled.data(), mi, 1, inputs, s0, s_new, rows, mi, cols, 1.0f, beta_end);
+    small_gemm(scaled, mi, 1, inputs, s0, s_new, rows, mi, cols, 1.0f, beta_end);
   };
-  weight_end(w1, s1, delta_o.data(), di, hi, a_rows.data(), out_ptrs[0] + bh * w, out_ptrs[2] + bh * w);
-  weight_end(w2, s2, delta_h.data(), hi, di, keys, out_ptrs[1] + bh * w, out_ptrs[3] + bh * w);
+  weight_end(w1, s1, delta_o, di, hi, a_rows, out_ptrs[0] + bh * w, out_ptrs[2] + bh * w);
+  weight_end(w2, s2, delta_h, hi, di, keys, out_ptrs[1] + bh * w, out_ptrs[3] + bh * w);
 }
 
 }  // namespace
@@ -271,10 +298,11 @@ MlpChunkOutputs fused_mlp_chunk(const MlpChunkInputs& raw) {
                                      out.momentum[0].data_ptr<float>(), out.momentum[1].data_ptr<float>()};
   const ChunkHead shape{n, c, n + c - 1, d, hidden, in.read_after_write, {}, {}, {}, {}, {}};
   at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
+    thread_local Scratch scratch;
     for (int64_t bh = begin; bh < end; ++bh)
       run_head(shape, in, out_ptrs, out.y.data_ptr<float>() + bh * n * d, bh, bh % H,
                in.alpha.data_ptr<float>() + bh * n, in.eta.data_ptr<float>() + bh * n,
-               in.beta.data_ptr<float>() + bh * n, in.inner_clip);
+               in.beta.data_ptr<float>() + bh * n, in.inner_clip, scratch);
   });
   return out;
 }
