@@ -9,7 +9,9 @@
 #          first against memscope's recorded step of the same checkpoint): both medians and the ratio
 #   chunkwise  the Titans and Atlas (Muon) layers' chunkwise forms at c = 1, b = 64 (memory_bench's
 #          rows against time_eager.py's eager_chunkwise, the same configuration): both medians, the
-#          ratio, and memscope's GFLOP/s counted for the per-token form it runs (below) against the peak
+#          ratio, and memscope's GFLOP/s counted for the per-token form it runs (below) against the peak;
+#          and Titans' deep (MLP) memory's (memory_bench's MLP row against eager_mlp_memory.py's
+#          chunkwise form, checked first against memory-trace --chunk), both GFLOP/s as they count them
 #   train  demo-mqar-titans's training step (eager_lm_train.py, checked first against the loss and
 #          gradient norm memscope's trainer reports for the same weights and batch)
 # Needs Debian's python3-torch, for this benchmark only: apt-get install python3-torch.
@@ -59,6 +61,8 @@ for _ in $(seq 1 "$REPS"); do
   "$MEMORY_BENCH" --warm --only linear --c 1 --optimiser gd-momentum --chunk 64 >>"$OUT/memscope.jsonl"
   "$MEMORY_BENCH" --warm --only linear --c 1 --optimiser muon --chunk 64 >>"$OUT/memscope.jsonl"
   "$PY" bench/eager/time_eager.py --bench eager_chunkwise --chunk 64 --reps 1 >>"$OUT/eager.jsonl"
+  "$MEMORY_BENCH" --warm --only mlp --c 1 --optimiser gd-momentum --chunk 64 >>"$OUT/memscope.jsonl"
+  "$PY" bench/eager/eager_mlp_memory.py --time-chunkwise 64 --reps 1 >>"$OUT/eager.jsonl"
   "$STEP" --only layer --reps 1 >>"$OUT/memscope.jsonl"
   "$PY" bench/eager/time_eager.py --bench eager_layer --reps 1 >>"$OUT/eager.jsonl"
   "$PY" bench/eager/eager_mlp_memory.py --time 512 --reps 1 >>"$OUT/eager.jsonl"
@@ -126,8 +130,8 @@ for model, eager_bench in (("demo-mqar-titans", "eager_lm"), ("demo-mqar", "eage
 #     start, chunkwise_forward.cpp): the prediction, the gradient and the read (6d²) and NS (30d³).
 # Eager's forms have their own counts (time_eager.py); the ratio of tokens/s is what compares them.
 def chunkwise_pair(rule, optimiser, per_head_flops, memscope_extra):
-    m = [r for r in ours if r.get("bench") == "memory" and r.get("chunk") == 64 and r.get("c") == 1
-         and r.get("optimiser") == optimiser]
+    m = [r for r in ours if r.get("bench") == "memory" and r.get("structure") == "linear" and r.get("chunk") == 64
+         and r.get("c") == 1 and r.get("optimiser") == optimiser]
     e = [r for r in eager if r["bench"] == "eager_chunkwise" and r.get("rule") == rule]
     if not (m and e):
         return
@@ -149,6 +153,21 @@ chunkwise_pair("titans", "gd-momentum", lambda d: 8 * d * d,
                [("memscope_aten_form_tokens_per_s", "chunkwise_aten_tokens_per_s")])
 chunkwise_pair("atlas", "muon", lambda d: 6 * d * d + 30 * d ** 3,
                [("memscope_sequential_tokens_per_s", "sequential_tokens_per_s")])
+# The MLP memory's chunkwise form (Titans' rule): memscope's fused form (fused_mlp_chunkwise.cpp) and
+# its ATen form, against eager's dual form; each side's GFLOP/s as its bench counts its products.
+m = [r for r in ours if r.get("bench") == "memory" and r.get("structure") == "mlp" and r.get("chunk") == 64]
+e = [r for r in eager if r["bench"] == "eager_mlp_chunkwise"]
+if m and e:
+    tps, e_tps = statistics.median(r["chunkwise_tokens_per_s"] for r in m), statistics.median(r["tokens_per_s"] for r in e)
+    peak = statistics.median(r["sgemm_peak_gflops"] for r in m)
+    print(json.dumps({"bench": "eager_compare", "chunkwise": "titans-mlp (gd-momentum) c=1 b=64",
+                      "memscope_tokens_per_s": round(tps, 1), "eager_tokens_per_s": round(e_tps, 1),
+                      "ratio": round(tps / e_tps, 3),
+                      "memscope_aten_form_tokens_per_s": round(statistics.median(r["chunkwise_aten_tokens_per_s"] for r in m), 1),
+                      "memscope_sequential_tokens_per_s": round(statistics.median(r["sequential_tokens_per_s"] for r in m), 1),
+                      "memscope_gflops": round(statistics.median(r["chunkwise_gflops"] for r in m), 2),
+                      "sgemm_peak_gflops": round(peak, 1),
+                      "eager_gflops": round(statistics.median(r["gflops"] for r in e), 2), "rounds": len(m)}))
 m = [r for r in ours if r.get("case") == "train/demo-mqar-titans"]
 e = [r for r in eager if r["bench"] == "eager_lm_train"]
 tps, e_tps = statistics.median(r["tokens_per_s"] for r in m), statistics.median(r["tokens_per_s"] for r in e)

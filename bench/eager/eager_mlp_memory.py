@@ -13,9 +13,12 @@ W = alpha W - eta NS(S)), and the read y = M(phi_q) after the write.
 
     /usr/bin/python3 bench/eager/eager_mlp_memory.py --check            # against memscope-cli memory-trace
     /usr/bin/python3 bench/eager/eager_mlp_memory.py --time 256 --reps 3  # tokens/s, one thread, JSON lines
+    /usr/bin/python3 bench/eager/eager_mlp_memory.py --time-chunkwise 64 --reps 3  # the chunkwise form
 
 --check runs `memory-trace --parameters` for titans-lmm and atlas (window 4) and compares y_t, W_1 and
-W_2 after every token, free-running from the traced parameters and inputs x; exits 1 above --tol.
+W_2 after every token, free-running from the traced parameters and inputs x; then titans-lmm's
+chunkwise form (run_chunkwise, chunks of 8) against `memory-trace --chunk 8`: y_t, and W_1 and W_2
+after every chunk. Exits 1 above --tol.
 --time runs the layer at H = 4, head dim 64 (D = 256), memscope's initialisation, on random x: the
 configuration of step_bench's layer/titans-mlp and layer/atlas-mlp rows.
 """
@@ -41,6 +44,7 @@ from check_against_trace import read_safetensors  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RULES = {"titans-mlp": ("titans-lmm", []), "atlas-mlp": ("atlas", ["memory.window.c=4"])}
+CHECK_CHUNK = 8
 
 
 class MlpMemoryLayer:
@@ -113,6 +117,72 @@ class MlpMemoryLayer:
         y = self.memory(phi_q[:, None], W1, W2)[:, 0]
         return y, (W1, W2, S1, S2, conv, keys[:, 1:], values[:, 1:], gammas[:, 1:])
 
+    def project(self, x):
+        """q, k, v features and the gates for all T tokens at once: [T,H,d] and [T,H]."""
+        T = x.size(0)
+        qkv = F.linear(x, self.w_qkv)
+        if self.conv_taps is not None:  # causal: token t mixes t-3..t
+            padded = torch.cat([qkv.new_zeros(3, qkv.size(1)), qkv])
+            qkv = sum(padded[i:i + T] * self.conv_taps[i] for i in range(4))
+        q, k, v = qkv.view(T, 3, self.heads, self.head_dim).unbind(1)
+        gates = []
+        for name in ("retain", "lr", "momentum"):
+            if name in self.gates:
+                value = torch.sigmoid(F.linear(x, *self.gates[name]))
+                gates.append(self.max_lr * value if name == "lr" else value)
+            else:
+                gates.append(x.new_full((T, self.heads), {"retain": 1.0, "momentum": 0.0}[name]))
+        return self.features(q), self.features(k), v, gates
+
+    def run_chunkwise(self, x, chunk, record_ends=False):
+        """The chunkwise form (SPEC §9) of gd with momentum at window c = 1, as eager PyTorch: every
+        gradient of a chunk at the chunk-start weights, so the per-token gradient factors come from
+        one torch.autograd.grad to the activations (dL/dh, dL/do: grad W_1 = do a^T, grad W_2 = dh k^T),
+        and the momentum and retention scans are solved with eager_memory.decay_matrix, as
+        eager_memory.run_memory_chunkwise does for the linear memory. The read needs W_t only through
+        products with q_t and GELU(W_2,t q_t), so no per-token weight is built (the dual form):
+            W_2,t q = Pa_t W_2 q - c_t S_2 q - sum_r A[t,r] (k_r . q) dh_r,   and W_1,t a likewise.
+        Returns y [T,H,d], and with record_ends the weights (W_1, W_2) after every chunk."""
+        if self.window != 1 or self.optimiser == "muon":
+            raise ValueError("the eager chunkwise MLP form has gd-momentum at window 1 only")
+        T, b = x.size(0), chunk
+        phi_q, phi_k, v, (retain, lr, momentum) = self.project(x)
+        W1, W2, S1, S2 = self.w1_0.clone(), self.w2_0.clone(), torch.zeros_like(self.w1_0), torch.zeros_like(self.w2_0)
+        ys, ends = [], []
+        for start in range(0, T, b):
+            chunk_of = lambda z: z[start:start + b].transpose(0, 1)  # noqa: E731  [H,n,...]
+            k, q, val = chunk_of(phi_k), chunk_of(phi_q), chunk_of(v)
+            alpha, eta, beta = chunk_of(retain), chunk_of(lr), chunk_of(momentum)
+            with torch.enable_grad():  # the inner gradient's factors at the chunk start's weights
+                h = (k @ W2.transpose(-1, -2)).requires_grad_()
+                a = F.gelu(h)
+                o = a @ W1.transpose(-1, -2)
+                y_k = k + F.layer_norm(o, o.shape[-1:]) * self.ln_w + self.ln_b
+                d_h, d_o = torch.autograd.grad(0.5 * (y_k - val).pow(2).sum(), (h, o))
+            a = a.detach()
+            if self.clip > 0:  # |g_t|^2 = |do|^2 |a|^2 + |dh|^2 |k|^2
+                norm = (d_o.pow(2).sum(-1) * a.pow(2).sum(-1) + d_h.pow(2).sum(-1) * k.pow(2).sum(-1)).sqrt()
+                factor = (self.clip / norm.clamp_min(1e-30)).clamp_max(1.0)[..., None]
+                d_o, d_h = d_o * factor, d_h * factor
+            Da, Db = eager_memory.decay_matrix(alpha), eager_memory.decay_matrix(beta)  # [H,n,n]
+            Pa, Pb = alpha.cumprod(-1), beta.cumprod(-1)
+            A = (Da @ Db) * eta[..., None, :]
+            c = (Da @ Pb[..., None])[..., 0]
+            h_q = (Pa[..., None] * (q @ W2.transpose(-1, -2)) - c[..., None] * (q @ S2.transpose(-1, -2))
+                   - (A * (q @ k.transpose(-1, -2))) @ d_h)
+            a_q = F.gelu(h_q)
+            o_q = (Pa[..., None] * (a_q @ W1.transpose(-1, -2)) - c[..., None] * (a_q @ S1.transpose(-1, -2))
+                   - (A * (a_q @ a.transpose(-1, -2))) @ d_o)
+            ys.append((q + F.layer_norm(o_q, o_q.shape[-1:]) * self.ln_w + self.ln_b).transpose(0, 1))
+            last, to_s = A[:, -1, :, None], (Db[:, -1] * eta)[..., None]  # [H,n,1]
+            W1, W2, S1, S2 = (Pa[:, -1, None, None] * W1 - c[:, -1, None, None] * S1 - (d_o * last).transpose(-1, -2) @ a,
+                              Pa[:, -1, None, None] * W2 - c[:, -1, None, None] * S2 - (d_h * last).transpose(-1, -2) @ k,
+                              Pb[:, -1, None, None] * S1 + (d_o * to_s).transpose(-1, -2) @ a,
+                              Pb[:, -1, None, None] * S2 + (d_h * to_s).transpose(-1, -2) @ k)
+            ends.append((W1, W2))
+        y = torch.cat(ys)
+        return (y, ends) if record_ends else y
+
     def run(self, x, record=False):
         state, ys, w1s, w2s = self.initial_state(), [], [], []
         for t in range(x.size(0)):
@@ -151,7 +221,39 @@ def check(args):
             worst = max(worst, *errors.values())
             print(json.dumps({"bench": "eager_mlp_check", "rule": name, "tokens": args.tokens,
                               "rel_error": errors, "tol": args.tol}))
+        # The chunkwise form against memscope's (memory-trace --chunk: the materialised form, which
+        # tests/model/test_fused_mlp_chunkwise.cpp holds equal to the fused one), Titans' rule.
+        out = os.path.join(workdir, "titans-mlp-chunkwise.safetensors")
+        subprocess.run([args.cli, "memory-trace", "--preset", "titans-lmm", "--tokens", str(args.tokens), "--heads",
+                        "2", "--dim", "32", "--seed", "1", "--parameters", "--chunk", str(CHECK_CHUNK), "--out", out],
+                       check=True, stdout=subprocess.DEVNULL)
+        tr, meta = read_safetensors(out)
+        params = {k[len("param/"):]: v for k, v in tr.items() if k.startswith("param/")}
+        y, ends = layer_for(params, json.loads(meta["rule"])).run_chunkwise(tr["x"], CHECK_CHUNK, record_ends=True)
+        after = [min(i + CHECK_CHUNK, args.tokens) for i in range(0, args.tokens, CHECK_CHUNK)]  # trace rows
+        errors = {"y": ((y - tr["y"]).abs().max() / tr["y"].abs().max()).item()}
+        for i, key in enumerate(("W1", "W2")):
+            ref = tr[key][after]
+            errors[key] = ((torch.stack([e[i] for e in ends]) - ref).abs().max() / ref.abs().max()).item()
+        worst = max(worst, *errors.values())
+        print(json.dumps({"bench": "eager_mlp_check", "rule": "titans-mlp", "form": "chunkwise",
+                          "chunk": CHECK_CHUNK, "tokens": args.tokens, "rel_error": errors, "tol": args.tol}))
     return 0 if worst <= args.tol else 1
+
+
+def random_params(generator, H, d, conv=True):
+    """A layer at H heads of dimension d (D = H d, hidden 4d) with memscope's initialisation."""
+    D, W, hidden = H * d, H * d, 4 * d
+    rand = lambda *shape: torch.randn(*shape, generator=generator)  # noqa: E731
+    params = {n: rand(W, D) / D ** 0.5 for n in ("w_q", "w_k", "w_v")}
+    if conv:
+        params["conv_weight"] = 0.1 * rand(3 * W, 4)
+        params["conv_weight"][:, 3] = 1.0
+    for gate, bias in (("retain", 3.0), ("lr", -2.0), ("momentum", 1.0)):
+        params[f"gate_{gate}_w"], params[f"gate_{gate}_b"] = rand(H, D) / D ** 0.5, torch.full((H,), bias)
+    params["w1_0"], params["w2_0"] = rand(H, d, hidden) / hidden ** 0.5, rand(H, hidden, d) / d ** 0.5
+    params["ln_weight"], params["ln_bias"] = torch.ones(H, d), torch.zeros(H, d)
+    return params
 
 
 def time_layers(args):
@@ -160,20 +262,13 @@ def time_layers(args):
     for name, (preset, _) in RULES.items():
         muon = name == "atlas-mlp"
         T = args.time // 8 if muon else args.time  # Muon's NS on 64x256 weights is ~100x gd's step
-        D, W, hidden = H * d, H * d, 4 * d
         rand = lambda *shape: torch.randn(*shape, generator=generator)  # noqa: E731
-        params = {n: rand(W, D) / D ** 0.5 for n in ("w_q", "w_k", "w_v")}
-        params["conv_weight"] = 0.1 * rand(3 * W, 4)
-        params["conv_weight"][:, 3] = 1.0
-        for gate, bias in (("retain", 3.0), ("lr", -2.0), ("momentum", 1.0)):
-            params[f"gate_{gate}_w"], params[f"gate_{gate}_b"] = rand(H, D) / D ** 0.5, torch.full((H,), bias)
-        params["w1_0"], params["w2_0"] = rand(H, d, hidden) / hidden ** 0.5, rand(H, hidden, d) / d ** 0.5
-        params["ln_weight"], params["ln_bias"] = torch.ones(H, d), torch.zeros(H, d)
+        params = random_params(generator, H, d)
         window = 8 if muon else 1
         if muon:
             params["poly_coefficients"] = torch.tensor([1.0, 0.5])
         layer = MlpMemoryLayer(params, H, "muon" if muon else "gd-momentum", window=window)
-        x = rand(T, D)
+        x = rand(T, H * d)
         with torch.no_grad():
             layer.run(x[: min(T, 16)])  # warm-up
             times = []
@@ -187,10 +282,46 @@ def time_layers(args):
                           "median_of": args.reps}))
 
 
+def chunkwise_flops_per_token(b, H, d):
+    """The matmul FLOPs of run_chunkwise per token (memory_bench's count for memscope's fused form,
+    fused_mlp_chunkwise.cpp, plus the [b,b] decay products): per head and chunk of b tokens, hidden
+    4d, the keys' pass and backward (three d x 4d products), the read (k.q and a.a_q, the W and S
+    terms of both weights, the two dh/do sums), the chunk end's W and S of both weights, Da Db and
+    Da Pb. Not counted: the projections and gates, GELU, LN, the elementwise coefficients."""
+    n, hidden = b, 4 * d
+    keys = 3 * 2 * hidden * d * n
+    read = 2 * n * d * n + 4 * hidden * d * n + 2 * hidden * n * n + 2 * n * hidden * n + 4 * d * hidden * n + 2 * d * n * n
+    end = 4 * 2 * d * hidden * n
+    return H * (keys + read + end + 2 * n ** 3 + 2 * n * n) / n
+
+
+def time_chunkwise(args):
+    """run_chunkwise at memory_bench's MLP row (`--only mlp --c 1 --optimiser gd-momentum --chunk b`:
+    preset omeganet with the MLP memory, identity features, window 1, l2-decay; conv off), H = 4,
+    head dim 64, T = 2048."""
+    H, d, T, b = 4, 64, 2048, args.time_chunkwise
+    generator = torch.Generator().manual_seed(0)
+    layer = MlpMemoryLayer(random_params(generator, H, d, conv=False), H, "gd-momentum")
+    x = torch.randn(T, H * d, generator=generator)
+    with torch.no_grad():
+        layer.run_chunkwise(x[:2 * b], b)  # warm-up
+        times = []
+        for _ in range(args.reps):
+            start = time.perf_counter()
+            layer.run_chunkwise(x, b)
+            times.append(time.perf_counter() - start)
+    seconds = statistics.median(times)
+    print(json.dumps({"bench": "eager_mlp_chunkwise", "rule": "titans-mlp", "chunk": b, "tokens": T, "heads": H,
+                      "head_dim": d, "tokens_per_s": T / seconds,
+                      "gflops": chunkwise_flops_per_token(b, H, d) * T / seconds / 1e9, "median_of": args.reps}))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--check", action="store_true")
     p.add_argument("--time", type=int, default=0, help="tokens per timed run (Muon: an eighth)")
+    p.add_argument("--time-chunkwise", type=int, default=0, metavar="B",
+                   help="time the chunkwise form with chunks of B at T = 2048")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--tokens", type=int, default=40, help="--check: tokens traced")
     p.add_argument("--tol", type=float, default=1e-4)
@@ -200,6 +331,8 @@ def main():
     rc = check(args) if args.check else 0
     if args.time:
         time_layers(args)
+    if args.time_chunkwise:
+        time_chunkwise(args)
     return rc
 
 

@@ -26,10 +26,24 @@ double relative(const torch::Tensor& a, const torch::Tensor& b) {
   return max_abs_diff(a, b) / std::max(1.0, b.abs().max().item<double>());
 }
 
+// W₁, W₂ and both momenta of two states, each within `tolerance` of the other's (relative).
+void check_weights_close(const MemoryState& a, const MemoryState& b, double tolerance) {
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK(relative(a.memory[i], b.memory[i]) < tolerance);
+    CHECK(relative(a.momentum[i], b.momentum[i]) < tolerance);
+  }
+}
+
 MemoryLayer mlp_layer(const std::vector<std::string>& extra) {
   std::vector<std::string> sets{"memory.structure=mlp", "memory.optimiser=gd-momentum"};
   sets.insert(sets.end(), extra.begin(), extra.end());
   return make_layer(test_rule("titans-lmm", sets), 32, 2, torch::kFloat32);  // d = 16, hidden 64
+}
+
+std::string described(const std::vector<std::string>& sets) {
+  std::string out;
+  for (const auto& s : sets) out += s + " ";
+  return out;
 }
 
 // The rules the fused form takes: windows of 1, 3 and 8 (with the ring's keys before a chunk),
@@ -49,9 +63,7 @@ std::vector<std::vector<std::string>> fused_rules() {
 
 TEST_CASE("fused MLP chunkwise: equals the ATen dual form, across calls and chunks", "[model]") {
   for (const auto& rule : fused_rules()) {
-    std::string name;
-    for (const auto& s : rule) name += s + " ";
-    INFO(name);
+    INFO(described(rule));
     auto layer = mlp_layer(rule);
     const auto x = make_input(2, 45, 32, torch::kFloat32);
     torch::NoGradGuard no_grad;
@@ -70,10 +82,7 @@ TEST_CASE("fused MLP chunkwise: equals the ATen dual form, across calls and chun
       layer->set_fused_step(true);
       CHECK(relative(y_fused, y_aten) < 2e-5);
       CHECK(max_abs_diff(y_fused, y_aten) > 0);  // the fused form ran: its sums go in another order
-      for (size_t i = 0; i < 2; ++i) {
-        CHECK(relative(fused.memory[i], aten.memory[i]) < 2e-5);
-        CHECK(relative(fused.momentum[i], aten.momentum[i]) < 2e-5);
-      }
+      check_weights_close(fused, aten, 2e-5);
       CHECK(fused.tokens == aten.tokens);
       CHECK(torch::equal(fused.ring_phi, aten.ring_phi));
     }
@@ -84,9 +93,7 @@ TEST_CASE("fused MLP chunkwise: equals the sequential steps frozen at the chunk 
   // step(x_t, state, b) takes each gradient at its chunk's start memory: the chunkwise model token
   // by token (SPEC §9), here through the fused sequential step, an independent computation.
   for (const auto& rule : fused_rules()) {
-    std::string name;
-    for (const auto& s : rule) name += s + " ";
-    INFO(name);
+    INFO(described(rule));
     auto layer = mlp_layer(rule);
     const auto x = make_input(2, 21, 32, torch::kFloat32);
     torch::NoGradGuard no_grad;
@@ -96,10 +103,7 @@ TEST_CASE("fused MLP chunkwise: equals the sequential steps frozen at the chunk 
     for (int64_t t = 0; t < x.size(1); ++t)
       ys.push_back(layer->step(x.select(1, t), stepped, 8, StepDetail::OutputOnly).y);
     CHECK(relative(y_chunked, torch::stack(ys, 1)) < 5e-5);
-    for (size_t i = 0; i < 2; ++i) {
-      CHECK(relative(chunked.memory[i], stepped.memory[i]) < 5e-5);
-      CHECK(relative(chunked.momentum[i], stepped.momentum[i]) < 5e-5);
-    }
+    check_weights_close(chunked, stepped, 5e-5);
   }
 }
 
