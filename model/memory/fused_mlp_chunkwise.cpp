@@ -38,9 +38,9 @@ constexpr float kLayerNormEps = 1e-5f;  // SPEC §3, as mlp_memory.cpp
 
 using Buffer = std::vector<float>;
 
-// A thread's scratch for one head of a chunk: the same buffers, in the same order, for every head
-// and chunk, grown to the largest asked for and never freed, so that no chunk allocates or zeroes
-// its ~0.7 MB of activations (at d = 64, b = 64). Nothing taken from it is zero.
+// A thread's scratch for one head of a chunk: buffers handed out in the order run_head asks for
+// them, grown to the largest asked for and kept, so that no chunk allocates or zeroes its ~0.7 MB
+// of activations (at d = 64, b = 64). Nothing taken from it is zero.
 class Scratch {
  public:
   float* take(int64_t size) {
@@ -124,6 +124,8 @@ void fold_slots(const float* row, const float* u, int64_t n, int64_t c, float* o
   }
 }
 
+// One head's chunk, steps 1-5 below: y [n,d] token-major into y_out, and the head's W_n and S_n into
+// out_ptrs {W_1, W_2, S_1, S_2} (each [B,H,…], at this head's offset).
 void run_head(const ChunkHead& shape, const MlpChunkInputs& in, const std::vector<float*>& out_ptrs,
               float* y_out, int64_t bh, int64_t head, const float* alpha, const float* eta, const float* beta,
               double clip, Scratch& scratch) {
