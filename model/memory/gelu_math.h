@@ -1,7 +1,8 @@
 // The exact (erf) GELU and its derivative over float32 arrays, vectorised (issue 20). glibc's erff
 // is a scalar call with branches, 17–23 ns an element on the AMD VM, and ATen's vectorised erf
 // (SLEEF) 4.2 ns; at d = 64 the fused MLP step evaluates 3 × 4d of them per head and token, and the
-// fused chunkwise form 3 × 4d per key. These run at about 1 ns (gelu_math.cpp says how).
+// fused chunkwise form 3 × 4d per key. These take 1.5 ns (GELU) and 2.2 ns (its derivative) an
+// element there, within 2.5 ulp of the correctly rounded erf (gelu_math.cpp says how).
 #pragma once
 #include <cstdint>
 
