@@ -243,6 +243,20 @@ void gram_of(const double* __restrict a, double* __restrict g, int m, int n) {
   }
 }
 
+// Whether every float of x is finite (no exponent field of all ones), as one OR over the whole
+// matrix: vectorised, where a loop that stops at the first Inf or NaN ran one element at a time
+// (~8 µs of a 93 µs call for 16 matrices 16×64, AMD VM).
+MEMSCOPE_SIMD_CLONES
+bool all_finite(const float* x, int64_t count) {
+  uint32_t special = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, x + i, sizeof bits);
+    special |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  return special == 0;
+}
+
 // The singular values of `lanes` (at most Lanes) matrices of a contiguous float stack [N, r, c], from
 // matrix `first` on, into their rows of `out` ([N, min(r, c)]). `a` holds Lanes · r · c doubles, `gram`
 // Lanes · min(r, c)² and `zeros` r · c floats.
@@ -258,8 +272,7 @@ void singular_values_of_group(const float* source, int64_t first, int64_t lanes,
   const float* from[Lanes];
   for (int64_t lane = 0; lane < Lanes; ++lane) {
     const float* matrix = source + (first + std::min<int64_t>(lane, lanes - 1)) * r * c;
-    finite[lane] = lane < lanes;
-    for (int64_t i = 0; i < r * c && finite[lane]; ++i) finite[lane] = std::isfinite(matrix[i]);
+    finite[lane] = lane < lanes && all_finite(matrix, r * c);
     from[lane] = finite[lane] ? matrix : zeros;
   }
   // Vector p is row p (by rows) or column p; each entry's lanes are one contiguous store.
