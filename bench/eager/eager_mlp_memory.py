@@ -147,7 +147,8 @@ class MlpMemoryLayer:
             raise ValueError("the eager chunkwise MLP form has gd-momentum at window 1 only")
         T, b = x.size(0), chunk
         phi_q, phi_k, v, (retain, lr, momentum) = self.project(x)
-        W1, W2, S1, S2 = self.w1_0.clone(), self.w2_0.clone(), torch.zeros_like(self.w1_0), torch.zeros_like(self.w2_0)
+        W1, W2 = self.w1_0.clone(), self.w2_0.clone()
+        S1, S2 = torch.zeros_like(W1), torch.zeros_like(W2)
         ys, ends = [], []
         for start in range(0, T, b):
             chunk_of = lambda z: z[start:start + b].transpose(0, 1)  # noqa: E731  [H,n,...]
@@ -175,10 +176,11 @@ class MlpMemoryLayer:
                    - (A * (a_q @ a.transpose(-1, -2))) @ d_o)
             ys.append((q + F.layer_norm(o_q, o_q.shape[-1:]) * self.ln_w + self.ln_b).transpose(0, 1))
             last, to_s = A[:, -1, :, None], (Db[:, -1] * eta)[..., None]  # [H,n,1]
-            W1, W2, S1, S2 = (Pa[:, -1, None, None] * W1 - c[:, -1, None, None] * S1 - (d_o * last).transpose(-1, -2) @ a,
-                              Pa[:, -1, None, None] * W2 - c[:, -1, None, None] * S2 - (d_h * last).transpose(-1, -2) @ k,
-                              Pb[:, -1, None, None] * S1 + (d_o * to_s).transpose(-1, -2) @ a,
-                              Pb[:, -1, None, None] * S2 + (d_h * to_s).transpose(-1, -2) @ k)
+            keep, from_s, s_keep = Pa[:, -1, None, None], c[:, -1, None, None], Pb[:, -1, None, None]
+            W1, W2, S1, S2 = (keep * W1 - from_s * S1 - (d_o * last).transpose(-1, -2) @ a,
+                              keep * W2 - from_s * S2 - (d_h * last).transpose(-1, -2) @ k,
+                              s_keep * S1 + (d_o * to_s).transpose(-1, -2) @ a,
+                              s_keep * S2 + (d_h * to_s).transpose(-1, -2) @ k)
             ends.append((W1, W2))
         y = torch.cat(ys)
         return (y, ends) if record_ends else y
@@ -224,12 +226,13 @@ def check(args):
         # The chunkwise form against memscope's (memory-trace --chunk: the materialised form, which
         # tests/model/test_fused_mlp_chunkwise.cpp holds equal to the fused one), Titans' rule.
         out = os.path.join(workdir, "titans-mlp-chunkwise.safetensors")
-        subprocess.run([args.cli, "memory-trace", "--preset", "titans-lmm", "--tokens", str(args.tokens), "--heads",
-                        "2", "--dim", "32", "--seed", "1", "--parameters", "--chunk", str(CHECK_CHUNK), "--out", out],
-                       check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([args.cli, "memory-trace", "--preset", "titans-lmm", "--tokens", str(args.tokens),
+                        "--heads", "2", "--dim", "32", "--seed", "1", "--parameters", "--chunk", str(CHECK_CHUNK),
+                        "--out", out], check=True, stdout=subprocess.DEVNULL)
         tr, meta = read_safetensors(out)
         params = {k[len("param/"):]: v for k, v in tr.items() if k.startswith("param/")}
-        y, ends = layer_for(params, json.loads(meta["rule"])).run_chunkwise(tr["x"], CHECK_CHUNK, record_ends=True)
+        layer = layer_for(params, json.loads(meta["rule"]))
+        y, ends = layer.run_chunkwise(tr["x"], CHECK_CHUNK, record_ends=True)
         after = [min(i + CHECK_CHUNK, args.tokens) for i in range(0, args.tokens, CHECK_CHUNK)]  # trace rows
         errors = {"y": ((y - tr["y"]).abs().max() / tr["y"].abs().max()).item()}
         for i, key in enumerate(("W1", "W2")):
@@ -290,7 +293,8 @@ def chunkwise_flops_per_token(b, H, d):
     Da Pb. Not counted: the projections and gates, GELU, LN, the elementwise coefficients."""
     n, hidden = b, 4 * d
     keys = 3 * 2 * hidden * d * n
-    read = 2 * n * d * n + 4 * hidden * d * n + 2 * hidden * n * n + 2 * n * hidden * n + 4 * d * hidden * n + 2 * d * n * n
+    read = (2 * n * d * n + 4 * hidden * d * n + 2 * hidden * n * n + 2 * n * hidden * n + 4 * d * hidden * n
+            + 2 * d * n * n)
     end = 4 * 2 * d * hidden * n
     return H * (keys + read + end + 2 * n ** 3 + 2 * n * n) / n
 
@@ -311,9 +315,10 @@ def time_chunkwise(args):
             layer.run_chunkwise(x, b)
             times.append(time.perf_counter() - start)
     seconds = statistics.median(times)
-    print(json.dumps({"bench": "eager_mlp_chunkwise", "rule": "titans-mlp", "chunk": b, "tokens": T, "heads": H,
-                      "head_dim": d, "tokens_per_s": T / seconds,
-                      "gflops": chunkwise_flops_per_token(b, H, d) * T / seconds / 1e9, "median_of": args.reps}))
+    print(json.dumps({"bench": "eager_mlp_chunkwise", "rule": "titans-mlp", "chunk": b, "tokens": T,
+                      "heads": H, "head_dim": d, "tokens_per_s": T / seconds,
+                      "gflops": chunkwise_flops_per_token(b, H, d) * T / seconds / 1e9,
+                      "median_of": args.reps}))
 
 
 def main():
