@@ -128,12 +128,7 @@ class WindowedMemoryLayer(eager_memory.MemoryLayer):
 
     def step(self, x_t, state, record=None):
         M, S, conv, ring_k, ring_v, ring_w = state
-        qkv = torch.nn.functional.linear(x_t, self.w_qkv)
-        if conv is not None:
-            window = torch.cat([conv, qkv[None]])
-            conv = window[1:]
-            qkv = (window * self.conv_taps).sum(0)
-        q, k, v = qkv.view(3, self.heads, self.head_dim)
+        q, k, v, conv = eager_memory.project_token(x_t, conv, self.w_qkv, self.conv_taps, self.heads, self.head_dim)
         phi_q, phi_k = self.features(q), self.features(k)
         alpha, eta, beta = (self.gate(name, x_t)[:, None, None] for name in ("retain", "lr", "momentum"))
         keys, values = torch.cat([ring_k, phi_k[:, None]], 1), torch.cat([ring_v, v[:, None]], 1)  # [H,c,d]

@@ -287,6 +287,31 @@ def run_memory_chunkwise_muon(m0, phi_k, v, phi_q, retain, lr, momentum, gamma=N
     return y
 
 
+def project_token(x_t, conv, w_qkv, conv_taps, heads, head_dim):
+    """One token's fused [q|k|v] projection and the §2 depthwise causal conv (width 4: tokens t-3..t,
+    oldest first): x_t [D] and conv, the last 3 [q|k|v] rows (None: no conv) -> q, k, v [H,d] and the
+    conv's rows after this token."""
+    qkv = torch.nn.functional.linear(x_t, w_qkv)                       # [3*H*d]
+    if conv is not None:
+        window = torch.cat([conv, qkv[None]])                          # [4, 3*H*d]
+        conv = window[1:]
+        qkv = (window * conv_taps).sum(0)
+    q, k, v = qkv.view(3, heads, head_dim)                             # per-head split
+    return q, k, v, conv
+
+
+def project_tokens(x, w_qkv, conv_weight, heads, head_dim):
+    """project_token for all T tokens at once (MemoryLayerImpl::project): x [T,D] -> q, k, v [T,H,d],
+    the conv as F.conv1d with groups = channels and left padding 3 (tap 3 is token t, taps 0..2 the
+    3 before), as Mamba / Titans code does."""
+    T = x.size(0)
+    qkv = torch.nn.functional.linear(x, w_qkv)                         # [T, 3*H*d]
+    if conv_weight is not None:
+        qkv = torch.nn.functional.conv1d(qkv.t()[None], conv_weight[:, None], padding=3,
+                                         groups=qkv.size(1))[0, :, :T].t()
+    return qkv.view(T, 3, heads, head_dim).unbind(1)
+
+
 def inner_loss(M, phi_k, v, gamma=None, inner_scale=1.0):
     """The surprise L_t(M) = inner_scale * sum_i gamma_{t,i} 1/2 ||M phi_i - v_i||^2 over the window
     (§4, §8) for one memory per token, M [T,H,d_v,d_phi]; phi_k [T,H,d_phi], v [T,H,d_v] -> [T,H].
@@ -368,12 +393,7 @@ class MemoryLayer:
         """One token: x_t [D], state (M, S, conv) -> y_t [H,d_v], new state. With a dict `record`,
         appends this token's phi_k, phi_q, v and gates to its lists (for the check)."""
         M, S, conv = state
-        qkv = torch.nn.functional.linear(x_t, self.w_qkv)                 # [3*H*d]
-        if conv is not None:  # §2 depthwise causal conv, width 4: tokens t-3..t, oldest first
-            window = torch.cat([conv, qkv[None]])                          # [4, 3*H*d]
-            conv = window[1:]
-            qkv = (window * self.conv_taps).sum(0)
-        q, k, v = qkv.view(3, self.heads, self.head_dim)                   # per-head split
+        q, k, v, conv = project_token(x_t, conv, self.w_qkv, self.conv_taps, self.heads, self.head_dim)
         phi_q, phi_k = (z / z.norm(dim=-1, keepdim=True).clamp_min(1e-12) for z in (q, k))  # identity phi
         alpha, eta, beta = (self.gate(name, x_t)[:, None, None] for name in ("retain", "lr", "momentum"))
         M_before = M
@@ -387,12 +407,7 @@ class MemoryLayer:
     def project(self, x):
         """All T tokens at once (MemoryLayerImpl::project): x [T,D] -> dict of phi_k, phi_q, v [T,H,d]
         and the gates retain, lr, momentum [T,H]. Nothing here depends on the memory (§2, §1)."""
-        T = x.size(0)
-        qkv = torch.nn.functional.linear(x, self.w_qkv)                   # [T, 3*H*d]
-        if self.conv_weight is not None:  # §2 depthwise causal conv: tap 3 is token t, taps 0..2 the 3 before
-            qkv = torch.nn.functional.conv1d(qkv.t()[None], self.conv_weight[:, None], padding=3,
-                                             groups=qkv.size(1))[0, :, :T].t()
-        q, k, v = qkv.view(T, 3, self.heads, self.head_dim).unbind(1)
+        q, k, v = project_tokens(x, self.w_qkv, self.conv_weight, self.heads, self.head_dim)
         phi_q, phi_k = (z / z.norm(dim=-1, keepdim=True).clamp_min(1e-12) for z in (q, k))  # identity phi
         return dict(phi_k=phi_k, phi_q=phi_q, v=v,
                     **{name: self.gate(name, x) for name in ("retain", "lr", "momentum")})

@@ -56,7 +56,7 @@ class MlpMemoryLayer:
         self.max_lr, self.clip = max_lr, inner_clip
         self.ns = dict(steps=ns_steps, coefficients=ns_coefficients)
         self.w_qkv = torch.cat([params["w_q"], params["w_k"], params["w_v"]])  # [3*H*d, D]
-        conv = params.get("conv_weight")
+        conv = self.conv_weight = params.get("conv_weight")                 # [3*H*d, 4]
         self.conv_taps = None if conv is None else conv.t().contiguous()     # [4, 3*H*d]
         self.gates = {name: (params[f"gate_{name}_w"], params[f"gate_{name}_b"])
                       for name in ("retain", "lr", "momentum") if f"gate_{name}_w" in params}
@@ -76,7 +76,7 @@ class MlpMemoryLayer:
 
     def gate(self, name, x):
         if name not in self.gates:
-            return x.new_full((self.heads,), {"retain": 1.0, "momentum": 0.0}[name])
+            return x.new_full(x.shape[:-1] + (self.heads,), {"retain": 1.0, "momentum": 0.0}[name])
         value = torch.sigmoid(F.linear(x, *self.gates[name]))
         return self.max_lr * value if name == "lr" else value
 
@@ -89,12 +89,7 @@ class MlpMemoryLayer:
 
     def step(self, x_t, state):
         W1, W2, S1, S2, conv, ring_k, ring_v, ring_g = state
-        qkv = F.linear(x_t, self.w_qkv)
-        if conv is not None:
-            window = torch.cat([conv, qkv[None]])
-            conv = window[1:]
-            qkv = (window * self.conv_taps).sum(0)
-        q, k, v = qkv.view(3, self.heads, self.head_dim)
+        q, k, v, conv = eager_memory.project_token(x_t, conv, self.w_qkv, self.conv_taps, self.heads, self.head_dim)
         phi_q, phi_k = self.features(q), self.features(k)
         alpha, eta, beta = (self.gate(name, x_t)[:, None, None] for name in ("retain", "lr", "momentum"))
         keys, values = torch.cat([ring_k, phi_k[:, None]], 1), torch.cat([ring_v, v[:, None]], 1)
@@ -118,21 +113,9 @@ class MlpMemoryLayer:
         return y, (W1, W2, S1, S2, conv, keys[:, 1:], values[:, 1:], gammas[:, 1:])
 
     def project(self, x):
-        """q, k, v features and the gates for all T tokens at once: [T,H,d] and [T,H]."""
-        T = x.size(0)
-        qkv = F.linear(x, self.w_qkv)
-        if self.conv_taps is not None:  # causal: token t mixes t-3..t
-            padded = torch.cat([qkv.new_zeros(3, qkv.size(1)), qkv])
-            qkv = sum(padded[i:i + T] * self.conv_taps[i] for i in range(4))
-        q, k, v = qkv.view(T, 3, self.heads, self.head_dim).unbind(1)
-        gates = []
-        for name in ("retain", "lr", "momentum"):
-            if name in self.gates:
-                value = torch.sigmoid(F.linear(x, *self.gates[name]))
-                gates.append(self.max_lr * value if name == "lr" else value)
-            else:
-                gates.append(x.new_full((T, self.heads), {"retain": 1.0, "momentum": 0.0}[name]))
-        return self.features(q), self.features(k), v, gates
+        """phi_q, phi_k, v [T,H,d] and the gates [T,H] for all T tokens at once."""
+        q, k, v = eager_memory.project_tokens(x, self.w_qkv, self.conv_weight, self.heads, self.head_dim)
+        return self.features(q), self.features(k), v, [self.gate(name, x) for name in ("retain", "lr", "momentum")]
 
     def run_chunkwise(self, x, chunk, record_ends=False):
         """The chunkwise form (SPEC §9) of gd with momentum at window c = 1, as eager PyTorch: every
