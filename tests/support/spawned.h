@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,6 +31,31 @@ struct Spawned {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  // Waits until `ready` holds while the child runs. False when the child ended first or `limit`
+  // passed; then the child is gone (killed if it still ran) and `why` says which, for the test's
+  // message, with the child's log.
+  bool wait_until(const std::function<bool()>& ready, std::chrono::seconds limit, std::string& why) const {
+    const auto until = std::chrono::steady_clock::now() + limit;
+    while (!ready()) {
+      int status = 0;
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        why = "the child ended first, " + describe(status);
+        return false;
+      }
+      if (std::chrono::steady_clock::now() > until) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        why = "still not ready after " + std::to_string(limit.count()) + " s (killed)";
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return true;
+  }
+  static std::string describe(int status) {
+    return WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status))
+                             : "signal " + std::to_string(WTERMSIG(status));
   }
 };
 
