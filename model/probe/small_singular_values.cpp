@@ -22,7 +22,7 @@ namespace {
 // group of 8 against 58 in a group of 16 (AVX2 VM; not half, since a QL row's square root and
 // division form a latency chain that fewer registers hide less well). Each loop over `lane` in the
 // reduction and the QL sweep is one or two AVX-512 instructions of doubles, or two or four AVX2
-// ones; the Gram matrices go by four lanes (gram_block).
+// ones; the Gram matrices go by four lanes (gram_block), or a matrix at a time (gram_into_lane).
 constexpr int kWideGroup = 16, kNarrowGroup = 8;
 constexpr int kMaxSweepsPerEigenvalue = 30;
 
@@ -196,12 +196,17 @@ void ql_eigenvalues(double* __restrict d, double* __restrict e, const double* __
   }
 }
 
-// The Gram matrices G = A Aᵀ of a group (A's m vectors of length n, lane-interleaved as
-// a[(i·n + k)·Lanes + lane]) in double: float products are exact there, so the eigenvalues λ = σ²
-// carry an error of about ε_double·‖A‖², and σ = √λ one of at most √ε_double·σ_max ≈ 1e-8·σ_max.
+// The Gram matrices G = A Aᵀ (A's m vectors of length n, its rows or its columns) in double: float
+// products are exact there, so the eigenvalues λ = σ² carry an error of about ε_double·‖A‖², and
+// σ = √λ one of at most √ε_double·σ_max ≈ 1e-8·σ_max. Two ways, by size (kInterleavedLimit).
 // Four lanes: one AVX2 register, two SSE2 ones. Wider GCC vectors are lowered through the stack.
 typedef double Quad __attribute__((vector_size(4 * sizeof(double))));
+constexpr int64_t kInterleavedLimit = 4096;  // doubles: 32 KB, an L1 data cache
 
+// The Gram matrices of a small group (Lanes · r · c ≤ kInterleavedLimit) all at once, each vector
+// lane-interleaved as a[(i·n + k)·Lanes + lane], one lane per matrix: no horizontal sums. Beyond
+// L1 (16 matrices 16×64 are 128 KB interleaved) every product read its operands from L2, and a
+// matrix at a time is faster (gram_into_lane, below).
 // Entries (i, j) … (i, j + Rows − 1) of G and their mirror images, vector i read once for Rows
 // products, with Rows · Lanes / 4 accumulators held in registers. Written as one loop over the
 // lanes, GCC 12 vectorised the loop over k instead when Lanes was 8 on AVX2, with a horizontal sum
@@ -243,6 +248,90 @@ void gram_of(const double* __restrict a, double* __restrict g, int m, int n) {
   }
 }
 
+// A larger group's, a matrix at a time: its vectors first copied to double rows zero-padded to a
+// multiple of four (`rows`, mp × np: 8 KB at 16×64), then each product a 4×2 tile of entries, four
+// k at once (eight accumulators, six loads and eight fused multiply-adds per step), into lane
+// `lane` of the group's interleaved G. 16 matrices 16×64: 72–101 → 65–74 µs a call, three
+// alternated rounds (AMD VM); at 16×16 it took 5% longer than the interleaved way, hence the limit.
+//
+// Entries G[i0..i0+3][j0..j0+1] of padded rows (np a multiple of 4), into `lane` of g where they
+// lie on or below the diagonal of the m×m matrix, and mirrored. Always inlined into each
+// instruction set's copy of gram_into_lane, for its registers and its FMA.
+[[gnu::always_inline]] inline void gram_tile(const double* __restrict rows, int np, int i0, int j0, int m,
+                                             double* __restrict g, int lanes, int lane) {
+  Quad sum[4][2] = {};
+  for (int k = 0; k < np; k += 4) {
+    Quad x[4], y[2];
+#pragma GCC unroll 2
+    for (int b = 0; b < 2; ++b) std::memcpy(&y[b], rows + (j0 + b) * np + k, sizeof(Quad));
+#pragma GCC unroll 4
+    for (int a = 0; a < 4; ++a) {
+      std::memcpy(&x[a], rows + (i0 + a) * np + k, sizeof(Quad));
+#pragma GCC unroll 2
+      for (int b = 0; b < 2; ++b) sum[a][b] += x[a] * y[b];
+    }
+  }
+  for (int a = 0; a < 4; ++a)
+    for (int b = 0; b < 2; ++b) {
+      const int i = i0 + a, j = j0 + b;
+      if (i >= m || j > i) continue;
+      const Quad& q = sum[a][b];
+      const double entry = (q[0] + q[1]) + (q[2] + q[3]);
+      g[(i * m + j) * lanes + lane] = entry;
+      g[(j * m + i) * lanes + lane] = entry;
+    }
+}
+
+[[gnu::always_inline]] inline void gram_into_lane_body(const float* __restrict matrix, int64_t r, int64_t c,
+                                                       double* __restrict rows, double* __restrict g,
+                                                       int lanes, int lane) {
+  const bool by_rows = r <= c;  // the Gram matrix of the shorter side: A Aᵀ or Aᵀ A, m×m
+  const int m = static_cast<int>(std::min(r, c)), n = static_cast<int>(std::max(r, c));
+  const int mp = (m + 3) / 4 * 4, np = (n + 3) / 4 * 4;
+  for (int p = 0; p < m; ++p) {
+    double* row = rows + p * np;
+    if (by_rows) {
+      for (int k = 0; k < n; ++k) row[k] = matrix[p * c + k];
+    } else {
+      for (int k = 0; k < n; ++k) row[k] = matrix[k * c + p];
+    }
+    std::fill(row + n, row + np, 0.0);
+  }
+  std::fill(rows + m * np, rows + mp * np, 0.0);
+  for (int i0 = 0; i0 < mp; i0 += 4)
+    for (int j0 = 0; j0 < i0 + 4; j0 += 2) gram_tile(rows, np, i0, j0, m, g, lanes, lane);
+}
+
+using GramIntoLane = void (*)(const float*, int64_t, int64_t, double*, double*, int, int);
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+[[gnu::target("avx512f")]] void gram_into_lane_avx512(const float* matrix, int64_t r, int64_t c, double* rows,
+                                                      double* g, int lanes, int lane) {
+  gram_into_lane_body(matrix, r, c, rows, g, lanes, lane);
+}
+[[gnu::target("avx2,fma")]] void gram_into_lane_avx2(const float* matrix, int64_t r, int64_t c, double* rows,
+                                                     double* g, int lanes, int lane) {
+  gram_into_lane_body(matrix, r, c, rows, g, lanes, lane);
+}
+#endif
+void gram_into_lane_portable(const float* matrix, int64_t r, int64_t c, double* rows, double* g, int lanes,
+                             int lane) {
+  gram_into_lane_body(matrix, r, c, rows, g, lanes, lane);
+}
+
+// The widest copy this CPU runs, chosen once (as small_gemm does: target_clones("avx2") would
+// leave out FMA).
+void gram_into_lane(const float* matrix, int64_t r, int64_t c, double* rows, double* g, int lanes, int lane) {
+  static const GramIntoLane kernel = [] {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (__builtin_cpu_supports("avx512f")) return &gram_into_lane_avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &gram_into_lane_avx2;
+#endif
+    return &gram_into_lane_portable;
+  }();
+  kernel(matrix, r, c, rows, g, lanes, lane);
+}
+
 // Whether every float of x is finite (no exponent field of all ones), as one OR over the whole
 // matrix: vectorised, where a loop that stops at the first Inf or NaN ran one element at a time
 // (~8 µs of a 93 µs call for 16 matrices 16×64, AMD VM).
@@ -258,31 +347,36 @@ bool all_finite(const float* x, int64_t count) {
 }
 
 // The singular values of `lanes` (at most Lanes) matrices of a contiguous float stack [N, r, c], from
-// matrix `first` on, into their rows of `out` ([N, min(r, c)]). `a` holds Lanes · r · c doubles, `gram`
-// Lanes · min(r, c)² and `zeros` r · c floats.
+// matrix `first` on, into their rows of `out` ([N, min(r, c)]). `a` holds Lanes · r · c doubles
+// (a small group's interleaved vectors) or one matrix's padded vectors (gram_into_lane), `gram`
+// Lanes · min(r, c)², and `zeros` r · c floats.
 template <int Lanes>
 void singular_values_of_group(const float* source, int64_t first, int64_t lanes, int64_t r, int64_t c, double* a,
                               double* gram, const float* zeros, float* out) {
   const int m = static_cast<int>(std::min(r, c)), n = static_cast<int>(std::max(r, c));
-  const bool by_rows = r <= c;  // the Gram matrix of the shorter side: A Aᵀ or Aᵀ A, m×m
   std::vector<double> d(static_cast<size_t>(m * Lanes)), e(d.size()), sigma(static_cast<size_t>(m));
   double negligible[Lanes];
   bool finite[Lanes];
   // A lane beyond the count, or whose matrix is not finite (its σ are NaN), reads zeros.
   const float* from[Lanes];
-  for (int64_t lane = 0; lane < Lanes; ++lane) {
-    const float* matrix = source + (first + std::min<int64_t>(lane, lanes - 1)) * r * c;
-    finite[lane] = lane < lanes && all_finite(matrix, r * c);
+  for (int lane = 0; lane < Lanes; ++lane) {
+    const float* matrix = lane < lanes ? source + (first + lane) * r * c : nullptr;
+    finite[lane] = matrix && all_finite(matrix, r * c);
     from[lane] = finite[lane] ? matrix : zeros;
   }
-  // Vector p is row p (by rows) or column p; each entry's lanes are one contiguous store.
-  for (int64_t p = 0; p < m; ++p)
-    for (int64_t k = 0; k < n; ++k) {
-      const int64_t at = by_rows ? p * c + k : k * c + p;
-      double* to = a + (p * n + k) * Lanes;
-      for (int lane = 0; lane < Lanes; ++lane) to[lane] = from[lane][at];
-    }
-  gram_of<Lanes>(a, gram, m, n);
+  if (Lanes * r * c <= kInterleavedLimit) {
+    const bool by_rows = r <= c;  // the Gram matrix of the shorter side: A Aᵀ or Aᵀ A, m×m
+    // Vector p is row p (by rows) or column p; each entry's lanes are one contiguous store.
+    for (int64_t p = 0; p < m; ++p)
+      for (int64_t k = 0; k < n; ++k) {
+        const int64_t at = by_rows ? p * c + k : k * c + p;
+        double* to = a + (p * n + k) * Lanes;
+        for (int lane = 0; lane < Lanes; ++lane) to[lane] = from[lane][at];
+      }
+    gram_of<Lanes>(a, gram, m, n);
+  } else {
+    for (int lane = 0; lane < Lanes; ++lane) gram_into_lane(from[lane], r, c, a, gram, Lanes, lane);
+  }
   for (int lane = 0; lane < Lanes; ++lane) {
     double trace = 0;
     for (int i = 0; i < m; ++i) trace += gram[static_cast<size_t>((i * m + i) * Lanes + lane)];
@@ -310,8 +404,10 @@ at::Tensor small_singular_values(const at::Tensor& matrices) {
   const int64_t m = std::min(r, c);
   at::Tensor out = at::empty({count, m}, matrices.options());
   if (count == 0 || m == 0) return out;
-  // Written in full for every group before they are read: no zeroing (128 KB at 16×64).
-  const std::unique_ptr<double[]> a(new double[static_cast<size_t>(r * c * kWideGroup)]);
+  // Written in full for every group before they are read: no zeroing.
+  const int64_t padded = (r + 3) / 4 * 4 * ((c + 3) / 4 * 4);
+  const std::unique_ptr<double[]> a(
+      new double[static_cast<size_t>(std::max(std::min(r * c * kWideGroup, kInterleavedLimit), padded))]);
   const std::unique_ptr<double[]> gram(new double[static_cast<size_t>(m * m * kWideGroup)]);
   const std::vector<float> zeros(static_cast<size_t>(r * c), 0.0f);
   for (int64_t first = 0; first < count;) {

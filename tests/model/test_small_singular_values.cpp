@@ -1,7 +1,9 @@
 // The probes' batched singular values (model/probe/small_singular_values.cpp, issue 20)
 // against LAPACK's in float64, on the shapes the probes meet and the edge cases.
-#include <catch2/catch.hpp>
 #include <torch/torch.h>
+
+#include <catch2/catch.hpp>
+#include <limits>
 
 #include "model/probe/small_singular_values.h"
 
@@ -24,8 +26,20 @@ double worst_error(const torch::Tensor& matrices) {
 TEST_CASE("small singular values equal LAPACK's: square, wide, tall, partial groups", "[probe]") {
   torch::manual_seed(5);
   // The groups (16 or 8 lanes, used): 16; 16+16+8; 8; 16+16 (9); 8 (3); 8 (5); 8 (1); 16+8 (1); 8 (2).
-  for (auto shape : std::vector<std::vector<int64_t>>{{16, 16, 16}, {40, 16, 16}, {8, 16, 16}, {25, 16, 16},
-                                                       {3, 8, 40}, {5, 40, 8}, {1, 1, 1}, {17, 64, 64}, {2, 2, 7}}) {
+  // The last four make their Gram matrices a matrix at a time (beyond 32 KB interleaved): wide as an
+  // MLP memory's W1, tall, and with both sides off a multiple of four.
+  for (auto shape : std::vector<std::vector<int64_t>>{{16, 16, 16},
+                                                      {40, 16, 16},
+                                                      {8, 16, 16},
+                                                      {25, 16, 16},
+                                                      {3, 8, 40},
+                                                      {5, 40, 8},
+                                                      {1, 1, 1},
+                                                      {2, 2, 7},
+                                                      {17, 64, 64},
+                                                      {16, 16, 64},
+                                                      {9, 64, 16},
+                                                      {12, 30, 50}}) {
     INFO("shape " << torch::IntArrayRef(shape));
     CHECK(worst_error(torch::randn(shape)) < 5e-7);  // measured ≤ 6e-8: the float output's own rounding
   }
@@ -35,6 +49,10 @@ TEST_CASE("small singular values equal LAPACK's: square, wide, tall, partial gro
   const auto spread = torch::logspace(0, -6, 16, 10, torch::kFloat64);
   const auto graded = torch::matmul(u * spread, v.transpose(-2, -1)).to(torch::kFloat32);
   CHECK(worst_error(graded) < 5e-7);
+  const auto wide =
+      std::get<0>(torch::linalg_qr(torch::randn({4, 64, 16}, torch::kFloat64))).transpose(-2, -1);
+  CHECK(worst_error(torch::matmul(u * spread, wide).to(torch::kFloat32).repeat({3, 1, 1})) <
+        5e-7);  // 12 × 16×64
   const auto low_rank = torch::matmul(torch::randn({6, 16, 3}), torch::randn({6, 3, 16}));
   CHECK(worst_error(low_rank) < 5e-7);
   // Clustered and repeated values, as NS outputs U have (σ near 1): orthogonal matrices, and
@@ -58,6 +76,13 @@ TEST_CASE("small singular values: zero and non-finite matrices, and sizes beyond
   CHECK(sigma[1].abs().max().item<float>() == 0);
   CHECK(torch::isnan(sigma[2]).all().item<bool>());  // NaN in, NaN out, nothing else disturbed
   CHECK(torch::allclose(sigma[0], torch::linalg_svdvals(m[0]), 1e-5, 1e-5));
+  auto wide = torch::randn({9, 16, 64});  // Gram matrices a matrix at a time
+  wide[3].zero_();
+  wide[7][2][60] = std::numeric_limits<float>::infinity();
+  const auto wide_sigma = small_singular_values(wide);
+  CHECK(wide_sigma[3].abs().max().item<float>() == 0);
+  CHECK(torch::isnan(wide_sigma[7]).all().item<bool>());
+  CHECK(torch::allclose(wide_sigma[8], torch::linalg_svdvals(wide[8]), 1e-5, 1e-5));
   CHECK(small_singular_values(torch::randn({0, 16, 16})).sizes() == torch::IntArrayRef({0, 16}));
   CHECK(small_singular_values(torch::randn({3, 0, 16})).sizes() == torch::IntArrayRef({3, 0}));
   const auto big = torch::randn({2, 80, 70});
