@@ -375,7 +375,14 @@ void singular_values_of_group(const float* source, int64_t first, int64_t lanes,
       }
     gram_of<Lanes>(a, gram, m, n);
   } else {
-    for (int lane = 0; lane < Lanes; ++lane) gram_into_lane(from[lane], r, c, a, gram, Lanes, lane);
+    // A padding or non-finite lane's Gram matrix is zero: written, not computed.
+    for (int lane = 0; lane < Lanes; ++lane) {
+      if (finite[lane]) {
+        gram_into_lane(from[lane], r, c, a, gram, Lanes, lane);
+      } else {
+        for (int i = 0; i < m * m; ++i) gram[i * Lanes + lane] = 0.0;
+      }
+    }
   }
   for (int lane = 0; lane < Lanes; ++lane) {
     double trace = 0;
