@@ -297,13 +297,15 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
     }
     std::vector<double> extra;
     double probes_took = 0;
+    // Read here: a new sequence loaded by the token stepped ahead replaces it meanwhile.
+    const InnerBackward* inner_backward = inner_backward_ ? &*inner_backward_ : nullptr;
     auto measure = [&] {
       const auto from = std::chrono::steady_clock::now();
       at::NoGradGuard no_grad_there;  // grad mode is per thread
       for (auto& record : stepped->out.records)
         if (record) finish_record(*record);
       extra = collect_probes(*frame, in, p);
-      if (inner_backward_) add_inner_backward(*frame, *inner_backward_, index);
+      if (inner_backward) add_inner_backward(*frame, *inner_backward, index);
       probes_took = std::chrono::duration<double>(std::chrono::steady_clock::now() - from).count();
     };
     // SideJob::Probes: the side thread measures them while this thread steps the next token, whose
@@ -355,11 +357,15 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
 bool Branch::can_step_ahead() {
   const EngineConfig& e = preset().engine;
   const bool next_is_inspect = e.mode == EngineMode::Inspect || (e.mode == EngineMode::TrainInspect && cursor_.remaining > 0);
-  // A new sequence loads its tokens on this thread, and a planted gate edits the model: neither
-  // is stepped ahead. On a GPU the step is asynchronous already.
-  if (!e.overlap || !next_is_inspect || cursor_.token_index == 0 || gate_fault_.pending ||
+  // A planted gate edits the model: not stepped ahead. On a GPU the step is asynchronous already.
+  if (!e.overlap || !next_is_inspect || gate_fault_.pending ||
       !trainer_->model()->embedding.device().is_cpu())
     return false;
+  // A new sequence loads its tokens: on the engine thread while the probes run aside (SideJob::
+  // Probes), unless it is a training batch's row, whose loading makes the inner backward that those
+  // probes read (engine.inspect_batch). One probed token in every sequence had run its probes on the
+  // engine thread alone: about 2-5% of the overlapped Titans-MLP stream's time (sequences of ~30).
+  if (cursor_.token_index == 0 && (side_job_ == SideJob::NextToken || e.inspect_batch > 0)) return false;
   if (!side_) side_ = std::make_unique<SideThread>();
   return true;
 }
@@ -376,8 +382,12 @@ void Branch::step_ahead_here() {
   SteppedToken& out = start_token_ahead();
   ahead_in_hand_ = true;
   try {
-    fill_token_ahead(out, step_token(trainer_->model(), inspect_, sequence_tokens_.narrow(0, cursor_.token_index, 1),
-                                     inspect_chunk(), due(preset().probe.every, out.step)));
+    const LanguageModel& model = trainer_->model();
+    const bool first = cursor_.token_index == 0;  // of the next sequence (can_step_ahead)
+    if (first) ensure_sequence_loaded(cursor_.sequence);
+    fill_token_ahead(out, step_token(model, first ? model->initial_state(1) : inspect_,
+                                     sequence_tokens_.narrow(0, cursor_.token_index, 1), inspect_chunk(),
+                                     due(preset().probe.every, out.step)));
   } catch (...) {
     ahead_error_ = std::current_exception();  // thrown when its step is taken, as it would have been then
   }

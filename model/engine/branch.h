@@ -140,10 +140,13 @@ class Branch {
   std::shared_ptr<Frame> train_frame();
   std::shared_ptr<Frame> inspect_frame();
   // After a probed inspect step: whether the next token may be stepped ahead (engine.overlap, CPU
-  // models): it is of the same probe sequence and nothing is planted. Makes the side thread.
+  // models): nothing is planted, and it is of the same probe sequence, or the next one's first
+  // token stepped on this thread (SideJob::Probes, step_ahead_here). Makes the side thread.
   bool can_step_ahead();
   SteppedToken& start_token_ahead();  // ahead_, with the step, sequence and token it is for
   // The next token stepped now, on this thread (SideJob::Probes; a failed step is kept for its own).
+  // A new sequence's first token loads that sequence and steps from the initial state, which
+  // inspect_frame() makes inspect_ when it takes the token.
   void step_ahead_here();
   // The next token started on the side thread when can_step_ahead() and a spare core is free
   // (SideJob::NextToken).

@@ -499,7 +499,8 @@ ForwardOutput MemoryLayerImpl::forward(const at::Tensor& x, MemoryState& state, 
   // step(x_t, state, b) (SPEC §9), is the same chunkwise model without them.
   if (!record && rule_.optimiser == Optimiser::Muon && x.size(1) > 0 && fused_step_applies(x.select(1, 0), state, chunk)) {
     std::vector<at::Tensor> ys;
-    for (int64_t t = 0; t < x.size(1); ++t) ys.push_back(fused_step(x.select(1, t), state, false, chunk).y);
+    for (int64_t t = 0; t < x.size(1); ++t)
+      ys.push_back(fused_step(x.select(1, t), state, StepDetail::OutputOnly, chunk).y);
     ForwardOutput result;
     result.y = at::stack(ys, 1);
     return result;

@@ -79,7 +79,8 @@ const at::Tensor& MemoryLayerImpl::fused_projection() const {
   return fused_projection_;
 }
 
-StepOutput MemoryLayerImpl::fused_step(const at::Tensor& x_t, MemoryState& state, bool record, int64_t chunk) const {
+StepOutput MemoryLayerImpl::fused_step(const at::Tensor& x_t, MemoryState& state, StepDetail detail,
+                                       int64_t chunk) const {
   const int64_t B = x_t.size(0), H = heads_, d = head_dim_, W = H * d;
   const at::Tensor projected = at::mm(x_t.contiguous(), fused_projection());  // [B, 3W + gates·H]
   const int64_t columns = projected.size(1);
@@ -143,8 +144,8 @@ StepOutput MemoryLayerImpl::fused_step(const at::Tensor& x_t, MemoryState& state
         betas[at] = momentum_at >= 0 ? sigmoid(logits[momentum_at + h] + momentum_b.data_ptr<float>()[h]) : 0.0f;
       }
     return rule_.structure == Structure::Mlp
-               ? fused_mlp_step(qkv, alphas, etas, betas, state, record, chunk)
-               : fused_window_step(qkv, alphas, etas, betas, state, record, chunk);
+               ? fused_mlp_step(qkv, alphas, etas, betas, state, detail, chunk)
+               : fused_window_step(qkv, alphas, etas, betas, state, detail, chunk);
   }
   const float scale = static_cast<float>(inner_loss_scale(rule_, head_dim_));  // γ = 1 at c = 1
   const bool momentum = rule_.optimiser == Optimiser::GdMomentum;
@@ -155,9 +156,10 @@ StepOutput MemoryLayerImpl::fused_step(const at::Tensor& x_t, MemoryState& state
   const at::Tensor s_old = state.momentum[0].contiguous();
   at::Tensor m_new = at::empty_like(m_old), s_new = momentum ? at::empty_like(s_old) : s_old;
   at::Tensor y = at::empty({B, H, d}, x_t.options());
+  const bool record = detail != StepDetail::OutputOnly, gradients = detail == StepDetail::Record;
   StepRecord rec;
   if (record) {
-    rec = allocate_fused_record(B, H, d, 1, x_t.options(), {{d, d}});
+    rec = allocate_fused_record(B, H, d, 1, x_t.options(), gradients ? WeightShapes{{d, d}} : WeightShapes{});
     // c = 1: γ is the position weight alone.
     std::fill_n(rec.gamma.data_ptr<float>(), B * H, position_weights_float_[0]);
   }
@@ -210,13 +212,13 @@ StepOutput MemoryLayerImpl::fused_step(const at::Tensor& x_t, MemoryState& state
         const float factor = std::min(clip / std::sqrt(std::max(psi_sq * phi_sq, 1e-30f)), 1.0f);
         for (auto& p : psi) p *= factor;
       }
-      float* gradient = record ? rec.gradient[0].data_ptr<float>() + at : nullptr;
+      float* gradient = gradients ? rec.gradient[0].data_ptr<float>() + at : nullptr;
       for (int64_t i = 0; i < d; ++i) {
         float read = 0, predicted = 0;
         const float p = psi[static_cast<size_t>(i)];
         for (int64_t j = 0; j < d; ++j) {
           const float g = p * phi_k[static_cast<size_t>(j)];
-          if (record) gradient[i * d + j] = g;
+          if (gradients) gradient[i * d + j] = g;
           float u;
           if (momentum) {
             u = beta * S[i * d + j] + eta * g;

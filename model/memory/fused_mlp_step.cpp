@@ -145,7 +145,7 @@ float window_loss(const float* y, const float* v, const float* weights, int64_t 
 
 StepOutput MemoryLayerImpl::fused_mlp_step(const at::Tensor& qkv, const std::vector<float>& alpha,
                                            const std::vector<float>& eta, const std::vector<float>& beta,
-                                           MemoryState& state, bool record, int64_t chunk) const {
+                                           MemoryState& state, StepDetail detail, int64_t chunk) const {
   const int64_t B = qkv.size(0), H = heads_, d = head_dim_, W = H * d, c = rule_.window;
   const int64_t hidden = state.memory[0].size(-1), weight_size = d * hidden;
   const bool muon = rule_.optimiser == Optimiser::Muon;
@@ -170,8 +170,11 @@ StepOutput MemoryLayerImpl::fused_mlp_step(const at::Tensor& qkv, const std::vec
   std::vector<at::Tensor> m_new{at::empty_like(m_old[0]), at::empty_like(m_old[1])};
   std::vector<at::Tensor> s_new{at::empty_like(s_old[0]), at::empty_like(s_old[1])};
 
+  const bool record = detail != StepDetail::OutputOnly, gradients = detail == StepDetail::Record;
   StepRecord rec;
-  if (record) rec = allocate_fused_record(B, H, d, c, options, {{d, hidden}, {hidden, d}});
+  if (record)
+    rec = allocate_fused_record(B, H, d, c, options,
+                                gradients ? WeightShapes{{d, hidden}, {hidden, d}} : WeightShapes{});
   const at::Tensor phi_queries = record ? rec.phi_q : at::empty({B, H, d}, options);
   // The window of every head and its weights w_j = s·γ_j, kept for the loss after the write, which
   // Muon knows only once Newton–Schulz has run over all heads.
@@ -233,8 +236,10 @@ StepOutput MemoryLayerImpl::fused_mlp_step(const at::Tensor& qkv, const std::vec
         rec.lr.data_ptr<float>()[bh] = eta[at];
         rec.momentum.data_ptr<float>()[bh] = beta[at];
         rec.loss_before.data_ptr<float>()[bh] = loss_before;
-        std::copy(g1.begin(), g1.end(), rec.gradient[0].data_ptr<float>() + bh * weight_size);
-        std::copy(g2.begin(), g2.end(), rec.gradient[1].data_ptr<float>() + bh * weight_size);
+        if (gradients) {
+          std::copy(g1.begin(), g1.end(), rec.gradient[0].data_ptr<float>() + bh * weight_size);
+          std::copy(g2.begin(), g2.end(), rec.gradient[1].data_ptr<float>() + bh * weight_size);
+        }
       }
       for (int w = 0; w < 2; ++w) {
         const int64_t offset = bh * weight_size;

@@ -17,11 +17,11 @@ namespace memscope::model {
 // The record of a probed fused step, [B,H,…] float32 for the per-head loops to fill: the fields
 // sequential_step.cpp records for these rules (δ and the token's own γ are 1 here: no Huber bias,
 // no γ gate), with one gradient per memory weight of `weights` shapes per head (a linear memory's
-// {d,d}; the MLP's {d,4d}, {4d,d}). ns_output is added by the Muon steps. One slab for them all
-// (model/util/tensor_slab.h).
+// {d,d}; the MLP's {d,4d}, {4d,d}; none for StepDetail::RecordLater). ns_output is added by the
+// Muon steps. One slab for them all (model/util/tensor_slab.h).
+using WeightShapes = std::vector<std::array<int64_t, 2>>;
 inline StepRecord allocate_fused_record(int64_t B, int64_t H, int64_t d, int64_t window,
-                                        const at::TensorOptions& options,
-                                        const std::vector<std::array<int64_t, 2>>& weights) {
+                                        const at::TensorOptions& options, const WeightShapes& weights) {
   int64_t weight_elements = 0;
   for (const auto& [rows, columns] : weights) weight_elements += rows * columns;
   TensorSlab slab(B * H * (3 * d + 7 + window + weight_elements), options.dtype(at::kFloat));

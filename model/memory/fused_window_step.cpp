@@ -26,7 +26,7 @@ namespace memscope::model {
 
 StepOutput MemoryLayerImpl::fused_window_step(const at::Tensor& qkv, const std::vector<float>& alpha,
                                               const std::vector<float>& eta, const std::vector<float>& beta,
-                                              MemoryState& state, bool record, int64_t chunk) const {
+                                              MemoryState& state, StepDetail detail, int64_t chunk) const {
   const int64_t B = qkv.size(0), H = heads_, d = head_dim_, W = H * d, c = rule_.window;
   const bool muon = rule_.optimiser == Optimiser::Muon;
   const float scale = static_cast<float>(inner_loss_scale(rule_, head_dim_));
@@ -49,10 +49,11 @@ StepOutput MemoryLayerImpl::fused_window_step(const at::Tensor& qkv, const std::
       phi_k(static_cast<size_t>(d));
   // A probed step's record; the window of every head is kept for the loss after the write, which
   // Muon knows only once Newton–Schulz has run over all heads.
+  const bool record = detail != StepDetail::OutputOnly, gradients = detail == StepDetail::Record;
   StepRecord rec;
   std::vector<float> windows_phi, windows_v;
   if (record) {
-    rec = allocate_fused_record(B, H, d, c, options, {{d, d}});
+    rec = allocate_fused_record(B, H, d, c, options, gradients ? WeightShapes{{d, d}} : WeightShapes{});
     windows_phi.resize(static_cast<size_t>(B * H * c * d));
     windows_v.resize(windows_phi.size());
   }
@@ -104,7 +105,7 @@ StepOutput MemoryLayerImpl::fused_window_step(const at::Tensor& qkv, const std::
         rec.lr.data_ptr<float>()[bh] = eta[at];
         rec.momentum.data_ptr<float>()[bh] = beta[at];
         rec.loss_before.data_ptr<float>()[bh] = loss_before;
-        std::copy(g.begin(), g.end(), rec.gradient[0].data_ptr<float>() + bh * d * d);
+        if (gradients) std::copy(g.begin(), g.end(), rec.gradient[0].data_ptr<float>() + bh * d * d);
       }
       float* S2 = s_new.data_ptr<float>() + bh * d * d;
       float* M2 = m_new.data_ptr<float>() + bh * d * d;

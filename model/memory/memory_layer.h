@@ -68,7 +68,7 @@ struct StepRecord {
   at::Tensor loss_after;                   // [B,H] L_t(M_t); with StepDetail::RecordLater, see below
   // StepDetail::RecordLater: what computes loss_after, which finish_record() runs and clears.
   std::function<at::Tensor()> loss_after_later;
-  std::vector<at::Tensor> gradient;        // g_t per memory weight (state.names order)
+  std::vector<at::Tensor> gradient;  // g_t per memory weight (state.names order); empty with RecordLater
   std::vector<at::Tensor> ns_output;       // NS_k(S_t) per weight (muon only, else empty)
   // With grad mode on, a view of S_t that only the NS call reads: the gradient at it is the part
   // of ∂L/∂S_t that flows through this token's NS (inner_backward.h). Muon only.
@@ -83,9 +83,12 @@ struct StepOutput {
 // What a sequential step computes beside its output and its new state. A step nobody probes
 // (forward_sequential without a trace, an unprobed inspect step) skips the inner losses before
 // and after the write, and the record's copies: issue 20's "records only for probed steps".
-// RecordLater is Record with the general step's loss after the write left for finish_record():
-// for an MLP memory that is one more read of the memory, 80 µs a layer of Titans-MLP's probed
-// step, which the engine's probes then compute on their own thread instead of the stepping one.
+// RecordLater is the engine's record, for its probes: Record with the general step's loss after the
+// write left for finish_record() (for an MLP memory that is one more read of the memory, 80 µs a
+// layer of Titans-MLP's probed step, which the engine's probes then compute on their own thread
+// instead of the stepping one), and without the per-weight gradients (`gradient` left empty): no
+// probe reads them, and the fused MLP step's copy of them was half its record's cost (64 KB a
+// Titans-MLP token; 13-16 -> 8 µs a record, AMD VM).
 enum class StepDetail { Record, RecordLater, OutputOnly };
 
 // Computes what a RecordLater step left for later (loss_after), once; nothing for a whole record.
@@ -199,18 +202,21 @@ class MemoryLayerImpl : public torch::nn::Module {
   std::vector<at::Tensor> initial_memory(int64_t batch, at::Tensor* latent) const;
 
   // fused_linear_step.cpp: the sequential step of the common linear rules in one pass per head
-  // (issue 20), with its record when `record` (a probed step). fused_step_applies() says when it
+  // (issue 20), with the record `detail` asks for (a probed step's). fused_step_applies() says when it
   // computes what step() does: at chunk 1, and for Atlas's rules (fused_window_step) at any chunk b,
   // with the gradient point frozen at the chunk start as step(x, state, b) has it (SPEC §9).
   bool fused_step_applies(const at::Tensor& x_t, const MemoryState& state, int64_t chunk) const;
-  StepOutput fused_step(const at::Tensor& x_t, MemoryState& state, bool record, int64_t chunk = 1) const;
+  StepOutput fused_step(const at::Tensor& x_t, MemoryState& state, StepDetail detail,
+                        int64_t chunk = 1) const;
   // fused_window_step.cpp: the rest of fused_step for Atlas's rules, from q|k|v [B,3W] after the
   // conv and the gates α, η, β per (sequence, head).
-  StepOutput fused_window_step(const at::Tensor& qkv, const std::vector<float>& alpha, const std::vector<float>& eta,
-                               const std::vector<float>& beta, MemoryState& state, bool record, int64_t chunk) const;
+  StepOutput fused_window_step(const at::Tensor& qkv, const std::vector<float>& alpha,
+                               const std::vector<float>& eta, const std::vector<float>& beta,
+                               MemoryState& state, StepDetail detail, int64_t chunk) const;
   // fused_mlp_step.cpp: the same for the MLP memory (gd with momentum or Muon, any window).
-  StepOutput fused_mlp_step(const at::Tensor& qkv, const std::vector<float>& alpha, const std::vector<float>& eta,
-                            const std::vector<float>& beta, MemoryState& state, bool record, int64_t chunk) const;
+  StepOutput fused_mlp_step(const at::Tensor& qkv, const std::vector<float>& alpha,
+                            const std::vector<float>& eta, const std::vector<float>& beta, MemoryState& state,
+                            StepDetail detail, int64_t chunk) const;
   // Whether fused_step hands this rule on (to fused_window_step or fused_mlp_step) after the gates.
   bool window_step_rule() const;
   // [W_q; W_k; W_v; the used gates' W], rebuilt when a parameter changes (by identity and version).

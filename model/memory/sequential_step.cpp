@@ -31,7 +31,7 @@ at::Tensor window_loss_after(const std::vector<at::Tensor>& after, const at::Ten
 
 StepOutput MemoryLayerImpl::step(const at::Tensor& x_t, MemoryState& state, int64_t chunk, StepDetail detail) const {
   const bool recording = detail != StepDetail::OutputOnly;
-  if (fused_step_applies(x_t, state, chunk)) return fused_step(x_t, state, recording, chunk);
+  if (fused_step_applies(x_t, state, chunk)) return fused_step(x_t, state, detail, chunk);
   TORCH_CHECK(x_t.dim() == 2, "memory step: expected x_t of shape [B,D], got ", x_t.sizes());
   TORCH_CHECK(chunk >= 1, "memory step: chunk size must be at least 1, got ", chunk);
   ProjectedTokens p = project(x_t.unsqueeze(1), state);
@@ -172,6 +172,7 @@ StepOutput MemoryLayerImpl::step(const at::Tensor& x_t, MemoryState& state, int6
     }
   }
   state.memory = after;
+  if (detail == StepDetail::RecordLater) rec.gradient.clear();  // not the engine's (memory_layer.h)
   if (recording) {
     const at::Tensor ln_w = linear ? at::Tensor() : ln_weight.to(window_phi.dtype());
     const at::Tensor ln_b = linear ? at::Tensor() : ln_bias.to(window_phi.dtype());

@@ -85,8 +85,9 @@ TEST_CASE("engine.overlap: the tokens stepped ahead give the engine thread's fra
   for (SideJob job : {SideJob::Probes, SideJob::NextToken}) {
     INFO((job == SideJob::Probes ? "probes aside" : "next token aside"));
     const Script overlapped = run_script(true, job);
-    // Every command drops the token in hand, and a sequence start is stepped on the engine thread.
-    // (A one-core machine has no spare core: nothing is stepped ahead, and the frames still agree.)
+    // Every command drops the token in hand; with the next token aside a sequence start is stepped
+    // on the engine thread. (A one-core machine has no spare core: nothing is stepped ahead, and
+    // the frames still agree.)
     if (SideThread::spare_cores() > 0) {
       CHECK(overlapped.stepped_ahead >= 12);
       CHECK(overlapped.taken_across_switch == 1);
@@ -107,6 +108,44 @@ TEST_CASE("engine.overlap: the tokens stepped ahead give the engine thread's fra
   for (const auto& f : alone.frames)
     for (float v : f.head_metrics) non_finite = non_finite || !std::isfinite(v);
   CHECK(non_finite);
+}
+
+TEST_CASE("engine.overlap: with the probes aside a new sequence's first token is stepped ahead too",
+          "[engine]") {
+  // A run of probed tokens across several sequences, no commands: with SideJob::Probes every token
+  // but the first is stepped ahead (a new sequence is loaded on the engine thread while the probes
+  // of the token before run aside); with SideJob::NextToken every token but each sequence's first.
+  auto run = [](bool overlap, SideJob job, int64_t* ahead) {
+    auto options =
+        test::small_engine({std::string("engine.overlap=") + (overlap ? "true" : "false"), "probe.every=1"});
+    Branch branch(0, load_preset(options.preset, options.sets));
+    branch.set_side_job(job);
+    std::vector<Frame> frames;
+    std::vector<Event> events;
+    for (int i = 0; i < 40; ++i) frames.push_back(*branch.advance(events));
+    *ahead = branch.tokens_stepped_ahead();
+    return frames;
+  };
+  int64_t none = 0, probes_aside = 0, next_aside = 0;
+  const std::vector<Frame> alone = run(false, SideJob::Probes, &none);
+  int64_t starts = 0;  // sequence starts after the first token
+  for (size_t i = 1; i < alone.size(); ++i) starts += alone[i].token_index == 0;
+  REQUIRE(starts >= 2);  // the script crosses sequences
+  for (SideJob job : {SideJob::Probes, SideJob::NextToken}) {
+    INFO((job == SideJob::Probes ? "probes aside" : "next token aside"));
+    int64_t& ahead = job == SideJob::Probes ? probes_aside : next_aside;
+    const std::vector<Frame> overlapped = run(true, job, &ahead);
+    REQUIRE(overlapped.size() == alone.size());
+    for (size_t i = 0; i < alone.size(); ++i) {
+      INFO("frame " << i << ", sequence " << alone[i].sequence << ", token " << alone[i].token_index);
+      CHECK(test::same_frame(overlapped[i], alone[i]));
+    }
+  }
+  CHECK(none == 0);
+  if (SideThread::spare_cores() > 0) {
+    CHECK(probes_aside == 39);
+    CHECK(next_aside == 39 - starts);
+  }
 }
 
 TEST_CASE("engine.overlap: MLP-memory and HOPE models step ahead to the same frames", "[engine]") {
