@@ -141,14 +141,15 @@ void Branch::start_over(std::unique_ptr<Trainer> trainer) {
 std::shared_ptr<const Frame> Branch::advance(std::vector<Event>& events) {
   const EngineConfig& e = preset().engine;
   const bool inspecting = e.mode == EngineMode::Inspect || (e.mode == EngineMode::TrainInspect && cursor_.remaining > 0);
-  std::shared_ptr<Frame> frame = inspecting ? inspect_frame() : train_frame();
+  std::shared_ptr<Frame> frame = inspecting ? inspect_frame(events) : train_frame();
   if (!inspecting && e.mode == EngineMode::TrainInspect && due(e.inspect_every, trainer_->step())) {
     // Re-step the probe sequence from its start with the weights just trained.
     ensure_sequence_loaded(0);
     cursor_ = {0, 0, e.inspect_tokens > 0 ? e.inspect_tokens : sequence_tokens_.size(0)};
   }
   ++step_;
-  for (Event& event : detectors_.observe(*frame)) events.push_back(std::move(event));
+  if (!inspecting)  // an inspect frame is observed where its probes are measured
+    for (Event& event : detectors_.observe(*frame)) events.push_back(std::move(event));
   ring_->push(frame);
   if (due(e.keyframe_every, step_)) take_keyframe();
   return frame;
@@ -213,7 +214,7 @@ void Branch::step_into(int64_t train_step, const std::function<void(const std::s
   start_over(std::move(trainer_));  // step 0 of this timeline: the weights from before train_step
 }
 
-std::shared_ptr<Frame> Branch::inspect_frame() {
+std::shared_ptr<Frame> Branch::inspect_frame(std::vector<Event>& events) {
   at::NoGradGuard no_grad;
   const int64_t step = step_ + 1;
   const ProbeConfig& p = preset().probe;
@@ -235,6 +236,7 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
   frame->target = host_targets_[index];
 
   const bool probe = due(p.every, step);
+  std::vector<Event> detected;  // by the detectors, from this frame
   if (!stepped) {
     // A planted NaN gate: the gate reads NaN (× NaN) for this one step, then its override is put
     // back, also when the step throws (a failed step pauses the engine; the gate must not stay NaN).
@@ -295,17 +297,24 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
       in.extra.push_back(logits.argmax());
       if (frame->target >= 0) in.extra.push_back(-at::log_softmax(logits.to(at::kDouble), 0)[frame->target]);
     }
-    std::vector<double> extra;
     double probes_took = 0;
     // Read here: a new sequence loaded by the token stepped ahead replaces it meanwhile.
     const InnerBackward* inner_backward = inner_backward_ ? &*inner_backward_ : nullptr;
+    // The probes, the token's score and the detectors, which read both: all three aside, off the
+    // engine thread (the detectors took 7-10 us of a Titans-MLP token there, AMD VM).
     auto measure = [&] {
       const auto from = std::chrono::steady_clock::now();
       at::NoGradGuard no_grad_there;  // grad mode is per thread
       for (auto& record : stepped->out.records)
         if (record) finish_record(*record);
-      extra = collect_probes(*frame, in, p);
+      const std::vector<double> extra = collect_probes(*frame, in, p);
       if (inner_backward) add_inner_backward(*frame, *inner_backward, index);
+      const TokenScore score =
+          on_host ? score_token(logits, frame->target)
+                  : TokenScore{static_cast<int64_t>(extra[0]), frame->target >= 0 ? extra[1] : 0.0};
+      frame->predicted = score.predicted;
+      if (frame->target >= 0) frame->loss = score.loss;
+      detected = detectors_.observe(*frame);
       probes_took = std::chrono::duration<double>(std::chrono::steady_clock::now() - from).count();
     };
     // SideJob::Probes: the side thread measures them while this thread steps the next token, whose
@@ -329,10 +338,6 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
     } else {
       measure();
     }
-    const TokenScore score = on_host ? score_token(logits, frame->target) : TokenScore{static_cast<int64_t>(extra[0]),
-                                                                                        frame->target >= 0 ? extra[1] : 0.0};
-    frame->predicted = score.predicted;
-    if (frame->target >= 0) frame->loss = score.loss;
   }
   if (!probe && frame->target >= 0 && preset().engine.inspect_batch > 0) {
     // A training batch's loss is what the step into it checks: every target token carries it.
@@ -343,6 +348,8 @@ std::shared_ptr<Frame> Branch::inspect_frame() {
   frame->seconds =
       stepped->seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() - next_step;
   frame->tokens_per_s = 1.0 / std::max(frame->seconds, 1e-9);
+  if (!probe) detected = detectors_.observe(*frame);
+  for (Event& event : detected) events.push_back(std::move(event));
   if (!next_token_aside) return frame;  // made here, freed here
   // Made on the side thread (records, weights and, added at the next step, its state): the next
   // token ahead frees it there, after its own step. Freed here instead, while that thread steps,

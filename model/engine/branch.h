@@ -138,7 +138,8 @@ class Branch {
   int64_t inspect_chunk() const;  // the chunk b the inspect stream steps with (1: the exact step)
 
   std::shared_ptr<Frame> train_frame();
-  std::shared_ptr<Frame> inspect_frame();
+  // Its detectors' events are added to `events` (a train frame's are added by advance()).
+  std::shared_ptr<Frame> inspect_frame(std::vector<Event>& events);
   // After a probed inspect step: whether the next token may be stepped ahead (engine.overlap, CPU
   // models): nothing is planted, and it is of the same probe sequence, or the next one's first
   // token stepped on this thread (SideJob::Probes, step_ahead_here). Makes the side thread.
