@@ -172,7 +172,8 @@ StepOutput MemoryLayerImpl::step(const at::Tensor& x_t, MemoryState& state, int6
     }
   }
   state.memory = after;
-  if (detail == StepDetail::RecordLater) rec.gradient.clear();  // not the engine's (memory_layer.h)
+  if (detail == StepDetail::RecordLater)
+    rec.gradient.clear();  // the engine's record has none (memory_layer.h)
   if (recording) {
     const at::Tensor ln_w = linear ? at::Tensor() : ln_weight.to(window_phi.dtype());
     const at::Tensor ln_b = linear ? at::Tensor() : ln_bias.to(window_phi.dtype());
