@@ -12,8 +12,9 @@
 //                        the write that a general step's record leaves to the probes)
 //   snapshots_us         what collect adds on a snapshot step (probe.matrices_every)
 //   detectors_us         Detectors::observe on the frame
-//   record_us         3. parts alone: what asking for the record adds to the step, the two steps
-//                        of each token taken one right after the other, in turns first
+//   record_us         3. parts alone: what asking for the engine's record (RecordLater) adds to
+//                        the step, the two steps of each token taken one right after the other,
+//                        in turns first
 //   extras_aten_us       the token's score as ATen calls (argmax; log_softmax in double), for the ratio
 //   spectra_us           the batched singular values (erank, NS spectra), as collect builds them
 //   spectra_lapack_us    the same stacks through at::linalg_svdvals (LAPACK), for the ratio
@@ -154,7 +155,7 @@ int main(int argc, char** argv) {
           model->step(token(i), unprobed, 1, StepDetail::OutputOnly);
           output_only = micros_since(start);
         } else {
-          out = model->step(token(i), probed, 1, StepDetail::Record);
+          out = model->step(token(i), probed, 1, StepDetail::RecordLater);  // as the engine
           recorded = micros_since(start);
         }
       }
