@@ -289,6 +289,7 @@ std::shared_ptr<Frame> Branch::inspect_frame(std::vector<Event>& events) {
     in.memory_before = &stepped->before;
     in.records = &stepped->out.records;
     in.matrices = due(p.matrices_every, step);
+    in.snapshot_buffers = &snapshot_buffers_;
     const at::Tensor logits = stepped->out.logits[0];
     // On a GPU the prediction and loss ride the probes' one host transfer; on the CPU one loop on
     // the host is cheaper than the four ATen calls (model/probe/token_score.h).
@@ -315,6 +316,10 @@ std::shared_ptr<Frame> Branch::inspect_frame(std::vector<Event>& events) {
       frame->predicted = score.predicted;
       if (frame->target >= 0) frame->loss = score.loss;
       detected = detectors_.observe(*frame);
+      // Part of the next snapshot frame's buffers, while the engine thread still steps (on one
+      // thread, a snapshot frame's faults are spread over the frames before it all the same).
+      if (!in.matrices && p.matrices_every > 0)
+        snapshot_buffers_.prepare(p.matrices_every - step % p.matrices_every);
       probes_took = std::chrono::duration<double>(std::chrono::steady_clock::now() - from).count();
     };
     // SideJob::Probes: the side thread measures them while this thread steps the next token, whose

@@ -23,6 +23,7 @@
 #include "model/probe/detectors.h"
 #include "model/probe/event.h"
 #include "model/probe/inner_backward.h"
+#include "model/probe/snapshot_buffers.h"
 #include "model/train/trainer.h"
 #include "model/util/side_thread.h"
 
@@ -168,6 +169,7 @@ class Branch {
   int64_t sequence_loaded_ = -1;
   std::optional<InnerBackward> inner_backward_;  // stepping into a training step: this row's backward norms
   Detectors detectors_;
+  SnapshotBuffers snapshot_buffers_;  // the next snapshot frame's, made by the probes' thread ahead
   std::vector<Keyframe> keyframes_;
   std::vector<LoggedCommand> log_;
   std::shared_ptr<FrameRing> ring_;

@@ -267,7 +267,14 @@ std::vector<double> collect_fused_probes(Frame& frame, const ProbeInputs& in) {
       }
   }
 
-  // Snapshots per weight, tensor, layer and head, as collect_probes orders them; at full size.
+  // Snapshots per weight, tensor, layer and head, as collect_probes orders them; at full size. Their
+  // buffers are the engine's, made ahead (snapshot_buffers.h), where it has some.
+  auto values_of = [&](const float* from, int64_t n) {
+    if (!in.snapshot_buffers) return std::vector<float>(from, from + n);
+    std::vector<float> out = in.snapshot_buffers->take(static_cast<size_t>(n));
+    std::copy(from, from + n, out.begin());
+    return out;
+  };
   if (in.matrices)
     for (int64_t w = 0; w < W; ++w) {
       const Weight& x = weights[static_cast<size_t>(w)];
@@ -284,13 +291,13 @@ std::vector<double> collect_fused_probes(Frame& frame, const ProbeInputs& in) {
             snap.cols = snap.full_cols = static_cast<int>(x.cols);
             const float* m = row0(x.memory[static_cast<size_t>(l)]) + h * x.area;
             if (std::string(tensor) == "S") {
-              const float* s = row0(x.momentum[static_cast<size_t>(l)]) + h * x.area;
-              snap.values.assign(s, s + x.area);
+              snap.values = values_of(row0(x.momentum[static_cast<size_t>(l)]) + h * x.area, x.area);
             } else if (std::string(tensor) == "M") {
-              snap.values.assign(m, m + x.area);
+              snap.values = values_of(m, x.area);
             } else {
               const float* was = row0(x.before[static_cast<size_t>(l)]) + h * x.area;
-              snap.values.resize(static_cast<size_t>(x.area));
+              snap.values = in.snapshot_buffers ? in.snapshot_buffers->take(static_cast<size_t>(x.area))
+                                                : std::vector<float>(static_cast<size_t>(x.area));
               for (int64_t i = 0; i < x.area; ++i) snap.values[static_cast<size_t>(i)] = m[i] - was[i];
             }
             frame.matrices.push_back(std::move(snap));
@@ -298,6 +305,7 @@ std::vector<double> collect_fused_probes(Frame& frame, const ProbeInputs& in) {
       }
     }
 
+  if (in.matrices && in.snapshot_buffers) in.snapshot_buffers->frame_done();
   const float nothing = 0;  // no HOPE or CMS parts: this clears the frame's fields for them
   unpack_hope_probes(frame, model, *in.state, in.records, &nothing);
   std::vector<double> extras;

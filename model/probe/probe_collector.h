@@ -10,6 +10,7 @@
 #include "model/nn/language_model.h"
 #include "model/probe/frame.h"
 #include "model/probe/probe_config.h"
+#include "model/probe/snapshot_buffers.h"
 
 namespace memscope::model {
 
@@ -27,6 +28,9 @@ struct ProbeInputs {
   // More 0-d tensors to bring back in the same transfer (e.g. the token's loss); their values are
   // returned by collect_probes in order.
   std::vector<at::Tensor> extra;
+  // Where the fused path's snapshot values come from: buffers made ahead (the engine's, which
+  // prepares them between snapshot frames); null: allocated as they are filled.
+  SnapshotBuffers* snapshot_buffers = nullptr;
 };
 
 // Fills frame.layers/heads/weights/head_metrics/weight_metrics/matrices and returns the extras.

@@ -1,15 +1,16 @@
 // The fused probes (model/probe/fused_probes.cpp, issue 20) against the general path of
 // collect_probes on the models the fused path takes: the same frame, metric for metric, with and
 // without step records, snapshots and ΔM, and with a head gone NaN.
-#include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include <catch2/catch.hpp>
 #include <cmath>
 
 #include "model/config/preset.h"
 #include "model/nn/language_model.h"
 #include "model/probe/fused_probes.h"
 #include "model/probe/probe_collector.h"
+#include "model/probe/snapshot_buffers.h"
 
 namespace {
 
@@ -115,6 +116,14 @@ TEST_CASE("fused probes equal the general path: Muon, gd with momentum, dgd, ret
       in.memory_before = &s.before;
       in.matrices = true;
       check_frames_equal(in);
+      // With the engine's snapshot buffers: the first frame's made as it goes, the second's ahead.
+      SnapshotBuffers buffers;
+      in.snapshot_buffers = &buffers;
+      check_frames_equal(in);
+      buffers.prepare(1);
+      CHECK(buffers.ready() > 0);
+      check_frames_equal(in);
+      CHECK(buffers.ready() == 0);
     }
     SECTION("a train frame: no records, no ΔM, no snapshots") { check_frames_equal(in); }
     SECTION("a head gone NaN in M, another in S") {
@@ -155,4 +164,37 @@ TEST_CASE("fused probes leave to the general path what they do not take", "[prob
   CHECK_FALSE(fused_probes_apply(in, small));
   small.full_matrices = true;
   CHECK(fused_probes_apply(in, small));
+}
+
+TEST_CASE("snapshot buffers: made ahead to what the last snapshot frame took, over the frames up to the next",
+          "[probe]") {
+  SnapshotBuffers buffers;
+  buffers.prepare(3);  // nothing taken yet: nothing to make
+  CHECK(buffers.ready() == 0);
+  // A snapshot frame takes six buffers of 4 and three of 9: all new, all zeros.
+  for (int i = 0; i < 6; ++i) CHECK(buffers.take(4) == std::vector<float>(4, 0.0f));
+  for (int i = 0; i < 3; ++i) CHECK(buffers.take(9).size() == 9);
+  buffers.frame_done();
+  // Nine missing over three frames: three a frame, then nothing more.
+  buffers.prepare(3);
+  CHECK(buffers.ready() == 3);
+  buffers.prepare(2);
+  CHECK(buffers.ready() == 6);
+  buffers.prepare(1);
+  CHECK(buffers.ready() == 9);
+  buffers.prepare(1);
+  CHECK(buffers.ready() == 9);
+  // Taken back by size, written over by the caller, and the next frame takes fresh zeros again.
+  std::vector<float> a = buffers.take(9);
+  CHECK(a == std::vector<float>(9, 0.0f));
+  CHECK(buffers.ready() == 8);
+  // A frame that takes a size not made (another model) gets a new buffer, and frame_done keeps only
+  // what that frame took: one 9 of the two left, none of the 4s.
+  CHECK(buffers.take(5).size() == 5);
+  buffers.frame_done();
+  CHECK(buffers.ready() == 1);
+  buffers.prepare(10);  // the missing 5: one at least, however many frames are left
+  CHECK(buffers.ready() == 2);
+  buffers.prepare(1);
+  CHECK(buffers.ready() == 2);
 }
