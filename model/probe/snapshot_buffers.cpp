@@ -29,11 +29,11 @@ void SnapshotBuffers::frame_done() {
   }
 }
 
-void SnapshotBuffers::prepare(long frames_left) {
+void SnapshotBuffers::prepare(int64_t frames_left) {
   std::size_t missing = 0;
   for (const auto& [floats, count] : wanted_) missing += count - std::min(count, ready_[floats].size());
   if (missing == 0) return;
-  const std::size_t frames = static_cast<std::size_t>(std::max(frames_left, 1L));
+  const std::size_t frames = static_cast<std::size_t>(std::max<int64_t>(frames_left, 1));
   std::size_t make = std::max<std::size_t>(1, (missing + frames - 1) / frames);  // this frame's share
   for (const auto& [floats, count] : wanted_) {
     auto& ready = ready_[floats];

@@ -10,6 +10,7 @@
 // in the side thread's slack between hand-overs.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <vector>
 
@@ -24,7 +25,7 @@ class SnapshotBuffers {
   void frame_done();
   // Makes part of what the next snapshot frame will take: the missing buffers divided over the
   // `frames_left` frames up to it (this one included), at least one.
-  void prepare(long frames_left);
+  void prepare(int64_t frames_left);
   // Buffers ready now, for tests.
   std::size_t ready() const;
 
