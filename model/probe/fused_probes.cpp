@@ -269,11 +269,9 @@ std::vector<double> collect_fused_probes(Frame& frame, const ProbeInputs& in) {
 
   // Snapshots per weight, tensor, layer and head, as collect_probes orders them; at full size. Their
   // buffers are the engine's, made ahead (snapshot_buffers.h), where it has some.
-  auto values_of = [&](const float* from, int64_t n) {
-    if (!in.snapshot_buffers) return std::vector<float>(from, from + n);
-    std::vector<float> out = in.snapshot_buffers->take(static_cast<size_t>(n));
-    std::copy(from, from + n, out.begin());
-    return out;
+  auto buffer = [&](int64_t n) {
+    return in.snapshot_buffers ? in.snapshot_buffers->take(static_cast<size_t>(n))
+                               : std::vector<float>(static_cast<size_t>(n));
   };
   if (in.matrices)
     for (int64_t w = 0; w < W; ++w) {
@@ -290,14 +288,14 @@ std::vector<double> collect_fused_probes(Frame& frame, const ProbeInputs& in) {
             snap.rows = snap.full_rows = static_cast<int>(x.rows);
             snap.cols = snap.full_cols = static_cast<int>(x.cols);
             const float* m = row0(x.memory[static_cast<size_t>(l)]) + h * x.area;
+            snap.values = buffer(x.area);
             if (std::string(tensor) == "S") {
-              snap.values = values_of(row0(x.momentum[static_cast<size_t>(l)]) + h * x.area, x.area);
+              const float* s = row0(x.momentum[static_cast<size_t>(l)]) + h * x.area;
+              std::copy(s, s + x.area, snap.values.begin());
             } else if (std::string(tensor) == "M") {
-              snap.values = values_of(m, x.area);
+              std::copy(m, m + x.area, snap.values.begin());
             } else {
               const float* was = row0(x.before[static_cast<size_t>(l)]) + h * x.area;
-              snap.values = in.snapshot_buffers ? in.snapshot_buffers->take(static_cast<size_t>(x.area))
-                                                : std::vector<float>(static_cast<size_t>(x.area));
               for (int64_t i = 0; i < x.area; ++i) snap.values[static_cast<size_t>(i)] = m[i] - was[i];
             }
             frame.matrices.push_back(std::move(snap));
