@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "model/memory/attentional_bias.h"
@@ -141,6 +142,39 @@ float window_loss(const float* y, const float* v, const float* weights, int64_t 
   return loss;
 }
 
+// L_t(M_t), the record's loss after the write (SPEC §8): every head's window, as the step gathered
+// it, through the weights after the write. A probed step's record computes it at once; the engine's
+// (StepDetail::RecordLater) leaves it to finish_record(), on the probes' thread: for Titans-MLP one
+// more row through each head's MLP, for Atlas-MLP c more. So it holds what it reads: the new
+// weights, which nothing writes again, and its own copy of the window.
+struct WindowLossAfter {
+  struct Sizes {
+    int64_t heads, d, hidden, window;
+  };
+  std::vector<at::Tensor> weights;  // W_1, W_2 after the write: [B,H,d,hidden], [B,H,hidden,d]
+  at::Tensor ln_weight, ln_bias;    // [H,d] float
+  Sizes sizes;
+  std::vector<float> keys, values, loss_weights;  // [B,H,c,d], [B,H,c,d], [B,H,c]: s·γ_j
+
+  // Into out [B,H].
+  void operator()(float* out) const {
+    const auto [heads, d, hidden, rows] = sizes;
+    const int64_t weight_size = d * hidden, count = static_cast<int64_t>(loss_weights.size()) / rows;
+    std::vector<float> h(static_cast<size_t>(rows * hidden)), a(h.size()), n(static_cast<size_t>(rows * d)),
+        y(n.size()), stdev(static_cast<size_t>(rows));
+    for (int64_t bh = 0; bh < count; ++bh) {
+      const int64_t head = bh % heads;
+      const Head mlp{d, hidden, ln_weight.data_ptr<float>() + head * d, ln_bias.data_ptr<float>() + head * d};
+      const float* z = keys.data() + bh * rows * d;
+      mlp_forward(mlp, z, rows, weights[0].data_ptr<float>() + bh * weight_size,
+                  weights[1].data_ptr<float>() + bh * weight_size, h.data(), a.data(), n.data(), stdev.data(),
+                  y.data());
+      out[bh] =
+          window_loss(y.data(), values.data() + bh * rows * d, loss_weights.data() + bh * rows, rows, d);
+    }
+  }
+};
+
 }  // namespace
 
 StepOutput MemoryLayerImpl::fused_mlp_step(const at::Tensor& qkv, const std::vector<float>& alpha,
@@ -266,34 +300,33 @@ StepOutput MemoryLayerImpl::fused_mlp_step(const at::Tensor& qkv, const std::vec
     }
   }
 
-  // The read y = M(φ_q), from the weights after the write or before it; a probed step's loss after
-  // the write runs its window through the new weights in the same pass when the read does too.
+  // The read y = M(φ_q), from the weights after the write or before it.
   at::Tensor y = at::empty({B, H, d}, options);
-  std::vector<float> inputs(rows * d);
+  const std::vector<at::Tensor>& read_from = read_after ? m_new : m_old;
   for (int64_t bh = 0; bh < B * H; ++bh) {
-    const Head mlp = head(bh % H);
-    const float* query = phi_queries.data_ptr<float>() + bh * d;
-    auto pass = [&](const std::vector<at::Tensor>& weights, const float* z, int64_t count) {
-      mlp_forward(mlp, z, count, weights[0].data_ptr<float>() + bh * weight_size,
-                  weights[1].data_ptr<float>() + bh * weight_size, h.data(), a.data(), n.data(), stdev.data(),
-                  y_rows.data());
-    };
-    const float* window_keys = windows_phi.data() + bh * c * d;
-    if (record) {  // rows 0..c−1: the window; row c: φ_q when the read is after the write
-      std::copy_n(window_keys, c * d, inputs.begin());
-      std::copy_n(query, d, inputs.begin() + c * d);
-      pass(m_new, inputs.data(), read_after ? c + 1 : c);
-      rec.loss_after.data_ptr<float>()[bh] =
-          window_loss(y_rows.data(), windows_v.data() + bh * c * d, windows_weight.data() + bh * c, c, d);
-      if (read_after) {
-        std::copy_n(y_rows.data() + c * d, d, y.data_ptr<float>() + bh * d);
-        continue;
-      }
-    }
-    pass(read_after ? m_new : m_old, query, 1);
+    mlp_forward(head(bh % H), phi_queries.data_ptr<float>() + bh * d, 1,
+                read_from[0].data_ptr<float>() + bh * weight_size,
+                read_from[1].data_ptr<float>() + bh * weight_size, h.data(), a.data(), n.data(), stdev.data(),
+                y_rows.data());
     std::copy_n(y_rows.data(), d, y.data_ptr<float>() + bh * d);
   }
   window.commit(state);
+  if (record) {
+    WindowLossAfter loss_after{m_new, ln_w, ln_b, {H, d, hidden, c}};
+    loss_after.keys = std::move(windows_phi);
+    loss_after.values = std::move(windows_v);
+    loss_after.loss_weights = std::move(windows_weight);
+    if (detail == StepDetail::RecordLater) {
+      // Filled in its slot of the record's slab, which the record holds meanwhile: until then the
+      // record has no loss_after, as the general step's has none.
+      rec.loss_after_later = [loss_after = std::move(loss_after), slot = std::exchange(rec.loss_after, {})] {
+        loss_after(slot.data_ptr<float>());
+        return slot;
+      };
+    } else {
+      loss_after(rec.loss_after.data_ptr<float>());
+    }
+  }
   return finish_fused_step(state, m_new, s_new, y, std::move(rec), chunk, gradient_point);
 }
 

@@ -83,12 +83,13 @@ struct StepOutput {
 // What a sequential step computes beside its output and its new state. A step nobody probes
 // (forward_sequential without a trace, an unprobed inspect step) skips the inner losses before
 // and after the write, and the record's copies: issue 20's "records only for probed steps".
-// RecordLater is the engine's record, for its probes: Record with the general step's loss after the
-// write left for finish_record() (for an MLP memory that is one more read of the memory, 80 µs a
-// layer of Titans-MLP's probed step, which the engine's probes then compute on their own thread
-// instead of the stepping one), and without the per-weight gradients (`gradient` left empty): no
-// probe reads them, and the fused MLP step's copy of them was half its record's cost (64 KB a
-// Titans-MLP token; 13-16 -> 8 µs a record, AMD VM).
+// RecordLater is the engine's record, for its probes: Record with the loss after the write left for
+// finish_record() by the general step and the fused MLP step (for an MLP memory that is one more
+// pass of the window through the memory: 80 µs a layer of Titans-MLP's general step, c rows a head
+// of the fused one; the engine's probes then compute it on their own thread instead of the
+// stepping one; the fused linear steps' is a few multiply-adds and stays), and without the per-weight
+// gradients (`gradient` left empty): no probe reads them, and the fused MLP step's copy of them was half its
+// record's cost (64 KB a Titans-MLP token; 13-16 -> 8 µs a record, AMD VM).
 enum class StepDetail { Record, RecordLater, OutputOnly };
 
 // Computes what a RecordLater step left for later (loss_after), once; nothing for a whole record.

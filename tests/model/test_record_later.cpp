@@ -35,16 +35,18 @@ TEST_CASE("a record finished later, on another thread, is the whole record but i
   struct Case {
     std::string preset;
     std::vector<std::string> sets;
-    // Takes the general step (the fused one switched off, or a rule it does not take), which
-    // defers; the fused steps record whole at once.
+    // The general step (the fused one switched off, or a rule it does not take) and the fused MLP
+    // step defer the loss after the write; the fused linear steps record whole at once.
     bool general;
+    bool defers;
   };
   const std::vector<Case> cases{
-      {"titans-lmm", {"memory.structure=mlp"}, true},  // Titans-MLP: gd with momentum
-      {"atlas", {"memory.window.c=4"}, true},          // Atlas-MLP: Muon, an Omega window
-      {"titans-lmm", {"memory.structure=linear", "memory.bias=huber"}, true},  // linear, general path
-      {"titans-lmm", {"memory.structure=linear", "memory.feature_map.kind=identity"}, false},  // fused
-      {"atlas", {"memory.window.c=4"}, false},  // the fused MLP step
+      {"titans-lmm", {"memory.structure=mlp"}, true, true},  // Titans-MLP: gd with momentum
+      {"atlas", {"memory.window.c=4"}, true, true},          // Atlas-MLP: Muon, an Omega window
+      {"titans-lmm", {"memory.structure=linear", "memory.bias=huber"}, true, true},  // linear, general path
+      {"titans-lmm", {"memory.structure=linear", "memory.feature_map.kind=identity"}, false, false},  // fused
+      {"titans-lmm", {"memory.structure=mlp"}, false, true},  // the fused MLP step: read after the write
+      {"atlas", {"memory.window.c=4", "memory.read=before-write"}, false, true},  // and before it, with Muon
   };
   for (const Case& c : cases) {
     std::string name = c.preset;
@@ -62,8 +64,8 @@ TEST_CASE("a record finished later, on another thread, is the whole record but i
       CHECK(torch::equal(a.y, b.y));
       CHECK(torch::equal(now.memory[0], later.memory[0]));
       CHECK(a.record.loss_before.defined());
-      CHECK(b.record.loss_after.defined() == !c.general);
-      CHECK(static_cast<bool>(b.record.loss_after_later) == c.general);
+      CHECK(b.record.loss_after.defined() == !c.defers);
+      CHECK(static_cast<bool>(b.record.loss_after_later) == c.defers);
       // Finished on another thread, where grad mode is on by default, after later steps ran.
       if (t % 2 == 1) {
         std::thread([&] { finish_record(b.record); }).join();
