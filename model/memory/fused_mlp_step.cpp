@@ -114,20 +114,35 @@ void mlp_accumulate_gradient(const Head& head, const float* psi, const float* z,
   }
 }
 
+// Σ (x − y)² (y = nullptr: Σ x²) in double, for the record's weight_squares.
+[[gnu::always_inline]] inline double sum_of_squares(const float* __restrict x, const float* __restrict y,
+                                                    int64_t size) {
+  double sum = 0;
+  for (int64_t i = 0; i < size; ++i) {
+    const double v = static_cast<double>(x[i]) - (y ? static_cast<double>(y[i]) : 0.0);
+    sum += v * v;
+  }
+  return sum;
+}
+
 // SPEC §5 for one weight of one head: gd with momentum S' = β S + η g, W' = α W − S'; Muon
-// S' = β S + g (W' once Newton–Schulz has run over every head).
+// S' = β S + g (W' once Newton–Schulz has run over every head). A probed step's `squares` get
+// Σ S'² and (gd) Σ (W' − W)², over the block just written, still in this core's L1.
 MEMSCOPE_SIMD_CLONES
 void update_weight(const float* __restrict w, const float* __restrict s, const float* __restrict g,
                    int64_t size, float alpha, float eta, float beta, bool muon, float* __restrict w_new,
-                   float* __restrict s_new) {
+                   float* __restrict s_new, double* squares) {
   if (muon) {
     for (int64_t i = 0; i < size; ++i) s_new[i] = beta * s[i] + g[i];
-    return;
+  } else {
+    for (int64_t i = 0; i < size; ++i) {
+      s_new[i] = beta * s[i] + eta * g[i];
+      w_new[i] = alpha * w[i] - s_new[i];
+    }
   }
-  for (int64_t i = 0; i < size; ++i) {
-    s_new[i] = beta * s[i] + eta * g[i];
-    w_new[i] = alpha * w[i] - s_new[i];
-  }
+  if (!squares) return;
+  squares[0] = sum_of_squares(s_new, nullptr, size);
+  if (!muon) squares[1] = sum_of_squares(w_new, w, size);
 }
 
 // Σ_j w_j·½‖y_j − v_j‖² over the rows with w_j ≠ 0 (a slot before the sequence start adds nothing).
@@ -206,9 +221,11 @@ StepOutput MemoryLayerImpl::fused_mlp_step(const at::Tensor& qkv, const std::vec
 
   const bool record = detail != StepDetail::OutputOnly, gradients = detail == StepDetail::Record;
   StepRecord rec;
-  if (record)
+  if (record) {
     rec = allocate_fused_record(B, H, d, c, options,
                                 gradients ? WeightShapes{{d, hidden}, {hidden, d}} : WeightShapes{});
+    rec.weight_squares.resize(static_cast<size_t>(B * H * 2 * 2));
+  }
   const at::Tensor phi_queries = record ? rec.phi_q : at::empty({B, H, d}, options);
   // The window of every head and its weights w_j = s·γ_j, kept for the loss after the write, which
   // Muon knows only once Newton–Schulz has run over all heads.
@@ -279,7 +296,8 @@ StepOutput MemoryLayerImpl::fused_mlp_step(const at::Tensor& qkv, const std::vec
         const int64_t offset = bh * weight_size;
         update_weight(m_old[w].data_ptr<float>() + offset, s_old[w].data_ptr<float>() + offset,
                       (w == 0 ? g1 : g2).data(), weight_size, alpha[at], eta[at], beta[at], muon,
-                      m_new[w].data_ptr<float>() + offset, s_new[w].data_ptr<float>() + offset);
+                      m_new[w].data_ptr<float>() + offset, s_new[w].data_ptr<float>() + offset,
+                      record ? rec.weight_squares.data() + (bh * 2 + w) * 2 : nullptr);
       }
       window.advance(bh, keys, values, gammas.data());
     }
@@ -293,10 +311,14 @@ StepOutput MemoryLayerImpl::fused_mlp_step(const at::Tensor& qkv, const std::vec
       const float* O = orthogonal.data_ptr<float>();
       const float* M = m_old[w].data_ptr<float>();
       float* M2 = m_new[w].data_ptr<float>();
-      for (int64_t bh = 0; bh < B * H; ++bh)
+      for (int64_t bh = 0; bh < B * H; ++bh) {
         for (int64_t i = 0; i < weight_size; ++i)
           M2[bh * weight_size + i] = alpha[static_cast<size_t>(bh)] * M[bh * weight_size + i] -
                                      eta[static_cast<size_t>(bh)] * O[bh * weight_size + i];
+        if (record)
+          rec.weight_squares[static_cast<size_t>((bh * 2 + w) * 2 + 1)] =
+              sum_of_squares(M2 + bh * weight_size, M + bh * weight_size, weight_size);
+      }
     }
   }
 

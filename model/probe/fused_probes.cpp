@@ -168,6 +168,16 @@ std::vector<double> collect_fused_probes(Frame& frame, const ProbeInputs& in) {
     }
   }
 
+  // Σ S_t² and Σ (M_t − M_{t−1})² of weight w, layer l, head h (batch row 0) where the step summed
+  // them as it wrote them (StepRecord::weight_squares, the fused MLP step's): then this thread does
+  // not read S_t and M_{t−1}, whose lines the stepping core has just written. Reading them cost that
+  // core's next step more than reading them cost here (README "The probes' reads and the step").
+  auto record_squares = [&](int64_t l, int64_t h, int64_t w) -> const double* {
+    const StepRecord* r = all_records ? record_of(l) : nullptr;
+    if (!r || r->weight_squares.size() < static_cast<size_t>(H * W * 2)) return nullptr;
+    return r->weight_squares.data() + (h * W + w) * 2;
+  };
+
   // Head metrics (SPEC §8), in HeadMetric order.
   frame.head_metrics.assign(static_cast<size_t>(L * H * kHeadMetricCount), kNaN);
   std::vector<bool> head_bad(static_cast<size_t>(L * H), false);
@@ -236,7 +246,9 @@ std::vector<double> collect_fused_probes(Frame& frame, const ProbeInputs& in) {
           const size_t at = static_cast<size_t>(l * H + h);
           if (pass == 0) {
             m_bad[at] = !finite;
-            s_bad[at] = !all_finite(row0(x.momentum[static_cast<size_t>(l)]) + h * x.area, x.area);
+            const double* squares = record_squares(l, h, w);
+            s_bad[at] = squares ? !std::isfinite(squares[0])  // no square of a float overflows a double
+                                : !all_finite(row0(x.momentum[static_cast<size_t>(l)]) + h * x.area, x.area);
           } else {
             u_bad[at] = s_bad[at] || !finite;
           }
@@ -259,10 +271,15 @@ std::vector<double> collect_fused_probes(Frame& frame, const ProbeInputs& in) {
         const size_t at = static_cast<size_t>(l * H + h);
         float* out = frame.weight_metrics.data() + (static_cast<int64_t>(at) * W + w) * kWeightMetricCount;  // [L,H,W,K]
         const float* m = row0(x.memory[static_cast<size_t>(l)]) + h * x.area;
+        const double* squares = record_squares(l, h, w);
         out[static_cast<int>(WeightMetric::NormM)] = frobenius(m, nullptr, x.area);
-        out[static_cast<int>(WeightMetric::NormS)] = frobenius(row0(x.momentum[static_cast<size_t>(l)]) + h * x.area, nullptr, x.area);
+        out[static_cast<int>(WeightMetric::NormS)] =
+            squares ? static_cast<float>(std::sqrt(squares[0]))
+                    : frobenius(row0(x.momentum[static_cast<size_t>(l)]) + h * x.area, nullptr, x.area);
         if (have_before)
-          out[static_cast<int>(WeightMetric::NormDM)] = frobenius(m, row0(x.before[static_cast<size_t>(l)]) + h * x.area, x.area);
+          out[static_cast<int>(WeightMetric::NormDM)] =
+              squares ? static_cast<float>(std::sqrt(squares[1]))
+                      : frobenius(m, row0(x.before[static_cast<size_t>(l)]) + h * x.area, x.area);
         // Effective rank: exp of the entropy of σ/Σσ (matrix_metrics.cpp), 0 for a zero matrix.
         const float* s = spectra + static_cast<int64_t>(at) * rank;
         double total = 0, entropy = 0;

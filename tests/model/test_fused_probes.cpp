@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "model/config/preset.h"
+#include "model/memory/memory_layer.h"
 #include "model/nn/language_model.h"
 #include "model/probe/fused_probes.h"
 #include "model/probe/probe_collector.h"
@@ -132,11 +133,48 @@ TEST_CASE("fused probes equal the general path: Muon, gd with momentum, dgd, ret
       // And one in an MLP's second weight, W2 [4d,d]: a tall matrix's spectrum.
       if (s.state.blocks[0].memory.memory.size() > 1)
         s.state.blocks[0].memory.memory[1][0][2][5][1] = std::nan("");
+      // The records' sums of S² and ΔM² (the fused MLP step's) describe the state their step left,
+      // not this one edited since: without them the fused probes read S and M_{t−1} themselves.
+      for (auto& record : s.out.records)
+        if (record) record->weight_squares.clear();
       in.records = &s.out.records;
       in.memory_before = &s.before;
       in.matrices = true;
       check_frames_equal(in);
     }
+  }
+}
+
+TEST_CASE("the fused MLP step's record sums S_t² and (M_t − M_{t−1})² of every weight as the tensors do",
+          "[probe]") {
+  for (const std::string memory : {"titans-lmm", "atlas"}) {  // gd with momentum; Muon, an Omega window
+    INFO(memory);
+    torch::manual_seed(5);
+    MemoryLayer layer(load_preset(memory).memory, MemoryLayerOptions{32, 2, 0});
+    layer->set_fused_step(true);
+    torch::NoGradGuard no_grad;
+    const int64_t B = 2, H = 2, weights = 2;
+    const at::Tensor x = torch::randn({B, 5, 32});
+    MemoryState state = layer->initial_state(B);
+    for (int64_t t = 0; t < 5; ++t) {
+      const std::vector<at::Tensor> before = state.memory;
+      const StepOutput out =
+          layer->step(x.select(1, t), state, 1, t % 2 ? StepDetail::Record : StepDetail::RecordLater);
+      const std::vector<double>& squares = out.record.weight_squares;
+      REQUIRE(squares.size() == static_cast<size_t>(B * H * weights * 2));  // [B,H,weights,2]
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t w = 0; w < weights; ++w) {
+            const at::Tensor s = state.momentum[w][b][h].to(at::kDouble);
+            const at::Tensor change = state.memory[w][b][h].to(at::kDouble) - before[w][b][h].to(at::kDouble);
+            const double* sums = squares.data() + ((b * H + h) * weights + w) * 2;
+            CHECK(sums[0] == Approx((s * s).sum().item<double>()).epsilon(1e-12));
+            CHECK(sums[1] == Approx((change * change).sum().item<double>()).epsilon(1e-12));
+            CHECK(sums[1] > 0);
+          }
+    }
+    // Unprobed, the step sums nothing.
+    CHECK(layer->step(x.select(1, 0), state, 1, StepDetail::OutputOnly).record.weight_squares.empty());
   }
 }
 
