@@ -100,51 +100,50 @@ void tridiagonalise(double* __restrict g, double* __restrict d, double* __restri
   }
 }
 
-// One step of a QL sweep (row i) in every lane still rotating below its split point. Branch-free
-// so that it vectorises: a lane that does not rotate keeps its values through the blends. Inlined
-// into each of ql_eigenvalues' clones, so that it is built for the clone's vector width.
+// One row (i) of a root-free QL sweep in every lane still rotating below its split point: the
+// Pal–Walker–Kahan form (LAPACK's dsterf) on the squared off-diagonals e², with two divisions a row
+// and no square root. The square-root form it replaced (a sqrt and a division a row, the two on one
+// dependency chain) took about a third of this file's time, as both share the one divider.
+// Branch-free so that it vectorises: a lane that does not rotate keeps its values through the
+// blends. Inlined into each of ql_eigenvalues' clones, so that it is built for the clone's width.
 template <int Lanes>
-[[gnu::always_inline]] inline void rotate_row(double* __restrict di, double* __restrict di1, const double* __restrict ei,
-                                              double* __restrict ei1, int i, const int64_t* __restrict split,
-                                              LaneMask* __restrict live, LaneMask* __restrict stopped, double* __restrict s,
-                                              double* __restrict c, double* __restrict g, double* __restrict p) {
+[[gnu::always_inline]] inline void rotate_row(double* __restrict di, double* __restrict di1,
+                                              const double* __restrict e2i, double* __restrict e2i1, int i,
+                                              const int64_t* __restrict split,
+                                              const LaneMask* __restrict live, const double* __restrict shift,
+                                              double* __restrict s, double* __restrict c,
+                                              double* __restrict gamma, double* __restrict p) {
   for (int lane = 0; lane < Lanes; ++lane) {
     const LaneMask rotate = live[lane] & mask_of(i < split[lane]);
-    const double f = s[lane] * ei[lane], b = c[lane] * ei[lane];
-    const double r = std::sqrt(f * f + g[lane] * g[lane]);
-    // r = 0: the rotation would be 0/0; the lane deflates here instead (d[i+1] − p) and skips the
-    // sweep's last update, as the scalar algorithm breaks out of its sweep.
-    const LaneMask degenerate = rotate & mask_of(r == 0.0);
-    const LaneMask turn = rotate & ~degenerate;
-    const double inv = 1.0 / blend(turn, r, 1.0);
-    const double sn = f * inv, cs = g[lane] * inv;
-    const double gn = di1[lane] - p[lane];
-    const double rn = (di[lane] - gn) * sn + 2.0 * cs * b;
-    const double pn = sn * rn;
-    ei1[lane] = blend(turn, r, ei1[lane]);
-    di1[lane] = blend(turn, gn + pn, blend(degenerate, gn, di1[lane]));
-    s[lane] = blend(turn, sn, s[lane]);
-    c[lane] = blend(turn, cs, c[lane]);
-    p[lane] = blend(turn, pn, p[lane]);
-    g[lane] = blend(turn, cs * rn - b, g[lane]);
-    live[lane] &= ~degenerate;
-    stopped[lane] |= degenerate;
+    const LaneMask first = mask_of(i + 1 == split[lane]);  // the sweep's first row: no e² below it yet
+    // r = p + e_i² > 0 in a rotating lane: an e_i² of 0 would have split the matrix there.
+    const double bb = e2i[lane], r = p[lane] + bb;
+    const double inv = 1.0 / blend(rotate, r, 1.0);
+    e2i1[lane] = blend(rotate & ~first, s[lane] * r, e2i1[lane]);
+    const double cn = p[lane] * inv, sn = bb * inv;
+    const double gn = cn * (di[lane] - shift[lane]) - sn * gamma[lane];
+    const double pn = blend(mask_of(cn != 0.0), gn * gn / cn, c[lane] * bb);
+    di1[lane] = blend(rotate, gamma[lane] + (di[lane] - gn), di1[lane]);
+    c[lane] = blend(rotate, cn, c[lane]);
+    s[lane] = blend(rotate, sn, s[lane]);
+    gamma[lane] = blend(rotate, gn, gamma[lane]);
+    p[lane] = blend(rotate, pn, p[lane]);
   }
 }
 
-// The eigenvalues of Lanes symmetric tridiagonal matrices (d, e as tridiagonalise leaves them), in
+// The eigenvalues of Lanes symmetric tridiagonal matrices (d and the squared off-diagonals e2), in
 // place in d, by the implicit QL algorithm with Wilkinson's shift (Golub & Van Loan §8.3; values
-// only). The lanes run in step: each finds its own split point m_lane, and a sweep runs down from
-// the largest, each lane rotating only below its own. An off-diagonal counts as zero when it is
-// within rounding of its neighbours or of the whole matrix's scale (`negligible`, ε·trace for a
-// Gram matrix), so zero eigenvalues of a rank-deficient matrix end too.
+// only), root-free (rotate_row). The lanes run in step: each finds its own split point m_lane, and
+// a sweep runs down from the largest, each lane rotating only below its own. An off-diagonal counts
+// as zero when it is within rounding of its neighbours or of the whole matrix's scale (`negligible`,
+// ε·trace for a Gram matrix), so zero eigenvalues of a rank-deficient matrix end too.
 template <int Lanes>
-MEMSCOPE_SIMD_CLONES
-void ql_eigenvalues(double* __restrict d, double* __restrict e, const double* __restrict negligible, int m) {
+MEMSCOPE_SIMD_CLONES void ql_eigenvalues(double* __restrict d, double* __restrict e2,
+                                         const double* __restrict negligible, int m) {
   constexpr double eps = std::numeric_limits<double>::epsilon();
   int64_t split[Lanes];
-  LaneMask live[Lanes], stopped[Lanes];
-  double s[Lanes], c[Lanes], g[Lanes], p[Lanes];
+  LaneMask live[Lanes];
+  double shift[Lanes], s[Lanes], c[Lanes], gamma[Lanes], p[Lanes];
   for (int l = 0; l < m; ++l) {
     for (int sweep = 0; sweep < kMaxSweepsPerEigenvalue; ++sweep) {
       // Each lane's split point: the first negligible off-diagonal at or below l (m − 1: none).
@@ -156,12 +155,12 @@ void ql_eigenvalues(double* __restrict d, double* __restrict e, const double* __
       for (int j = l; j + 1 < m; ++j) {
         const double* dj = d + j * Lanes;
         const double* dj1 = d + (j + 1) * Lanes;
-        const double* ej = e + j * Lanes;
+        const double* ej = e2 + j * Lanes;
         LaneMask all = ~LaneMask{0};
         for (int lane = 0; lane < Lanes; ++lane) {
-          const double off = std::fabs(ej[lane]);
-          const LaneMask small = mask_of(off <= eps * (std::fabs(dj[lane]) + std::fabs(dj1[lane]))) |
-                                 mask_of(off <= negligible[lane]);
+          const double near = eps * (std::fabs(dj[lane]) + std::fabs(dj1[lane]));
+          const LaneMask small =
+              mask_of(ej[lane] <= near * near) | mask_of(ej[lane] <= negligible[lane] * negligible[lane]);
           const LaneMask first = small & ~found[lane];
           split[lane] = (j & first) | (split[lane] & ~first);
           found[lane] |= small;
@@ -173,25 +172,24 @@ void ql_eigenvalues(double* __restrict d, double* __restrict e, const double* __
       for (int lane = 0; lane < Lanes; ++lane) deepest = std::max(deepest, split[lane]);
       if (deepest == l) break;  // d[l] is an eigenvalue in every lane
       for (int lane = 0; lane < Lanes; ++lane) {
+        // Wilkinson's shift from the top 2×2 block, as dsterf forms it from e_l = √(e_l²).
         live[lane] = mask_of(split[lane] > l);
-        stopped[lane] = 0;
-        const double el = blend(live[lane], e[l * Lanes + lane], 1.0);
-        const double q = (d[(l + 1) * Lanes + lane] - d[l * Lanes + lane]) / (2.0 * el);
+        const double e = std::sqrt(blend(live[lane], e2[l * Lanes + lane], 1.0));
+        const double q = (d[(l + 1) * Lanes + lane] - d[l * Lanes + lane]) / (2.0 * e);
         const double r = std::sqrt(q * q + 1.0);
-        g[lane] = d[split[lane] * Lanes + lane] - d[l * Lanes + lane] + el / (q + std::copysign(r, q));
-        s[lane] = 1.0;
+        shift[lane] = d[l * Lanes + lane] - e / (q + std::copysign(r, q));
+        gamma[lane] = d[split[lane] * Lanes + lane] - shift[lane];  // a gather: scalar
+        p[lane] = gamma[lane] * gamma[lane];
+        s[lane] = 0.0;
         c[lane] = 1.0;
-        p[lane] = 0.0;
       }
       for (int64_t i = deepest - 1; i >= l; --i)
-        rotate_row<Lanes>(d + i * Lanes, d + (i + 1) * Lanes, e + i * Lanes, e + (i + 1) * Lanes, static_cast<int>(i), split,
-                   live, stopped, s, c, g, p);
+        rotate_row<Lanes>(d + i * Lanes, d + (i + 1) * Lanes, e2 + i * Lanes, e2 + (i + 1) * Lanes,
+                          static_cast<int>(i), split, live, shift, s, c, gamma, p);
       for (int lane = 0; lane < Lanes; ++lane) {
-        d[l * Lanes + lane] = blend(live[lane], d[l * Lanes + lane] - p[lane], d[l * Lanes + lane]);
-        e[l * Lanes + lane] = blend(live[lane], g[lane], e[l * Lanes + lane]);
+        e2[l * Lanes + lane] = blend(live[lane], s[lane] * p[lane], e2[l * Lanes + lane]);
+        d[l * Lanes + lane] = blend(live[lane], shift[lane] + gamma[lane], d[l * Lanes + lane]);
       }
-      for (int lane = 0; lane < Lanes; ++lane)  // a scatter: scalar
-        if (live[lane] | stopped[lane]) e[split[lane] * Lanes + lane] = 0.0;
     }
   }
 }
@@ -390,6 +388,7 @@ void singular_values_of_group(const float* source, int64_t first, int64_t lanes,
     negligible[lane] = std::numeric_limits<double>::epsilon() * trace;
   }
   tridiagonalise<Lanes>(gram, d.data(), e.data(), m);
+  for (size_t i = 0; i < e.size(); ++i) e[i] *= e[i];  // the root-free QL's e²
   ql_eigenvalues<Lanes>(d.data(), e.data(), negligible, m);
   for (int64_t lane = 0; lane < lanes; ++lane) {
     for (int i = 0; i < m; ++i) sigma[static_cast<size_t>(i)] = std::sqrt(std::max(d[static_cast<size_t>(i * Lanes + lane)], 0.0));
