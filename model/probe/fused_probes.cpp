@@ -171,7 +171,8 @@ std::vector<double> collect_fused_probes(Frame& frame, const ProbeInputs& in) {
   // Σ S_t² and Σ (M_t − M_{t−1})² of weight w, layer l, head h (batch row 0) where the step summed
   // them as it wrote them (StepRecord::weight_squares, the fused MLP step's): then this thread does
   // not read S_t and M_{t−1}, whose lines the stepping core has just written. Reading them cost that
-  // core's next step more than reading them cost here (README "The probes' reads and the step").
+  // core's next step more than reading them cost here (README "What the probes' thread does to the
+  // engine's step").
   auto record_squares = [&](int64_t l, int64_t h, int64_t w) -> const double* {
     const StepRecord* r = all_records ? record_of(l) : nullptr;
     if (!r || r->weight_squares.size() < static_cast<size_t>(H * W * 2)) return nullptr;
