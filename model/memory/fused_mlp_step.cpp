@@ -233,7 +233,7 @@ StepOutput MemoryLayerImpl::fused_mlp_step(const at::Tensor& qkv, const std::vec
       windows_weight(static_cast<size_t>(B * H * c));
   // One head's scratch: the window's pass, the backward, g.
   std::vector<float> g1(static_cast<size_t>(weight_size)), g2(g1.size());
-  const size_t rows = static_cast<size_t>(c + 1);  // the window, and φ_q in the read below
+  const size_t rows = static_cast<size_t>(std::max<int64_t>(c, 1));  // the window; the read takes one row
   std::vector<float> h(rows * hidden), a(h.size()), n(rows * d), y_rows(n.size()), stdev(rows), psi(d),
       delta_o(d), delta_h(hidden), gammas(c), phi_k(d);
   auto head = [&](int64_t h_index) {
