@@ -6,9 +6,10 @@
 #include <limits>
 
 #include "model/config/knobs.h"
-#include "model/engine/train_frame.h"
 #include "model/data/batch.h"
 #include "model/data/rng.h"
+#include "model/engine/train_frame.h"
+#include "model/nn/graphed_step.h"
 #include "model/probe/inner_backward.h"
 #include "model/probe/probe_collector.h"
 #include "model/probe/token_score.h"
@@ -82,7 +83,9 @@ void add_inner_backward(Frame& frame, const InnerBackward& b, size_t token) {
 // One inspect token through the model on the calling thread. `state` is a copy: the step replaces
 // the state's tensors and never edits them, so the caller's state (and a frame's view of it) is
 // left as it was while this runs beside the probes of the token before (engine.overlap).
-SteppedToken step_token(const LanguageModel& model, LmState state, const at::Tensor& token, int64_t chunk, bool probe) {
+// With `graphed`, a token whose shapes the graph fixes is replayed through it (engine.cuda_graph).
+SteppedToken step_token(const LanguageModel& model, LmState state, const at::Tensor& token, int64_t chunk,
+                        bool probe, GraphedStep* graphed = nullptr) {
   at::NoGradGuard no_grad;  // grad mode is per thread
   SteppedToken s;
   if (probe)
@@ -95,7 +98,9 @@ SteppedToken step_token(const LanguageModel& model, LmState state, const at::Ten
   // Records only for probed steps (issue 20): an unprobed step skips the inner losses. The loss
   // after the write of a general (MLP) step is left to the probes, which finish the record on
   // their own thread (SideJob::Probes) while this one steps the next token.
-  s.out = model->step(token, state, chunk, probe ? StepDetail::RecordLater : StepDetail::OutputOnly);
+  const StepDetail detail = probe ? StepDetail::RecordLater : StepDetail::OutputOnly;
+  s.graphed = graphed && GraphedStep::applies(*model, state, chunk);
+  s.out = s.graphed ? graphed->step(*model, token, state, detail) : model->step(token, state, chunk, detail);
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   s.state = std::move(state);
   return s;
@@ -125,6 +130,7 @@ Branch::Branch(int id, const std::filesystem::path& checkpoint, const std::vecto
 
 void Branch::start_over(std::unique_ptr<Trainer> trainer) {
   drop_stepped_ahead();
+  graphed_.reset();
   trainer_ = std::move(trainer);
   inspect_ = trainer_->model()->initial_state(1);
   cursor_ = {};
@@ -260,11 +266,14 @@ std::shared_ptr<Frame> Branch::inspect_frame(std::vector<Event>& events) {
       }
       gate_fault_.pending = false;
     }
-    stepped = step_token(model, inspect_, sequence_tokens_.narrow(0, cursor_.token_index, 1), inspect_chunk(), probe);
+    stepped = step_token(model, inspect_, sequence_tokens_.narrow(0, cursor_.token_index, 1), inspect_chunk(),
+                         probe,
+                         graphed_step());  // a planted gate is an override: applies() says no
   }
   // The state before this token: with SideJob::NextToken freed with the last token, on the side
   // thread (below); else here.
   LmState previous = std::exchange(inspect_, std::move(stepped->state));
+  graphed_tokens_ += stepped->graphed;
 
   ++cursor_.token_index;
   if (cursor_.remaining > 0) --cursor_.remaining;
@@ -457,8 +466,17 @@ void Branch::drop_stepped_ahead() {
 
 Branch::~Branch() { drop_stepped_ahead(); }
 
+GraphedStep* Branch::graphed_step() {
+  if (!preset().engine.cuda_graph || !GraphedStep::capture_available() ||
+      !trainer_->model()->embedding.device().is_cuda())
+    return nullptr;
+  if (!graphed_) graphed_ = std::make_unique<GraphedStep>(/*capture=*/true);
+  return graphed_.get();
+}
+
 std::shared_ptr<Frame> Branch::train_frame() {
   drop_stepped_ahead();  // the training step edits the weights a token ahead would read
+  graphed_.reset();      // and that a captured graph read (in place, but a graph is cheap to re-capture)
   const auto start = std::chrono::steady_clock::now();
   const TrainStepResult r = trainer_->train_step();
   auto frame = model::train_frame(*trainer_, r, step_ + 1, id_, preset().probe);
@@ -483,6 +501,7 @@ std::vector<int64_t> Branch::layer_heads(int layer, int head) const {
 
 void Branch::apply(const Command& c) {
   drop_stepped_ahead();
+  graphed_.reset();  // every command changes what a step computes or the state it starts from
   using K = Command::Kind;
   const LanguageModel& model = trainer_->model();
   auto each_layer = [&](int layer, const std::function<void(int64_t, MemoryState&)>& f) {
@@ -606,6 +625,7 @@ const Keyframe& Branch::keyframe_at_or_before(int64_t step) const {
 
 void Branch::restore(const Keyframe& k) {
   drop_stepped_ahead();
+  graphed_.reset();
   if (!restart_knob_changed(preset(), k.preset).empty()) trainer_ = std::make_unique<Trainer>(k.preset);
   else trainer_->apply_live(k.preset);
   trainer_->restore(k.trainer);

@@ -29,6 +29,8 @@
 
 namespace memscope::model {
 
+class GraphedStep;  // model/nn/graphed_step.h
+
 // A planted NaN gate (Command::NanGate) that the next inspect step reads, then forgets.
 struct GateFault {
   bool pending = false;
@@ -78,6 +80,7 @@ struct SteppedToken {
   LmStepOutput out;
   std::vector<std::vector<at::Tensor>> before;   // probed: per layer, the memory weights before it
   double seconds = 0;                            // the step's own time
+  bool graphed = false;                          // replayed through a CUDA graph (engine.cuda_graph)
 };
 
 class Branch {
@@ -121,6 +124,8 @@ class Branch {
   size_t keyframes() const { return keyframes_.size(); }
   // Inspect tokens stepped ahead and taken so far, on either thread (engine.overlap), for tests and benches.
   int64_t tokens_stepped_ahead() const { return stepped_ahead_; }
+  // Inspect tokens replayed through a CUDA graph (engine.cuda_graph), for tests and the status line.
+  int64_t tokens_graphed() const { return graphed_tokens_; }
 
  private:
   struct LoggedCommand {
@@ -182,7 +187,12 @@ class Branch {
   bool ahead_in_hand_ = false;
   std::shared_ptr<SteppedToken> spent_;  // the last token's, until the next token ahead drops it
   int64_t stepped_ahead_ = 0;
+  int64_t graphed_tokens_ = 0;
   std::unique_ptr<SideThread> side_;  // made on first use
+  // A CUDA model's inspect step as a CUDA graph (engine.cuda_graph); made on first use, dropped by
+  // anything that changes what a step computes (a command, a training step, a restore).
+  std::unique_ptr<GraphedStep> graphed_;
+  GraphedStep* graphed_step();  // null where graphs do not apply (the CPU, the knob off, no CUDA build)
 };
 
 }  // namespace memscope::model

@@ -22,6 +22,8 @@ struct EngineConfig {
   bool overlap = true;               // engine.overlap: measure this inspect token's probes on a second thread
                                      // while the next token steps; with forks the other way round (CPU
                                      // models; the frames are the same; branch.h's SideJob)
+  bool cuda_graph = true;            // engine.cuda_graph: replay a CUDA model's inspect step as a CUDA graph
+                                     // where its shapes are fixed (model/nn/graphed_step.h)
 };
 
 }  // namespace memscope::model

@@ -43,7 +43,13 @@ at::Tensor SlidingWindowAttentionImpl::forward(const at::Tensor& x, KvCache& cac
   if (fused_step_applies(x, cache, extra)) return fused_step(x, cache);
   const int64_t B = x.size(0), T = x.size(1), W = options_.window, S = options_.segment;
   const auto long_opts = x.options().dtype(at::kLong);
-  const at::Tensor pos = at::arange(cache.next, cache.next + T, long_opts);
+  // One token after a non-empty cache of consecutive positions: its position is the last key's
+  // plus one, computed on the device, so that a CUDA graph of the step (graphed_step.h) does not
+  // fix the position it was captured at. Otherwise from the host's count; both give cache.next.
+  const bool follows_cache =
+      T == 1 && S == 0 && !extra.defined() && cache.positions.defined() && cache.positions.size(0) > 0;
+  const at::Tensor pos = follows_cache ? cache.positions.narrow(0, cache.positions.size(0) - 1, 1) + 1
+                                       : at::arange(cache.next, cache.next + T, long_opts);
 
   const RopeAngles angles = rope_angles(pos, head_dim_, options_.rope_base, x.scalar_type());
   at::Tensor q = apply_rope(heads_of(at::matmul(x, w_q.t())), angles);

@@ -1,0 +1,70 @@
+// The debugger's one-token step on fixed buffers, replayed as a CUDA graph (issue 23).
+//
+// On a GPU one token of demo-mqar is a few hundred small kernels, each launched from the host, so
+// the step is bound by launches, not by the GPU (README "On a GPU machine"). A CUDA graph launches
+// them all at once. A graph replays fixed addresses, so the step runs on fixed buffers:
+//
+// - two sets of state buffers, S0 and S1. The graph of parity p reads the token buffer and S_p,
+//   and writes the state after the token into S_{1−p}; the next token takes the other parity. So
+//   the state before a token (the probes' M_{t−1}) stays valid until the token after it;
+// - the outputs (logits, records) live in the graph's own memory pool and are overwritten when
+//   the same graph replays, two tokens later. Whoever keeps a state or record longer clones it
+//   (keyframes do);
+// - a state that is not one of the two buffer sets (a new sequence, a rewind, a reset) is copied
+//   into S0 first.
+//
+// What the capture fixes, and so what must not change between replays: every tensor's shape (the
+// attention caches must be full: the first window−1 tokens of a sequence step eagerly), the live
+// rule and its knobs, the gate overrides, the parameters' addresses. reset() drops the graphs;
+// the engine calls it on any command, training step or rewind, and the next step captures again.
+//
+// Without CUDA (or with capture off) the same buffers are stepped eagerly: the CPU tests check
+// the buffer logic there, and the CUDA tests the graphs against the plain step.
+#pragma once
+#include <array>
+#include <memory>
+
+#include "model/nn/language_model.h"
+
+namespace memscope::model {
+
+class GraphedStep {
+ public:
+  // capture: record and replay CUDA graphs (needs a CUDA build and a CUDA model); false steps the
+  // fixed buffers eagerly.
+  explicit GraphedStep(bool capture);
+  ~GraphedStep();
+  GraphedStep(const GraphedStep&) = delete;
+  GraphedStep& operator=(const GraphedStep&) = delete;
+
+  // Whether this build can capture CUDA graphs.
+  static bool capture_available();
+
+  // Whether step() can take this token: chunk 1; no MAC, HOPE or CMS block (their steps branch on
+  // the stream position on the host); every attention cache full; no gate override in force (an
+  // override's values are copied from the host at every step); on CUDA when capturing.
+  static bool applies(const LanguageModelImpl& model, const LmState& state, int64_t chunk);
+
+  // model.step(token, state, 1, detail), on the buffers (see above). `state` becomes the state
+  // after the token, whose tensors are one buffer set.
+  LmStepOutput step(const LanguageModelImpl& model, const at::Tensor& token, LmState& state,
+                    StepDetail detail);
+
+  // Drops the graphs and buffers: the next step captures again.
+  void reset();
+
+  int64_t captures() const { return captures_; }  // graphs recorded since construction
+  int64_t replays() const { return replays_; }    // steps taken through a graph
+
+ private:
+  struct Graph;  // one captured step: its graph and what it returned
+  static constexpr int kDetails = 3;
+
+  bool capture_;
+  std::array<LmState, 2> buffers_;                                      // S0, S1 (empty until the first step)
+  at::Tensor token_;                                                    // [B] int64
+  std::array<std::array<std::unique_ptr<Graph>, kDetails>, 2> graphs_;  // [parity][detail]
+  int64_t captures_ = 0, replays_ = 0;
+};
+
+}  // namespace memscope::model
