@@ -272,6 +272,10 @@ std::vector<Knob> train_knobs() {
   k.push_back(bool_knob("train.module_norms", Live,
                         "measure each module's outer gradient norm and update-to-weight ratio every step",
                         KNOB_FIELD(p.train.module_norms)));
+  k.push_back(bool_knob(
+      "train.bf16_autocast", Live,
+      "run the training forward's matrix products in bfloat16 (autocast; for a GPU, where bf16 is fast)",
+      KNOB_FIELD(p.train.bf16_autocast)));
   k.push_back(int_knob("train.log_every", 1, kMany, Live, "steps between progress lines", KNOB_FIELD(p.train.log_every)));
   k.push_back(int_knob("train.eval_every", 0, kMany, Live, "steps between evaluations (0 = only at the end)",
                        KNOB_FIELD(p.train.eval_every)));
@@ -357,6 +361,10 @@ std::vector<Knob> probe_detect_engine_record_knobs() {
   k.push_back(bool_knob("engine.overlap", Live,
                         "measure this inspect token's probes on a second thread while the next token steps; with forks the other way round (CPU; same frames)",
                         KNOB_FIELD(p.engine.overlap)));
+  k.push_back(bool_knob("engine.cuda_graph", Live,
+                        "replay a CUDA model's inspect step as a CUDA graph once its shapes are fixed "
+                        "(re-captured after any change; CUDA only)",
+                        KNOB_FIELD(p.engine.cuda_graph)));
 
   // Recording (DESIGN "Sessions"): read when a recording starts, never by the model, so all live.
   k.push_back(enum_knob("record.matrix_dtype", std::array{MatrixDtype::F32, MatrixDtype::F16, MatrixDtype::BF16}, Live,

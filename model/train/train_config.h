@@ -24,6 +24,7 @@ struct TrainConfig {
   int64_t eval_batches = 4;    // train.eval_batches
   uint64_t seed = 0;           // train.seed: initialisation and data
   bool module_norms = true;    // train.module_norms: per-module gradient norms and update ratios
+  bool bf16_autocast = false;  // train.bf16_autocast: the forward's matrix products in bfloat16 (autocast)
 
   // The chunk size b in force at `step` (TNT's two stages).
   int64_t chunk_at(int64_t step) const {

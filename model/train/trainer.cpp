@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 
 #include "model/data/rng.h"
@@ -9,6 +10,7 @@
 #include "model/train/checkpoint.h"
 #include "model/train/lr_schedule.h"
 #include "model/train/task_loss.h"
+#include "model/util/autocast.h"
 #include "model/util/device.h"
 
 namespace memscope::model {
@@ -114,8 +116,17 @@ TrainStepResult Trainer::train_step() {
   for (int64_t t = 0; t < T; t += segment) {
     const int64_t length = std::min(segment, T - t);
     const at::Tensor targets_here = batch.targets.narrow(1, t, length);
-    const at::Tensor logits = model_->forward(batch.tokens.narrow(1, t, length), state, chunk);
-    const at::Tensor loss = summed_cross_entropy(logits, targets_here);
+    at::Tensor logits, loss;
+    {
+      // train.bf16_autocast: the forward's matrix products in bfloat16, which autocast keeps out of
+      // softmax, norms and the loss; the backward follows the forward's casts.
+      std::optional<Bf16Autocast> bf16;
+      if (c.bf16_autocast) bf16.emplace(device().type());
+      logits = model_->forward(batch.tokens.narrow(1, t, length), state, chunk);
+      loss = summed_cross_entropy(logits, targets_here);
+    }
+    if (logits.scalar_type() != at::kFloat && logits.scalar_type() != at::kDouble)
+      logits = logits.to(at::kFloat);
     at::Tensor objective = data_parallel_ ? loss * scale / targets : loss / targets;  // the mean over the whole sequence, one segment at a time
     // HOPE: the auxiliary retrieval loss, per token and sequence, so that M_k and M_v train.
     const at::Tensor aux = model_->take_aux_loss(state);

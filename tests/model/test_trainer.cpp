@@ -102,6 +102,32 @@ TEST_CASE("a short training run lowers the loss", "[train]") {
   CHECK(after < before - 0.1);
 }
 
+TEST_CASE("train.bf16_autocast: the same steps in bfloat16 stay close to float32, for every memory",
+          "[train]") {
+  // Autocast is per device type: on the CPU these are CPU bf16 products, the casts and dtype
+  // mixes a GPU run meets (the memory state in float32 beside bf16 projections, the chunkwise
+  // form's products, Muon's Newton-Schulz), checked here against the float32 run of the same steps.
+  for (const auto& [preset, extra] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"demo-mqar-titans", {}}, {"demo-mqar", {}}, {"demo-mqar-titans", {"memory.structure=mlp"}}}) {
+    CAPTURE(preset, extra);
+    std::vector<std::string> sets = extra;
+    sets.push_back("train.steps=3");
+    Trainer fp32(small_preset(preset, sets));
+    sets.push_back("train.bf16_autocast=true");
+    Trainer bf16(small_preset(preset, sets));
+    for (int i = 0; i < 3; ++i) {
+      const double want = fp32.train_step().loss, got = bf16.train_step().loss;
+      CAPTURE(i, want, got);
+      CHECK(std::isfinite(got));
+      CHECK(got != want);                                    // the products did run in bf16
+      CHECK(std::abs(got - want) <= 0.02 * std::abs(want));  // bf16 keeps 8 bits of mantissa
+    }
+    // The scope closes with the step: nothing after it runs in bf16.
+    const at::Tensor a = torch::randn({4, 4}), b = torch::randn({4, 4});
+    CHECK(at::matmul(a, b).scalar_type() == at::kFloat);
+  }
+}
+
 TEST_CASE("HOPE: demo-mqar-hope trains with finite losses, and the aux loss enters the gradient", "[train]") {
   Trainer a(small_preset("demo-mqar-hope", {"model.cms.periods=1,4"}));
   Trainer b(small_preset("demo-mqar-hope", {"model.cms.periods=1,4", "model.hope.aux_weight=0"}));

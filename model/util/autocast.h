@@ -1,0 +1,23 @@
+// bf16 autocast for a scope on one device type (train.bf16_autocast): the matrix products inside
+// run in bfloat16, everything autocast keeps in float32 (reductions, softmax, losses) stays there.
+// LibTorch 2.4 renamed the autocast switches (per device type); this is the one place that knows.
+#pragma once
+#include <c10/core/DeviceType.h>
+#include <c10/core/ScalarType.h>
+
+namespace memscope::model {
+
+class Bf16Autocast {
+ public:
+  explicit Bf16Autocast(c10::DeviceType device);  // CPU or CUDA
+  ~Bf16Autocast();
+  Bf16Autocast(const Bf16Autocast&) = delete;
+  Bf16Autocast& operator=(const Bf16Autocast&) = delete;
+
+ private:
+  c10::DeviceType device_;
+  bool was_enabled_;
+  c10::ScalarType was_dtype_;
+};
+
+}  // namespace memscope::model
