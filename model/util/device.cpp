@@ -1,7 +1,10 @@
 #include "model/util/device.h"
 
+#include <torch/version.h>
+
 #include <cstdlib>
 #include <optional>
+#include <string>
 
 #include "model/util/errors.h"
 
@@ -18,10 +21,20 @@ std::optional<c10::Device>& chosen_default() {
 // one run, as on the CPU (the backward's atomic adds otherwise sum in no fixed order). cuBLAS
 // needs its workspace fixed for that before its first call. Ops without a deterministic kernel
 // warn instead of failing.
+//
+// LibTorch 2.1 and later also fill every new tensor with NaN in that mode, a kernel per
+// allocation, in case an op reads memory it never wrote. That is off here: on the H200 memscope's
+// eager step was 2x slower than eager PyTorch's, which runs without the mode (README "On a GPU
+// machine"). Neither that the fill is the cause nor that the engine's CUDA determinism tests pass
+// without it has been measured yet; MEMSCOPE_CUDA_FILL_UNINITIALIZED=1 keeps it, to run both.
 void choose(const c10::Device& device) {
   if (device.is_cuda()) {
     setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
     at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+    const char* fill = std::getenv("MEMSCOPE_CUDA_FILL_UNINITIALIZED");
+    at::globalContext().setDeterministicFillUninitializedMemory(fill && std::string(fill) == "1");
+#endif
   }
   chosen_default() = device;
 }
