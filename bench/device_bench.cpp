@@ -7,8 +7,9 @@
 //   layer      the memory layer's sequential step, batch 1, token by token: Titans (linear,
 //              gd-momentum, conv) and Atlas (Muon), the two rules of bench/eager/; unprobed and probed
 //   chunkwise  the memory layer's chunkwise form (Titans' rule, chunk 64) over --tokens tokens
-//   model      demo-mqar, demo-mqar-titans (bench/eager/eager_lm.py's model) and a larger model
-//              (d_model 512, 8 layers) stepped token by token, batch 1
+//   model      demo-mqar, demo-mqar-titans (bench/eager/eager_lm.py's models) and a larger model
+//              (d_model 512, 8 layers) stepped token by token, batch 1, one stream of --tokens
+//              tokens (the larger model half as many); with and without the CUDA graph
 //   train      training steps of that larger model on T = 2048 (task copy), tokens/s and MFU
 //   train-demo training steps of demo-mqar-titans as its preset has them (batch 16, chunk 4):
 //              the pairing of bench/eager/eager_lm_train.py in bench/eager_compare.sh
@@ -24,11 +25,12 @@
 #include "model/config/preset.h"
 #include "model/memory/memory_layer.h"
 #include "model/memory/memory_rule.h"
+#include "model/nn/graphed_step.h"
 #include "model/train/trainer.h"
 #include "model/util/allocator.h"
-#include "model/util/small_block_cache.h"
 #include "model/util/compute_threads.h"
 #include "model/util/device.h"
+#include "model/util/small_block_cache.h"
 
 using namespace memscope::model;
 using memscope::bench::median;
@@ -113,28 +115,54 @@ void bench_chunkwise(int64_t tokens, int64_t reps) {
   std::cout << j.dump() << std::endl;
 }
 
+// One stream of `tokens` tokens (ids i mod V, as bench/eager/eager_lm.py steps them), batch 1,
+// token by token: unprobed and probed (a whole record), then the same through GraphedStep where it
+// applies (the engine's inspect path on CUDA, engine.cuda_graph). `steady` times the tokens after
+// the attention caches are full, the ones a graph takes; the first window − 1 step eagerly.
 void bench_model(const std::string& name, const Preset& preset, int64_t tokens, int64_t reps) {
   Trainer trainer(preset);
   const LanguageModel& model = trainer.model();
-  const at::Tensor sequence = trainer.training_batch(1).tokens.select(0, 0).to(device);
-  const int64_t T = sequence.size(0);
-  const int64_t rounds = std::max<int64_t>(1, tokens / T);
-  for (const StepDetail detail : {StepDetail::OutputOnly, StepDetail::Record}) {
-    std::vector<double> times;
-    for (int64_t r = 0; r < reps + 1; ++r) {
-      const double t = synced_seconds([&] {
-        for (int64_t round = 0; round < rounds; ++round) {
-          LmState state = model->initial_state(1);
-          for (int64_t i = 0; i < T; ++i) model->step(sequence.narrow(0, i, 1), state, 1, detail);
+  const LmConfig& config = model->config();
+  const at::Tensor sequence = at::remainder(at::arange(tokens, at::kLong), config.vocab).to(device);
+  const int64_t warm = std::min<int64_t>(tokens - 1, config.has_attention() ? config.window - 1 : 0);
+  for (const bool graph : {false, true}) {
+    if (graph && !(device.is_cuda() && GraphedStep::capture_available())) continue;
+    for (const StepDetail detail : {StepDetail::OutputOnly, StepDetail::Record}) {
+      GraphedStep graphed(/*capture=*/true);
+      std::vector<double> whole, steady;
+      for (int64_t r = 0; r < reps + 1; ++r) {
+        LmState state = model->initial_state(1);
+        auto step = [&](int64_t i) {
+          const at::Tensor token = sequence.narrow(0, i, 1);
+          if (graph && GraphedStep::applies(*model, state, 1))
+            graphed.step(*model, token, state, detail);
+          else
+            model->step(token, state, 1, detail);
+        };
+        const double head = synced_seconds([&] {
+          for (int64_t i = 0; i < warm; ++i) step(i);
+        });
+        const double rest = synced_seconds([&] {
+          for (int64_t i = warm; i < tokens; ++i) step(i);
+        });
+        if (r > 0) {  // the first is a warm-up (and the graphs' capture)
+          whole.push_back(head + rest);
+          steady.push_back(rest);
         }
-      });
-      if (r > 0) times.push_back(t);
+      }
+      const double tps = static_cast<double>(tokens) / median(whole);
+      auto j = line("model/" + name);
+      j.update({{"record", detail == StepDetail::Record},
+                {"graph", graph},
+                {"tokens", tokens},
+                {"tokens_per_s", tps},
+                {"us_per_token", 1e6 / tps},
+                {"steady_us_per_token", 1e6 * median(steady) / static_cast<double>(tokens - warm)},
+                {"captures", graphed.captures()},
+                {"d_model", config.d_model},
+                {"layers", config.layers}});
+      std::cout << j.dump() << std::endl;
     }
-    const double tps = static_cast<double>(rounds * T) / median(times);
-    auto j = line("model/" + name);
-    j.update({{"record", detail == StepDetail::Record}, {"tokens", rounds * T}, {"tokens_per_s", tps},
-              {"us_per_token", 1e6 / tps}});
-    std::cout << j.dump() << std::endl;
   }
 }
 
@@ -167,22 +195,33 @@ double training_flops_per_token(const Trainer& trainer, int64_t chunk) {
   return 6 * weights + 12.0 * m.layers * m.d_model * m.window + 3.0 * m.layers * memory;
 }
 
+// Training the larger model at T = 2048 in float32, then (on CUDA) with train.bf16_autocast.
 void bench_train(int64_t batch, int64_t steps) {
-  std::vector<std::string> sets = large_model_sets();
-  for (const char* s : {"task.kind=copy", "task.seq_len=2048", "task.values=64", "task.copy_tokens=64",
-                        "train.chunk=64", "train.module_norms=false"})
-    sets.push_back(s);
-  sets.push_back("train.batch=" + std::to_string(batch));
-  Trainer trainer(load_preset("demo-mqar-titans", sets));
-  double loss = 0;
-  const double seconds = median_step_seconds(trainer, steps, &loss);
-  const double tokens = static_cast<double>(batch) * 2048;
-  const double tps = tokens / seconds;
-  const double flops = training_flops_per_token(trainer, 64);
-  auto j = line("train/large");
-  j.update({{"batch", batch}, {"seq_len", 2048}, {"tokens_per_s", tps}, {"step_ms", 1e3 * seconds},
-            {"flops_per_token", flops}, {"tflops", tps * flops / 1e12}, {"loss", loss}, {"dtype", "float32"}});
-  std::cout << j.dump() << std::endl;
+  for (const bool bf16 : {false, true}) {
+    if (bf16 && !device.is_cuda()) continue;
+    std::vector<std::string> sets = large_model_sets();
+    for (const char* s : {"task.kind=copy", "task.seq_len=2048", "task.values=64", "task.copy_tokens=64",
+                          "train.chunk=64", "train.module_norms=false"})
+      sets.push_back(s);
+    sets.push_back("train.batch=" + std::to_string(batch));
+    sets.push_back(std::string("train.bf16_autocast=") + (bf16 ? "true" : "false"));
+    Trainer trainer(load_preset("demo-mqar-titans", sets));
+    double loss = 0;
+    const double seconds = median_step_seconds(trainer, steps, &loss);
+    const double tokens = static_cast<double>(batch) * 2048;
+    const double tps = tokens / seconds;
+    const double flops = training_flops_per_token(trainer, 64);
+    auto j = line("train/large");
+    j.update({{"batch", batch},
+              {"seq_len", 2048},
+              {"tokens_per_s", tps},
+              {"step_ms", 1e3 * seconds},
+              {"flops_per_token", flops},
+              {"tflops", tps * flops / 1e12},
+              {"loss", loss},
+              {"dtype", bf16 ? "bf16-autocast" : "float32"}});
+    std::cout << j.dump() << std::endl;
+  }
 }
 
 // demo-mqar-titans's own training step, module norms off (the eager step computes none).
@@ -218,7 +257,8 @@ int main(int argc, char** argv) {
     if (only.empty() || only == "model") {
       bench_model("demo-mqar", load_preset("demo-mqar"), tokens, reps);
       bench_model("demo-mqar-titans", load_preset("demo-mqar-titans"), tokens, reps);  // eager_lm.py's model
-      bench_model("large", load_preset("demo-mqar-titans", large_model_sets()), tokens / 4, reps);
+      bench_model("large", load_preset("demo-mqar-titans", large_model_sets()),
+                  std::max<int64_t>(tokens / 2, 128), reps);
     }
   }
   if (only.empty() || only == "train") bench_train(train_batch, train_steps);

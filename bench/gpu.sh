@@ -4,6 +4,11 @@
 #
 #   bench/gpu.sh [STAGE...]      stages: build test peak bench (default: all four, in that order)
 #
+# Narrower runs, for a short lease: GPU_TARGETS="memscope-cli bench_device_bench ..." builds only
+# those targets; GPU_CTEST="-R graphed" replaces the test stage's selection; GPU_COMPARE="model,train"
+# picks gpu_compare.py's comparisons (layer, model, train) and GPU_COMPARE_ARGS adds its flags
+# (e.g. "--model-tokens 256"). Each stage prints its wall time.
+#
 # Needs: python3 with torch (CUDA), nvcc, cmake, ninja; the header-only dependencies as Debian
 # packages in .devdeps/ (README "On a GPU machine" says how to fetch them). Logs and JSON lines go
 # to $OUT when set (the device tool's result folder), else to build-gpu/out/.
@@ -34,7 +39,8 @@ stage_build() {
     tail -40 "$OUT/configure.log"; return 1; }
   grep "memscope:" "$OUT/configure.log"
   # -k 0: one build shows every error, not only the first file's.
-  cmake --build build-gpu -j"$JOBS" -- -k 0 >"$OUT/build.log" 2>&1
+  # shellcheck disable=SC2086
+  cmake --build build-gpu -j"$JOBS" ${GPU_TARGETS:+--target $GPU_TARGETS} -- -k 0 >"$OUT/build.log" 2>&1
   local rc=$?
   grep -E "error|FAILED" "$OUT/build.log" | head -60
   echo "build exit $rc"
@@ -45,7 +51,8 @@ stage_test() {
   ./build-gpu/app/cli/memscope-cli info --device cuda
   # The model, engine, session and CLI tests with every model on the GPU (tests/support/test_device.h).
   # On the H200, -j12 runs them in about three minutes (the GPU is shared; the CPU is the limit).
-  MEMSCOPE_TEST_DEVICE=cuda ctest --test-dir build-gpu -L 'model|engine|session|cli' -j12 \
+  # shellcheck disable=SC2086
+  MEMSCOPE_TEST_DEVICE=cuda ctest --test-dir build-gpu ${GPU_CTEST:--L 'model|engine|session|cli'} -j12 \
     --timeout 300 --output-on-failure >"$OUT/ctest-cuda.log" 2>&1
   local rc=$?
   grep -E "tests passed|Failed|\*\*\*" "$OUT/ctest-cuda.log" | head -60
@@ -61,16 +68,19 @@ stage_peak() {
 stage_bench() {
   [ -f "$OUT/peak.jsonl" ] || stage_peak
   PYTHONUNBUFFERED=1 $PY bench/eager/gpu_compare.py --memscope build-gpu --peak "$OUT/peak.jsonl" \
+    --only "${GPU_COMPARE:-layer,model,train}" ${GPU_COMPARE_ARGS:-} \
     >"$OUT/bench.jsonl" 2>"$OUT/bench.err"
   local rc=$?
-  grep -E '"gpu_compare"|"gpu_mfu"|"model/|"train/' "$OUT/bench.jsonl"
+  grep -E '"gpu_compare"|"gpu_mfu"|"error"' "$OUT/bench.jsonl"
   tail -5 "$OUT/bench.err"
   return $rc
 }
 
 rc=0
 for s in "${stages[@]}"; do
-  echo "== $s"
+  echo "== $s ($(date +%T))"
+  from=$(date +%s)
   "stage_$s" || rc=1
+  echo "== $s took $(( $(date +%s) - from )) s"
 done
 exit $rc

@@ -221,7 +221,7 @@ def check(model, path, tol):
     return worst <= tol and mismatched == 0 and scored > 0
 
 
-def time_steps(model, tokens, reps, device):
+def time_steps(model, tokens, reps, device, case="model/demo-mqar-titans"):
     torch.set_num_threads(1)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     seconds = []
@@ -236,7 +236,7 @@ def time_steps(model, tokens, reps, device):
             if r:  # the first is a warm-up
                 seconds.append(time.perf_counter() - start)
     s = statistics.median(seconds)
-    print(json.dumps({"bench": "eager_lm", "case": "model/demo-mqar-titans", "tokens": tokens,
+    print(json.dumps({"bench": "eager_lm", "case": case, "tokens": tokens,
                       "tokens_per_s": round(tokens / s, 1), "us_per_token": round(1e6 * s / tokens, 2),
                       "median_of": reps, "device": str(device), "torch": torch.__version__}), flush=True)
 
@@ -268,6 +268,7 @@ def main():
     p.add_argument("--time", type=int, default=0, help="time this many tokens, token by token")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--device", default="cpu")
+    p.add_argument("--case", default="model/demo-mqar-titans", help="the name its JSON line gives")
     args = p.parse_args()
     model = load(args.ckpt)
     ok = True
@@ -275,7 +276,7 @@ def main():
         ok = check(model, args.check, args.tol)
     if args.time:
         device = torch.device(args.device)
-        time_steps(to_device(model, device) if device.type != "cpu" else model, args.time, args.reps, device)
+        time_steps(to_device(model, device) if device.type != "cpu" else model, args.time, args.reps, device, args.case)
     sys.exit(0 if ok else 1)
 
 

@@ -70,8 +70,9 @@ class EagerTrainLM:
         B, T, D = n.shape
         H = self.c["attention_heads"]
         d, W = D // H, self.c["window"]
-        inv = self.c["rope_base"] ** (-torch.arange(0, d // 2, dtype=torch.float64) * (2.0 / d))
-        angles = torch.arange(T, dtype=torch.float64)[:, None] * inv
+        on = dict(device=n.device)
+        inv = self.c["rope_base"] ** (-torch.arange(0, d // 2, dtype=torch.float64, **on) * (2.0 / d))
+        angles = torch.arange(T, dtype=torch.float64, **on)[:, None] * inv
         cos, sin = angles.cos().to(n.dtype), angles.sin().to(n.dtype)
         heads = lambda z: z.reshape(z.size(0), -1, H, d).transpose(1, 2)       # [B,H,*,d]
 
@@ -80,13 +81,13 @@ class EagerTrainLM:
             return torch.cat([z1 * cos - z2 * sin, z1 * sin + z2 * cos], -1)
 
         q, k, v = rope(heads(n @ p["w_q"].t())), rope(heads(n @ p["w_k"].t())), heads(n @ p["w_v"].t())
-        t = torch.arange(T)
+        t = torch.arange(T, **on)
         visible = (t[None, :] <= t[:, None]) & (t[None, :] > t[:, None] - W)
         if "persistent_tokens" in p:  # no position: every query sees them
             P = p["persistent_tokens"]
             k = torch.cat([heads((P @ p["w_k"].t())[None]).expand(B, -1, -1, -1), k], 2)
             v = torch.cat([heads((P @ p["w_v"].t())[None]).expand(B, -1, -1, -1), v], 2)
-            visible = torch.cat([torch.ones(T, P.size(0), dtype=torch.bool), visible], 1)
+            visible = torch.cat([torch.ones(T, P.size(0), dtype=torch.bool, **on), visible], 1)
         scores = (q @ k.transpose(-1, -2) / math.sqrt(d)).masked_fill(~visible, float("-inf"))
         out = (torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(B, T, D)
         return out @ p["w_o"].t()
@@ -128,7 +129,11 @@ def batch_from_csv(path):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--ckpt", required=True, help="memscope checkpoint: the weights before the step")
-    p.add_argument("--batch-csv", required=True, help="`memscope-cli export --csv` of `step --train-step S --record`")
+    p.add_argument("--batch-csv", help="`memscope-cli export --csv` of `step --train-step S --record`")
+    p.add_argument("--random-batch", help="B,T: a batch of uniform tokens instead (timing only: the same work)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--case", default="train/demo-mqar-titans")
+    p.add_argument("--bf16", action="store_true", help="the forward under torch.autocast(bfloat16)")
     p.add_argument("--chunk", type=int, default=4, help="train.chunk")
     p.add_argument("--check-loss", type=float)
     p.add_argument("--check-grad-norm", type=float)
@@ -140,7 +145,18 @@ def main():
     config = tomllib.loads(metadata["config"])
     model = EagerTrainLM({k[len("model/"):]: t for k, t in tensors.items() if k.startswith("model/")},
                          config.get("model", {}), config.get("memory", {}))
-    tokens, targets = batch_from_csv(args.batch_csv)
+    if args.random_batch:
+        b, t = (int(x) for x in args.random_batch.split(","))
+        g = torch.Generator().manual_seed(0)
+        tokens = torch.randint(0, model.params["embedding"].size(0), (b, t), generator=g)
+        targets = tokens.roll(-1, 1)
+    else:
+        tokens, targets = batch_from_csv(args.batch_csv)
+    device = torch.device(args.device)
+    if device.type != "cpu":
+        model.params = {k: t.detach().to(device).requires_grad_(True) for k, t in model.params.items()}
+        tokens, targets = tokens.to(device), targets.to(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     ok = True
     if args.check_loss is not None:
         loss = model.loss(tokens, targets, args.chunk)
@@ -160,16 +176,20 @@ def main():
         clip = _dig(train, "clip", 1.0)
         seconds = []
         for i in range(args.time + 2):
+            sync()
             start = time.perf_counter()
             optimiser.zero_grad()
-            model.loss(tokens, targets, args.chunk).backward()
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16):
+                loss = model.loss(tokens, targets, args.chunk)
+            loss.backward()
             torch.nn.utils.clip_grad_norm_(params, clip)
             optimiser.step()
+            sync()
             if i >= 2:
                 seconds.append(time.perf_counter() - start)
         s = statistics.median(seconds)
-        print(json.dumps({"bench": "eager_lm_train", "case": "train/demo-mqar-titans", "batch": tokens.size(0),
-                          "seq_len": tokens.size(1), "chunk": args.chunk, "step_ms": round(1e3 * s, 3),
+        print(json.dumps({"bench": "eager_lm_train", "case": args.case, "device": str(device), "batch": tokens.size(0),
+                          "seq_len": tokens.size(1), "chunk": args.chunk, "dtype": "bf16-autocast" if args.bf16 else "float32", "step_ms": round(1e3 * s, 3),
                           "tokens_per_s": round(tokens.numel() / s, 1), "median_of": len(seconds),
                           "torch": torch.__version__}), flush=True)
     sys.exit(0 if ok else 1)

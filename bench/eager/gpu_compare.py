@@ -20,10 +20,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def lines(cmd):
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    rows = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+    """The JSON lines `cmd` prints, echoed. A command that fails says so in one JSON line, with the
+    tail of its error, and gives what it printed before: one failed case loses only itself."""
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    rows = [json.loads(l) for l in run.stdout.splitlines() if l.startswith("{")]
     for r in rows:
         print(json.dumps(r), flush=True)
+    if run.returncode != 0:
+        print(json.dumps({"bench": "error", "cmd": " ".join(os.path.basename(c) for c in cmd[:2]) + " " + " ".join(cmd[2:]),
+                          "rc": run.returncode, "stderr": run.stderr[-1500:]}), flush=True)
     return rows
 
 
@@ -34,14 +39,21 @@ def main():
     p.add_argument("--layer-tokens", type=int, default=512)
     p.add_argument("--chunk-tokens", type=int, default=8192)
     p.add_argument("--peak", help="gpu_peak.py's JSON lines")
+    p.add_argument("--only", default="layer,model,train", help="which comparisons: layer, model, train")
+    p.add_argument("--model-tokens", type=int, default=512)
+    p.add_argument("--model-rounds", type=int, default=1)
+    p.add_argument("--train-batch", type=int, default=8)
+    p.add_argument("--device", default="cuda", help="cuda (the point), or cpu to try this script")
     args = p.parse_args()
+    only = args.only.split(",")
+    cli = os.path.join(args.memscope, "app", "cli", "memscope-cli")
     bench = os.path.join(args.memscope, "bench", "device_bench")
-    eager = [sys.executable, os.path.join(HERE, "time_eager.py"), "--device", "cuda"]
+    eager = [sys.executable, os.path.join(HERE, "time_eager.py"), "--device", args.device]
     ours, theirs = [], []
-    for _ in range(args.rounds):
-        ours += lines([bench, "--device", "cuda", "--only", "layer", "--tokens", str(args.layer_tokens), "--reps", "3"])
+    for _ in range(args.rounds if "layer" in only else 0):
+        ours += lines([bench, "--device", args.device, "--only", "layer", "--tokens", str(args.layer_tokens), "--reps", "3"])
         theirs += lines(eager + ["--bench", "eager_layer", "--tokens", str(args.layer_tokens), "--reps", "3"])
-        ours += lines([bench, "--device", "cuda", "--only", "chunkwise", "--tokens", str(args.chunk_tokens), "--reps", "5"])
+        ours += lines([bench, "--device", args.device, "--only", "chunkwise", "--tokens", str(args.chunk_tokens), "--reps", "5"])
         theirs += lines(eager + ["--bench", "eager_chunkwise", "--tokens", str(args.chunk_tokens), "--reps", "5"])
     peak = None
     if args.peak and os.path.exists(args.peak):
@@ -72,26 +84,86 @@ def main():
             row["share_of_fp32_peak"] = round(tps * flops / 1e12 / peak["fp32"], 5)
         print(json.dumps(row), flush=True)
 
-    # The whole model token by token: memscope's step against eager_lm.py's, demo-mqar-titans.
-    cli = os.path.join(args.memscope, "app", "cli", "memscope-cli")
-    ckpt = os.path.join(args.memscope, "eager_lm.safetensors")
-    subprocess.run([cli, "train", "--preset", "demo-mqar-titans", "--steps", "2", "--out", ckpt, "--force"],
-                   check=True, capture_output=True)
-    ours_model, eager_model = [], []
-    for _ in range(args.rounds):
-        ours_model += lines([bench, "--device", "cuda", "--only", "model", "--tokens", "512", "--reps", "3"])
-        eager_model += lines([sys.executable, os.path.join(HERE, "eager_lm.py"), "--ckpt", ckpt, "--time", "512",
-                              "--reps", "3", "--device", "cuda"])
-    m = [r for r in ours_model if r["case"] == "model/demo-mqar-titans" and not r["record"]]
-    if m and eager_model:
-        tps, etps = median_tps(m), median_tps(eager_model)
-        print(json.dumps({"bench": "gpu_compare", "case": "model/demo-mqar-titans unprobed", "memscope_tokens_per_s": round(tps, 1),
-                          "eager_tokens_per_s": round(etps, 1), "ratio": round(tps / etps, 3),
-                          "memscope_us_per_token": round(1e6 / tps, 2), "eager_us_per_token": round(1e6 / etps, 2),
-                          "rounds": len(m)}), flush=True)
-    for row in lines([bench, "--device", "cuda", "--only", "train", "--train-steps", "5"]):
+    if "model" in only:
+        compare_models(args, bench, cli)
+    if "train" in only:
+        compare_training(args, bench, cli, peak)
+
+
+# The larger model of issue 23 (bench/device_bench.cpp large_model_sets()).
+LARGE = ["model.d_model=512", "model.layers=8", "model.memory_heads=8", "model.attention_heads=8",
+         "model.window=64", "model.persistent=0"]
+
+
+def checkpoint(cli, folder, name, preset, sets, device):
+    """A checkpoint of `preset` after one training step on the GPU: the weights both sides run."""
+    path = os.path.join(folder, f"eager_{name}.safetensors")
+    cmd = [cli, "train", "--preset", preset, "--steps", "1", "--device", device, "--out", path, "--force"]
+    for s in sets:
+        cmd += ["--set", s]
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    if run.returncode != 0:
+        print(json.dumps({"bench": "error", "cmd": "memscope-cli train " + name, "rc": run.returncode,
+                          "stderr": run.stderr[-1500:]}), flush=True)
+    return path
+
+
+def pair_row(case, ours, theirs, extra=None):
+    tps, etps = median_tps(ours), median_tps(theirs)
+    row = {"bench": "gpu_compare", "case": case, "memscope_tokens_per_s": round(tps, 1),
+           "eager_tokens_per_s": round(etps, 1), "ratio": round(tps / etps, 3),
+           "memscope_us_per_token": round(1e6 / tps, 2), "eager_us_per_token": round(1e6 / etps, 2), "rounds": len(ours)}
+    row.update(extra or {})
+    print(json.dumps(row), flush=True)
+
+
+def median_tps(rows):
+    return statistics.median(r["tokens_per_s"] for r in rows)
+
+
+def compare_models(args, bench, cli):
+    """The whole model token by token, one stream as eager_lm.py steps it, batch 1: memscope's step
+    with and without the CUDA graph, unprobed and probed, against eager_lm.py's (unprobed)."""
+    models = [("demo-mqar", "demo-mqar", [], args.model_tokens), ("demo-mqar-titans", "demo-mqar-titans", [], args.model_tokens),
+              ("large", "demo-mqar-titans", LARGE, max(args.model_tokens // 2, 128))]
+    ckpts = {name: checkpoint(cli, args.memscope, name, preset, sets, args.device) for name, preset, sets, _ in models}
+    ours, theirs = [], []
+    for _ in range(args.model_rounds):
+        ours += lines([bench, "--device", args.device, "--only", "model", "--tokens", str(args.model_tokens), "--reps", "2"])
+        for name, _, _, tokens in models:
+            theirs += lines([sys.executable, os.path.join(HERE, "eager_lm.py"), "--ckpt", ckpts[name], "--time",
+                             str(tokens), "--reps", "2", "--device", args.device, "--case", "model/" + name])
+    for name, _, _, _ in models:
+        e = [r for r in theirs if r["case"] == "model/" + name]
+        for graph in (False, True):
+            for record in (False, True):
+                m = [r for r in ours if r["case"] == "model/" + name and r["graph"] == graph and r["record"] == record]
+                if m and e:
+                    pair_row(f"model/{name} {'probed' if record else 'unprobed'}{' graph' if graph else ''}", m, e,
+                             {"memscope_steady_us_per_token": round(statistics.median(r["steady_us_per_token"] for r in m), 2),
+                              "tokens": m[0]["tokens"]})
+
+
+def compare_training(args, bench, cli, peak):
+    """Training the larger model at T = 2048 (batch --train-batch, chunk 64, task copy): memscope's
+    Trainer against eager_lm_train.py (the same model, chunkwise memory, AdamW) on the same shapes."""
+    ours = lines([bench, "--device", args.device, "--only", "train", "--train-steps", "5", "--train-batch", str(args.train_batch)])
+    ckpt = checkpoint(cli, args.memscope, "large_train", "demo-mqar-titans",
+                      LARGE + ["train.chunk=64", "task.kind=copy", "task.seq_len=2048", "task.values=64", "task.copy_tokens=64"],
+                      args.device)
+    eager = [sys.executable, os.path.join(HERE, "eager_lm_train.py"), "--ckpt", ckpt, "--random-batch",
+             f"{args.train_batch},2048", "--chunk", "64", "--time", "5", "--device", args.device, "--case", "train/large"]
+    theirs = lines(eager) + lines(eager + ["--bf16"])
+    for dtype in ("float32", "bf16-autocast"):
+        m = [r for r in ours if r["dtype"] == dtype]
+        e = [r for r in theirs if r["dtype"] == dtype]
+        if m and e:
+            pair_row(f"train/large {dtype}", m, e, {"flops_per_token": m[0]["flops_per_token"],
+                                                     "memscope_tflops": round(m[0]["tflops"], 3)})
+    for row in ours:
         if peak:
-            print(json.dumps({"bench": "gpu_mfu", "case": row["case"], "tflops": round(row["tflops"], 2),
+            print(json.dumps({"bench": "gpu_mfu", "case": row["case"], "dtype": row["dtype"], "tflops": round(row["tflops"], 2),
+                              "bf16_peak_tflops": peak.get("bf16"),
                               "fp32_peak_tflops": peak.get("fp32"), "tf32_peak_tflops": peak.get("tf32"),
                               "mfu_of_fp32": round(row["tflops"] / peak["fp32"], 4)}), flush=True)
 
