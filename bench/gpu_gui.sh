@@ -1,0 +1,252 @@
+#!/bin/bash
+# Builds the desktop app (memscope) on the GPU machine and takes a screenshot of it under Xvfb,
+# rendered by the NVIDIA driver's GLX vendor library (GPU.md section 3; the device README's
+# "Headless rendering": only GLX windows under a carried Xvfb render on the GPU there).
+#
+#   bench/gpu_gui.sh             run from anywhere; works in the repository root
+#
+# Needs (carried to the machine, all ignored by git): .gl/ (the GL loaders, unpacked into / as the
+# device README says), .guideps/ (glfw, imgui, stb, GL headers, Xvfb, xkbcomp, xkb data, X11
+# client libraries, Mesa's swrast_dri.so with a stub libLLVM, glxinfo, DejaVu fonts) and .devdeps/.
+# Everything else is unpacked into /tmp/devroot, never into /, except two harmless files whose
+# paths are compiled into binaries (see install_fixed_paths). .guideps/fallback holds base
+# libraries (libexpat, libbz2, libaudit, ...) used only if the image lacks them.
+# bench/gpu_gui_fetch.sh fetches .gl/ and .guideps/ on an everyday machine.
+#
+# Build directory: build-gpu when bench/gpu.sh has already built it in this session (its
+# libmemscope_model.a is reused: only viz/ and app/gui/ compile), else build-gpu-gui with the tests
+# off. GUI_BUILD_DIR=DIR forces one. Results go to $OUT (the device tool's folder) when set, else to
+# build-gpu-gui/out: only gui.log, glxinfo.txt and gui_cuda.png, since the device tool brings back
+# at most 8 files in all; the full logs stay in /tmp/gui-logs.
+#
+# Status (2026-11-27, H200, Ubuntu 24.04, driver 580): everything up to the window ran (the carried
+# packages unpacked, the app built, Xvfb started with its swrast driver), but glxinfo and the app
+# found no GLX visual or fbconfig, with NVIDIA's vendor library and with Mesa's. README "On a GPU
+# machine" lists what to try next.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+OUT=${OUT:-build-gpu-gui/out}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+LOGS=/tmp/gui-logs
+mkdir -p "$LOGS"
+PY=${PYTHON:-python3}
+JOBS=${JOBS:-$(nproc)}
+# GUI_DEVROOT: only for trying this elsewhere; bench/gpu.sh and GPU.md use /tmp/devroot.
+DEVROOT=${GUI_DEVROOT:-/tmp/devroot}
+LIB=$DEVROOT/usr/lib/x86_64-linux-gnu
+SUMMARY=$OUT/gui.log
+: >"$SUMMARY"
+XVFB_PID=
+
+say() { echo "$*" | tee -a "$SUMMARY"; }
+# One line saying why, then the tail of the log that shows it, then a nonzero exit.
+fail() {
+  say "gpu_gui: FAILED: $1"
+  if [ -n "${2:-}" ] && [ -f "$2" ]; then
+    say "--- last 40 lines of $2"
+    tail -n 40 "$2" | tee -a "$SUMMARY"
+  fi
+  exit 1
+}
+cleanup() { [ -n "$XVFB_PID" ] && kill "$XVFB_PID" 2>/dev/null; }
+trap cleanup EXIT
+# Seconds since the start, for the timings in the summary.
+T0=$(date +%s)
+elapsed() { echo "$(( $(date +%s) - T0 )) s"; }
+
+# shellcheck disable=SC1091
+say "gpu_gui: $(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-unknown OS}"), $(ldd --version 2>/dev/null | head -1)"
+# The carried binaries are Debian 12's: they need glibc 2.35 or newer.
+
+# --- 1. The GL loaders (libglvnd's libGL/libGLX/libOpenGL/libEGL and the Vulkan loader), into /
+#        and ldconfig, exactly as the device README says; they also go into the devroot (step 2)
+#        so that the -dev packages' libGL.so-style links resolve there.
+ls .gl/*.deb >/dev/null 2>&1 || fail "no .gl/*.deb: carry .gl (the GL loaders)"
+ls .guideps/*.deb >/dev/null 2>&1 || fail "no .guideps/*.deb: carry .guideps (the GUI's dependencies)"
+for f in .gl/*.deb; do dpkg -x "$f" / || fail "dpkg -x $f / failed"; done
+ldconfig
+
+# --- 2. Everything else into /tmp/devroot. .devdeps too: bench/gpu.sh unpacks it only when
+#        /tmp/devroot/usr is missing, so a devroot made here first must hold it as well.
+for f in .devdeps/*.deb .gl/*.deb .guideps/*.deb; do
+  [ -f "$f" ] || continue
+  dpkg -x "$f" "$DEVROOT" || fail "dpkg -x $f $DEVROOT failed"
+done
+# Mesa's swrast_dri.so gives Xvfb its GLX extension (without a GL provider Xvfb has no GLX at
+# all, and no client library, NVIDIA's included, can make a window). It links libLLVM-15, which
+# with z3, libxml2 and ICU would add 45 MB; the stub in .guideps/llvm-stub (llvm15_stub.c, made by
+# bench/gpu_gui_fetch.sh) lets it load, and Xvfb runs softpipe so no LLVM function is ever called.
+mkdir -p "$DEVROOT/llvm-stub"
+if [ -f .guideps/llvm-stub/libLLVM-15.so.1 ]; then
+  cp .guideps/llvm-stub/libLLVM-15.so.1 "$DEVROOT/llvm-stub/"
+else
+  gcc -O1 -shared -fPIC -Wl,-soname,libLLVM-15.so.1 \
+    -Wl,--version-script=<(echo 'LLVM_15 { global: *; };') \
+    -o "$DEVROOT/llvm-stub/libLLVM-15.so.1" .guideps/llvm-stub/llvm15_stub.c ||
+    fail "cannot build the libLLVM-15 stub from .guideps/llvm-stub/llvm15_stub.c"
+fi
+
+# --- 3. Paths compiled into binaries, filled in / only where the machine has nothing there.
+install_fixed_paths() {
+  # Xvfb runs "/usr/bin/xkbcomp" to compile its keymap (XkbBinDirectory is compiled in; no option
+  # moves it) and dies without a keymap. A two-line wrapper runs the carried one; the xkb data
+  # itself is passed with -xkbdir and stays in the devroot.
+  if [ ! -x /usr/bin/xkbcomp ]; then
+    # shellcheck disable=SC2016,SC2015  # $LD_LIBRARY_PATH is the wrapper's, expanded when it runs
+    printf '#!/bin/sh\n# Written by memscope bench/gpu_gui.sh: the xkbcomp unpacked in %s\nLD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec %s "$@"\n' \
+      "$DEVROOT" "$LIB" "$DEVROOT/usr/bin/xkbcomp" >/usr/bin/xkbcomp && chmod 755 /usr/bin/xkbcomp ||
+      fail "cannot write the /usr/bin/xkbcomp wrapper"
+    say "gpu_gui: wrote /usr/bin/xkbcomp (a wrapper for $DEVROOT/usr/bin/xkbcomp)"
+  fi
+  # The app loads the font from MEMSCOPE_FONT_PATH (app/gui/CMakeLists.txt); without it ImGui's
+  # built-in bitmap font is used, which lacks the Greek letters and maths signs the panels show,
+  # so the picture would not match the README's. One data file, no code.
+  local font=/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf
+  if [ ! -f "$font" ]; then
+    install -D -m 644 "$DEVROOT$font" "$font" || fail "cannot copy DejaVuSans.ttf to $font"
+    say "gpu_gui: copied DejaVuSans.ttf to $font"
+  fi
+}
+install_fixed_paths
+
+# Does every carried binary find its libraries? A bare image may lack some that Debian 12 and the
+# usual CUDA images have (libexpat, libbz2, libaudit, libgcrypt, libselinux, libsystemd and theirs):
+# only then are .guideps/fallback's copies unpacked and put on the carried programs' library path
+# (never for the build, so the machine's cmake and compilers keep their own).
+FBLIBS=
+missing_libs() {
+  {
+    LD_LIBRARY_PATH="$DEVROOT/llvm-stub:$LIB$FBLIBS" ldd "$DEVROOT/usr/bin/Xvfb" "$LIB/dri/swrast_dri.so"
+    LD_LIBRARY_PATH="$LIB$FBLIBS" ldd "$DEVROOT/usr/bin/xkbcomp" "$DEVROOT/usr/bin/glxinfo.x86_64-linux-gnu" \
+      "$LIB/libglfw.so.3"
+  } 2>&1 | grep "not found" | awk '{print $1}' | sort -u | tr '\n' ' '
+}
+missing=$(missing_libs)
+if [ -n "$missing" ]; then
+  say "gpu_gui: the image lacks $missing; using .guideps/fallback"
+  for f in .guideps/fallback/*.deb; do [ -f "$f" ] && dpkg -x "$f" "$DEVROOT/fallback"; done
+  FBLIBS=":$DEVROOT/fallback/lib/x86_64-linux-gnu:$DEVROOT/fallback/usr/lib/x86_64-linux-gnu"
+  missing=$(missing_libs)
+fi
+[ -z "$missing" ] || fail "libraries the image lacks (add their Debian packages to .guideps): $missing"
+
+# --- 4. Configure and build the memscope target.
+TP="$("$PY" -c 'import torch;print(torch.utils.cmake_prefix_path)')" ||
+  fail "$PY cannot import torch"
+# The same as bench/gpu.sh: a different value would change the CUDA flags and rebuild everything.
+export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+# pkg-config reads only the devroot's .pc files (imgui.pc "Requires: stb"); the sysroot turns
+# their prefix=/usr into -I/tmp/devroot/usr/include/imgui and -L/tmp/devroot/usr/lib/....
+export PKG_CONFIG_LIBDIR="$LIB/pkgconfig:$DEVROOT/usr/share/pkgconfig"
+export PKG_CONFIG_SYSROOT_DIR=$DEVROOT
+unset PKG_CONFIG_PATH
+# find_package(glfw3) and FindOpenGL search CMAKE_PREFIX_PATH first: glfw3Targets.cmake computes
+# its prefix from its own location, so it names /tmp/devroot/usr/lib/x86_64-linux-gnu/libglfw.so.3.3.
+PREFIX="$TP;$DEVROOT/usr"
+if [ -n "${GUI_BUILD_DIR:-}" ]; then
+  B=$GUI_BUILD_DIR
+elif [ -f build-gpu/CMakeCache.txt ] && [ -f build-gpu/model/libmemscope_model.a ]; then
+  B=build-gpu
+else
+  B=build-gpu-gui
+fi
+if [ -f "$B/CMakeCache.txt" ]; then
+  # An existing build (bench/gpu.sh's): turn the GUI on and leave everything else as it is.
+  cmake -S . -B "$B" -DMEMSCOPE_GUI=ON -DCMAKE_PREFIX_PATH="$PREFIX" >"$LOGS/configure.log" 2>&1 ||
+    fail "cmake configure of $B failed" "$LOGS/configure.log"
+else
+  cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMEMSCOPE_GUI=ON -DMEMSCOPE_TESTS=OFF \
+    -DCMAKE_PREFIX_PATH="$PREFIX" >"$LOGS/configure.log" 2>&1 ||
+    fail "cmake configure of $B failed" "$LOGS/configure.log"
+fi
+grep "memscope:" "$LOGS/configure.log" | tee -a "$SUMMARY"
+# Which files CMake chose: all of them should be under /tmp/devroot.
+grep -E "^(glfw3_DIR|OPENGL_opengl_LIBRARY|OPENGL_glx_LIBRARY|OPENGL_INCLUDE_DIR|pkgcfg_lib_IMGUI_imgui|IMGUI_INCLUDE_DIRS)[:=]" \
+  "$B/CMakeCache.txt" | sed 's/^/gpu_gui:   /' | tee -a "$SUMMARY"
+say "gpu_gui: configured $B ($(elapsed)); building memscope with -j$JOBS"
+# LD_LIBRARY_PATH lets ld resolve libglfw.so.3's own libX11.so.6 in the devroot.
+LD_LIBRARY_PATH="$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+  cmake --build "$B" -j"$JOBS" --target memscope >"$LOGS/build.log" 2>&1 || {
+  grep -E "error|FAILED" "$LOGS/build.log" | head -30 | tee -a "$SUMMARY"
+  fail "building memscope in $B failed" "$LOGS/build.log"
+}
+APP=$B/app/gui/memscope
+[ -x "$APP" ] || fail "no $APP after the build" "$LOGS/build.log"
+say "gpu_gui: built $APP ($(elapsed))"
+
+# --- 5. Xvfb, with GLX from Mesa's swrast_dri.so (softpipe, the LLVM stub) on the server side.
+d=99
+while [ -e /tmp/.X$d-lock ] || [ -e /tmp/.X11-unix/X$d ]; do d=$((d + 1)); done
+env -u __GLX_VENDOR_LIBRARY_NAME LD_LIBRARY_PATH="$DEVROOT/llvm-stub:$LIB$FBLIBS" LIBGL_DRIVERS_PATH="$LIB/dri" \
+  GALLIUM_DRIVER=softpipe DRAW_USE_LLVM=0 \
+  "$DEVROOT/usr/bin/Xvfb" ":$d" -screen 0 1600x1000x24 -nolisten tcp -fp built-ins \
+  -xkbdir "$DEVROOT/usr/share/X11/xkb" >"$LOGS/xvfb.log" 2>&1 &
+XVFB_PID=$!
+for _ in $(seq 50); do
+  [ -S /tmp/.X11-unix/X$d ] && break
+  kill -0 "$XVFB_PID" 2>/dev/null || fail "Xvfb exited at start" "$LOGS/xvfb.log"
+  sleep 0.2
+done
+[ -S /tmp/.X11-unix/X$d ] || fail "Xvfb did not open display :$d in 10 s" "$LOGS/xvfb.log"
+say "gpu_gui: Xvfb on :$d"
+
+# --- 6. The clients: NVIDIA's GLX vendor library (libglvnd would otherwise ask the server, which
+#        names Mesa), the devroot's X11 and glfw libraries, the carried X locale data.
+nvglx=$(ldconfig -p | awk '/libGLX_nvidia\.so\.0/{print $NF; exit}')
+if [ -z "$nvglx" ]; then
+  for dir in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib; do
+    if [ -e "$dir/libGLX_nvidia.so.0" ]; then nvglx=$dir/libGLX_nvidia.so.0; NVDIR=$dir; break; fi
+  done
+fi
+[ -n "$nvglx" ] || say "gpu_gui: WARNING: no libGLX_nvidia.so.0 on this machine (ldconfig -p, /usr/local/nvidia); GLX will fail"
+say "gpu_gui: NVIDIA GLX vendor library: ${nvglx:-none}"
+export DISPLAY=:$d
+export __GLX_VENDOR_LIBRARY_NAME=nvidia
+export XLOCALEDIR=$DEVROOT/usr/share/X11/locale
+export LD_LIBRARY_PATH="$LIB${NVDIR:+:$NVDIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}$FBLIBS"
+
+"$DEVROOT/usr/bin/glxinfo.x86_64-linux-gnu" -B >"$OUT/glxinfo.txt" 2>&1
+glx_rc=$?
+renderer=$(grep -m1 "OpenGL renderer string" "$OUT/glxinfo.txt")
+say "gpu_gui: glxinfo -B exit $glx_rc: ${renderer:-no renderer line}"
+case "$renderer" in
+  *NVIDIA*) say "gpu_gui: glxinfo names NVIDIA: GLX renders on the GPU" ;;
+  *llvmpipe* | *softpipe*) say "gpu_gui: glxinfo names ${renderer##*: }: GLX renders on the CPU, NOT the GPU" ;;
+  *) say "gpu_gui: glxinfo names neither NVIDIA nor llvmpipe"; tail -n 15 "$OUT/glxinfo.txt" | tee -a "$SUMMARY" ;;
+esac
+
+# --- 7. The screenshot: the trained demo (what scripts/run opens) after 200 steps on the GPU, as
+#        in the README's "xvfb-run -a scripts/run --steps 200 --screenshot out.png".
+SHOT=$OUT/gui_cuda.png
+rm -f "$SHOT"
+# No timeout(1): its child's /proc/PID/maps is what the loop below reads. 240 s at most.
+"$APP" --ckpt assets/demo-mqar-trained.safetensors --device cuda --steps 200 \
+  --screenshot "$SHOT" >"$LOGS/app.log" 2>&1 &
+app_pid=$!
+# Which GL library the app itself maps while it runs (evidence beside glxinfo's).
+app_gl=unknown
+deadline=$(( $(date +%s) + 240 ))
+while kill -0 "$app_pid" 2>/dev/null; do
+  if [ "$app_gl" = unknown ] && [ -r "/proc/$app_pid/maps" ]; then
+    if grep -q "libnvidia-glcore" "/proc/$app_pid/maps"; then app_gl=NVIDIA
+    elif grep -q -e "swrast_dri" -e "libGLX_mesa" "/proc/$app_pid/maps"; then app_gl=Mesa
+    fi
+  fi
+  if [ "$(date +%s)" -gt "$deadline" ]; then
+    kill "$app_pid"; sleep 2; kill -9 "$app_pid" 2>/dev/null
+    fail "memscope did not finish its screenshot in 240 s" "$LOGS/app.log"
+  fi
+  sleep 0.2
+done
+wait "$app_pid"
+app_rc=$?
+say "gpu_gui: memscope exit $app_rc ($(elapsed)); GL library in the app: $app_gl"
+[ "$app_rc" -eq 0 ] || fail "memscope --screenshot exited $app_rc" "$LOGS/app.log"
+[ -s "$SHOT" ] || fail "memscope wrote no $SHOT" "$LOGS/app.log"
+say "gpu_gui: wrote $SHOT ($(stat -c %s "$SHOT") bytes; $(od -An -tu1 -j16 -N8 "$SHOT" |
+  awk '{printf "%dx%d", $1*16777216+$2*65536+$3*256+$4, $5*16777216+$6*65536+$7*256+$8}'))"
+case "$renderer" in
+  *NVIDIA*) say "gpu_gui: OK: rendered with ${renderer##*: }" ;;
+  *) fail "the screenshot exists but glxinfo did not name NVIDIA (${renderer:-none}): it was not rendered on the GPU" ;;
+esac
