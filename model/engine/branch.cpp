@@ -131,6 +131,7 @@ Branch::Branch(int id, const std::filesystem::path& checkpoint, const std::vecto
 void Branch::start_over(std::unique_ptr<Trainer> trainer) {
   drop_stepped_ahead();
   graphed_.reset();
+  graph_failure_.clear();  // a new model may capture
   trainer_ = std::move(trainer);
   inspect_ = trainer_->model()->initial_state(1);
   cursor_ = {};
@@ -274,6 +275,7 @@ std::shared_ptr<Frame> Branch::inspect_frame(std::vector<Event>& events) {
   // thread (below); else here.
   LmState previous = std::exchange(inspect_, std::move(stepped->state));
   graphed_tokens_ += stepped->graphed;
+  if (graphed_ && !graphed_->failure().empty()) graph_failure_ = graphed_->failure();  // said once, on stderr
 
   ++cursor_.token_index;
   if (cursor_.remaining > 0) --cursor_.remaining;
@@ -467,7 +469,7 @@ void Branch::drop_stepped_ahead() {
 Branch::~Branch() { drop_stepped_ahead(); }
 
 GraphedStep* Branch::graphed_step() {
-  if (!preset().engine.cuda_graph || !GraphedStep::capture_available() ||
+  if (!preset().engine.cuda_graph || !GraphedStep::capture_available() || !graph_failure_.empty() ||
       !trainer_->model()->embedding.device().is_cuda())
     return nullptr;
   if (!graphed_) graphed_ = std::make_unique<GraphedStep>(/*capture=*/true);

@@ -192,6 +192,7 @@ class Branch {
   // A CUDA model's inspect step as a CUDA graph (engine.cuda_graph); made on first use, dropped by
   // anything that changes what a step computes (a command, a training step, a restore).
   std::unique_ptr<GraphedStep> graphed_;
+  std::string graph_failure_;   // why a capture failed: this model steps without graphs until start_over
   GraphedStep* graphed_step();  // null where graphs do not apply (the CPU, the knob off, no CUDA build)
 };
 

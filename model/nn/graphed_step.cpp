@@ -1,8 +1,8 @@
 #include "model/nn/graphed_step.h"
 
 #include <iostream>
-
-#include "model/util/errors.h"
+#include <stdexcept>
+#include <string>
 
 #ifdef MEMSCOPE_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -167,60 +167,85 @@ LmStepOutput GraphedStep::step(const LanguageModelImpl& model, const at::Tensor&
   LmState& from = buffers_[static_cast<size_t>(parity)];
   LmState& to = buffers_[static_cast<size_t>(1 - parity)];
   LmStepOutput out;
-  if (!capture_) {
+  bool replayed = false;
+  if (capture_) {
+    try {
+      out = replay(model, state, parity, detail);
+      replayed = true;
+    } catch (const std::exception& e) {
+      // An op that cannot be captured (a host sync, say) should not stop the debugger: this
+      // model steps without graphs from here, and says why once.
+      const std::string what = e.what();
+      failure_ = what.substr(0, what.find('\n'));
+      std::cerr << "memscope: engine.cuda_graph: capturing the step failed, stepping without the graph: "
+                << failure_ << std::endl;
+      reset();
+      capture_ = false;
+      return step(model, token, state, detail);  // on fresh buffers, eagerly
+    }
+  }
+  if (!replayed) {
     LmState work = rebound(state, from);  // the step replaces its tensors: `from` keeps the state before
     out = model.step(token_, work, 1, detail);
     copy_tensors(work, to);
-  } else {
-#ifdef MEMSCOPE_CUDA
-    std::unique_ptr<Graph>& graph =
-        graphs_[static_cast<size_t>(parity)][static_cast<size_t>(detail_index(detail))];
-    if (!graph) {
-      // Captured on a side stream (CUDA graphs cannot be captured on the legacy default stream),
-      // after one warm-up step there that makes the lazy cuBLAS handles and workspaces outside the
-      // graph. The warm-up's state is thrown away; the buffers are only read by it.
-      const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream();
-      const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
-      at::cuda::CUDAEvent ready;
-      ready.record(current);
-      ready.block(side);
-      auto made = std::make_unique<Graph>();
-      {
-        c10::cuda::CUDAStreamGuard on_side(side);
-        {
-          LmState warm = rebound(state, from);
-          model.step(token_, warm, 1, detail);
-        }
-        made->graph.capture_begin();
-        try {
-          // The host fields it reads are this token's; a replay keeps them. None that a graphable
-          // model's step reads on a GPU changes from token to token (applies()).
-          LmState work = rebound(state, from);
-          made->out = model.step(token_, work, 1, detail);
-          copy_tensors(work, to);
-        } catch (...) {
-          try {
-            made->graph.capture_end();  // leaves the stream out of capture mode
-          } catch (...) {
-            // The capture's own failure is the one to report.
-          }
-          throw;
-        }
-        made->graph.capture_end();
-      }
-      at::cuda::CUDAEvent captured;
-      captured.record(side);
-      captured.block(current);
-      graph = std::move(made);
-      ++captures_;
-    }
-    graph->graph.replay();  // on the current stream
-    out = graph->out;       // a copy: the caller's finish_record() must not edit the captured record
-    ++replays_;
-#endif
   }
   state = advanced(state, to);
   return out;
+}
+
+LmStepOutput GraphedStep::replay(const LanguageModelImpl& model, const LmState& state, int parity,
+                                 StepDetail detail) {
+#ifdef MEMSCOPE_CUDA
+  const LmState& from = buffers_[static_cast<size_t>(parity)];
+  LmState& to = buffers_[static_cast<size_t>(1 - parity)];
+  std::unique_ptr<Graph>& graph =
+      graphs_[static_cast<size_t>(parity)][static_cast<size_t>(detail_index(detail))];
+  if (!graph) {
+    // Captured on a side stream (CUDA graphs cannot be captured on the legacy default stream),
+    // after one warm-up step there that makes the lazy cuBLAS handles and workspaces outside the
+    // graph. The warm-up's state is thrown away; the buffers are only read by it.
+    const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream();
+    const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+    at::cuda::CUDAEvent ready;
+    ready.record(current);
+    ready.block(side);
+    auto made = std::make_unique<Graph>();
+    {
+      c10::cuda::CUDAStreamGuard on_side(side);
+      {
+        LmState warm = rebound(state, from);
+        model.step(token_, warm, 1, detail);
+      }
+      made->graph.capture_begin();
+      try {
+        // The host fields it reads are this token's; a replay keeps them. None that a graphable
+        // model's step reads on a GPU changes from token to token (applies()).
+        LmState work = rebound(state, from);
+        made->out = model.step(token_, work, 1, detail);
+        copy_tensors(work, to);
+      } catch (...) {
+        try {
+          made->graph.capture_end();  // leaves the stream out of capture mode
+        } catch (...) {
+          // The capture's own failure is the one to report.
+        }
+        throw;
+      }
+      made->graph.capture_end();
+    }
+    at::cuda::CUDAEvent captured;
+    captured.record(side);
+    captured.block(current);
+    graph = std::move(made);
+    ++captures_;
+  }
+  graph->graph.replay();  // on the current stream
+  ++replays_;
+  return graph->out;  // a copy: the caller's finish_record() must not edit the captured record
+#else
+  (void)model, (void)state, (void)parity, (void)detail;
+  throw std::logic_error("graphed step: this build has no CUDA graphs");
+#endif
 }
 
 }  // namespace memscope::model

@@ -23,6 +23,7 @@
 #pragma once
 #include <array>
 #include <memory>
+#include <string>
 
 #include "model/nn/language_model.h"
 
@@ -55,16 +56,22 @@ class GraphedStep {
 
   int64_t captures() const { return captures_; }  // graphs recorded since construction
   int64_t replays() const { return replays_; }    // steps taken through a graph
+  // Why capturing failed (then every later step runs the buffers eagerly); empty while it has not.
+  const std::string& failure() const { return failure_; }
 
  private:
   struct Graph;  // one captured step: its graph and what it returned
   static constexpr int kDetails = 3;
+
+  // The token through the graph of this parity and detail, captured first if need be.
+  LmStepOutput replay(const LanguageModelImpl& model, const LmState& state, int parity, StepDetail detail);
 
   bool capture_;
   std::array<LmState, 2> buffers_;                                      // S0, S1 (empty until the first step)
   at::Tensor token_;                                                    // [B] int64
   std::array<std::array<std::unique_ptr<Graph>, kDetails>, 2> graphs_;  // [parity][detail]
   int64_t captures_ = 0, replays_ = 0;
+  std::string failure_;
 };
 
 }  // namespace memscope::model
