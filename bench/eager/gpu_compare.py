@@ -60,9 +60,6 @@ def main():
         rows = [json.loads(l) for l in open(args.peak) if l.startswith("{")]
         peak = {r["dtype"]: r["tflops"] for r in rows}
 
-    def median_tps(rows):
-        return statistics.median(r["tokens_per_s"] for r in rows)
-
     pairs = [("layer/titans unprobed", [r for r in ours if r["case"] == "layer/titans" and not r["record"]],
               [r for r in theirs if r["bench"] == "eager_layer" and r["rule"] == "titans"]),
              ("layer/titans probed", [r for r in ours if r["case"] == "layer/titans" and r["record"]],
@@ -74,15 +71,11 @@ def main():
     for name, m, e in pairs:
         if not m or not e:
             continue
-        tps, etps = median_tps(m), median_tps(e)
-        flops = e[0]["flops_per_token"]  # the same math: eager's count applies to both
-        row = {"bench": "gpu_compare", "case": name, "device": e[0]["device"], "memscope_tokens_per_s": round(tps, 1),
-               "eager_tokens_per_s": round(etps, 1), "ratio": round(tps / etps, 3),
-               "memscope_us_per_token": round(1e6 / tps, 2), "eager_us_per_token": round(1e6 / etps, 2),
-               "memscope_tflops": round(tps * flops / 1e12, 4), "rounds": len(m)}
+        tflops = median_tps(m) * e[0]["flops_per_token"] / 1e12  # the same math: eager's count applies to both
+        extra = {"device": e[0]["device"], "memscope_tflops": round(tflops, 4)}
         if peak and "fp32" in peak:
-            row["share_of_fp32_peak"] = round(tps * flops / 1e12 / peak["fp32"], 5)
-        print(json.dumps(row), flush=True)
+            extra["share_of_fp32_peak"] = round(tflops / peak["fp32"], 5)
+        pair_row(name, m, e, extra)
 
     if "model" in only:
         compare_models(args, bench, cli)

@@ -101,8 +101,6 @@ LmState advanced(const LmState& state, const LmState& buffers) {
   return next;
 }
 
-int detail_index(StepDetail d) { return static_cast<int>(d); }
-
 }  // namespace
 
 #ifdef MEMSCOPE_CUDA
@@ -198,8 +196,7 @@ LmStepOutput GraphedStep::replay(const LanguageModelImpl& model, const LmState& 
 #ifdef MEMSCOPE_CUDA
   const LmState& from = buffers_[static_cast<size_t>(parity)];
   LmState& to = buffers_[static_cast<size_t>(1 - parity)];
-  std::unique_ptr<Graph>& graph =
-      graphs_[static_cast<size_t>(parity)][static_cast<size_t>(detail_index(detail))];
+  std::unique_ptr<Graph>& graph = graphs_[static_cast<size_t>(parity)][static_cast<size_t>(detail)];
   if (!graph) {
     // Captured on a side stream (CUDA graphs cannot be captured on the legacy default stream),
     // after one warm-up step there that makes the lazy cuBLAS handles and workspaces outside the
