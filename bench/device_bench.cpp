@@ -14,7 +14,9 @@
 //   train-demo training steps of demo-mqar-titans as its preset has them (batch 16, chunk 4):
 //              the pairing of bench/eager/eager_lm_train.py in bench/eager_compare.sh
 // Flags: --device D, --tokens T (default 2048), --reps N (default 5; medians), --only CASE,
-//        --train-batch B (default 8), --train-steps N (default 5, after 2 warm-up steps).
+//        --train-batch B (default 8), --train-steps N (default 5, after 2 warm-up steps),
+//        --profile PREFIX (train: one more step per dtype under Kineto, LibTorch 2.x; a trace
+//        for bench/eager/trace_summary.py).
 #include <torch/torch.h>
 
 #include <iostream>
@@ -22,6 +24,7 @@
 
 #include "bench/bench_flags.h"
 #include "bench/bench_timing.h"
+#include "bench/kineto_trace.h"
 #include "model/config/preset.h"
 #include "model/memory/memory_layer.h"
 #include "model/memory/memory_rule.h"
@@ -196,7 +199,8 @@ double training_flops_per_token(const Trainer& trainer, int64_t chunk) {
 }
 
 // Training the larger model at T = 2048 in float32, then (on CUDA) with train.bf16_autocast.
-void bench_train(int64_t batch, int64_t steps) {
+// --profile PREFIX: one more step of each dtype under the profiler, saved as PREFIX-<dtype>.json.
+void bench_train(int64_t batch, int64_t steps, const std::string& profile) {
   for (const bool bf16 : {false, true}) {
     if (bf16 && !device.is_cuda()) continue;
     std::vector<std::string> sets = large_model_sets();
@@ -221,6 +225,18 @@ void bench_train(int64_t batch, int64_t steps) {
               {"loss", loss},
               {"dtype", bf16 ? "bf16-autocast" : "float32"}});
     std::cout << j.dump() << std::endl;
+    if (!profile.empty()) {
+      const std::string path = profile + "-" + j["dtype"].get<std::string>() + ".json";
+      const std::string error = memscope::bench::save_kineto_trace(path, [&] {
+        trainer.train_step();
+        sync();
+      });
+      auto p = line("train/large profile");
+      p["dtype"] = j["dtype"];
+      if (error.empty()) p["trace"] = path;
+      else p["error"] = error;
+      std::cout << p.dump() << std::endl;
+    }
   }
 }
 
@@ -246,6 +262,8 @@ int main(int argc, char** argv) {
   memscope::bench::BenchFlags flags("device_bench");
   flags.add("--tokens", tokens).add("--reps", reps).add("--only", only).add("--device", device_name);
   flags.add("--train-batch", train_batch).add("--train-steps", train_steps);
+  std::string profile;
+  flags.add("--profile", profile);
   if (!flags.parse(argc, argv)) return 2;
   device = pick_device(device_name);
   set_default_device(device);
@@ -261,7 +279,7 @@ int main(int argc, char** argv) {
                   std::max<int64_t>(tokens / 2, 128), reps);
     }
   }
-  if (only.empty() || only == "train") bench_train(train_batch, train_steps);
+  if (only.empty() || only == "train") bench_train(train_batch, train_steps, profile);
   if (only == "train-demo") bench_train_demo(train_steps);
   return 0;
 }

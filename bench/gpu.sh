@@ -71,7 +71,7 @@ stage_bench() {
     --only "${GPU_COMPARE:-layer,model,train}" ${GPU_COMPARE_ARGS:-} \
     >"$OUT/bench.jsonl" 2>"$OUT/bench.err"
   local rc=$?
-  grep -E '"gpu_compare"|"gpu_mfu"|"error"' "$OUT/bench.jsonl"
+  grep -E '"gpu_compare"|"gpu_mfu"|"trace_summary"|"error"' "$OUT/bench.jsonl"
   tail -5 "$OUT/bench.err"
   return $rc
 }

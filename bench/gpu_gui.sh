@@ -20,9 +20,9 @@
 # at most 8 files in all; the full logs stay in /tmp/gui-logs.
 #
 # Status (2026-11-27, H200, Ubuntu 24.04, driver 580): everything up to the window ran (the carried
-# packages unpacked, the app built, Xvfb started with its swrast driver), but glxinfo and the app
-# found no GLX visual or fbconfig, with NVIDIA's vendor library and with Mesa's. README "On a GPU
-# machine" lists what to try next.
+# packages unpacked, the app built, Xvfb started with its swrast driver), but NVIDIA's GLX vendor
+# library found no fbconfig on this Xvfb. Step 6 now also tries EGL and, last, Mesa on the CPU.
+# Exit status: 0 when the GPU rendered the screenshot, 3 when only the CPU did, 1 on failure.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-build-gpu-gui/out}
@@ -191,62 +191,94 @@ done
 [ -S /tmp/.X11-unix/X$d ] || fail "Xvfb did not open display :$d in 10 s" "$LOGS/xvfb.log"
 say "gpu_gui: Xvfb on :$d"
 
-# --- 6. The clients: NVIDIA's GLX vendor library (libglvnd would otherwise ask the server, which
-#        names Mesa), the devroot's X11 and glfw libraries, the carried X locale data.
-nvglx=$(ldconfig -p | awk '/libGLX_nvidia\.so\.0/{print $NF; exit}')
-if [ -z "$nvglx" ]; then
+# --- 6. The clients. Three ways to a GL context, tried in order until one gives a screenshot:
+#   nvidia-glx  NVIDIA's GLX vendor library (the device README's way; libglvnd would otherwise ask
+#               the server, which names Mesa). On 2026-11-27 it found no fbconfig on this Xvfb.
+#   nvidia-egl  the window's context through EGL (MEMSCOPE_GL_CONTEXT=egl) with NVIDIA's EGL vendor.
+#   softpipe    Mesa's GLX client on the CPU (the carried libglx-mesa0 and swrast_dri.so): the model
+#               still runs on CUDA and the status line says so, but the pixels are not the GPU's.
+# The first that writes a PNG wins; the summary says which, and the exit status is 0 only when
+# the GPU rendered it.
+nvlib=$(ldconfig -p | awk '/libGLX_nvidia\.so\.0/{print $NF; exit}')
+NVDIR=${nvlib:+$(dirname "$nvlib")}
+if [ -z "$nvlib" ]; then
   for dir in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib; do
-    if [ -e "$dir/libGLX_nvidia.so.0" ]; then nvglx=$dir/libGLX_nvidia.so.0; NVDIR=$dir; break; fi
+    if [ -e "$dir/libGLX_nvidia.so.0" ]; then nvlib=$dir/libGLX_nvidia.so.0; NVDIR=$dir; break; fi
   done
 fi
-[ -n "$nvglx" ] || say "gpu_gui: WARNING: no libGLX_nvidia.so.0 on this machine (ldconfig -p, /usr/local/nvidia); GLX will fail"
-say "gpu_gui: NVIDIA GLX vendor library: ${nvglx:-none}"
-export DISPLAY=:$d
-export __GLX_VENDOR_LIBRARY_NAME=nvidia
-export XLOCALEDIR=$DEVROOT/usr/share/X11/locale
-export LD_LIBRARY_PATH="$LIB${NVDIR:+:$NVDIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}$FBLIBS"
-
-"$DEVROOT/usr/bin/glxinfo.x86_64-linux-gnu" -B >"$OUT/glxinfo.txt" 2>&1
-glx_rc=$?
-renderer=$(grep -m1 "OpenGL renderer string" "$OUT/glxinfo.txt")
-say "gpu_gui: glxinfo -B exit $glx_rc: ${renderer:-no renderer line}"
-case "$renderer" in
-  *NVIDIA*) say "gpu_gui: glxinfo names NVIDIA: GLX renders on the GPU" ;;
-  *llvmpipe* | *softpipe*) say "gpu_gui: glxinfo names ${renderer##*: }: GLX renders on the CPU, NOT the GPU" ;;
-  *) say "gpu_gui: glxinfo names neither NVIDIA nor llvmpipe"; tail -n 15 "$OUT/glxinfo.txt" | tee -a "$SUMMARY" ;;
-esac
-
-# --- 7. The screenshot: the trained demo (what scripts/run opens) after 200 steps on the GPU, as
-#        in the README's "xvfb-run -a scripts/run --steps 200 --screenshot out.png".
-SHOT=$OUT/gui_cuda.png
-rm -f "$SHOT"
-# No timeout(1): its child's /proc/PID/maps is what the loop below reads. 240 s at most.
-"$APP" --ckpt assets/demo-mqar-trained.safetensors --device cuda --steps 200 \
-  --screenshot "$SHOT" >"$LOGS/app.log" 2>&1 &
-app_pid=$!
-# Which GL library the app itself maps while it runs (evidence beside glxinfo's).
-app_gl=unknown
-deadline=$(( $(date +%s) + 240 ))
-while kill -0 "$app_pid" 2>/dev/null; do
-  if [ "$app_gl" = unknown ] && [ -r "/proc/$app_pid/maps" ]; then
-    if grep -q "libnvidia-glcore" "/proc/$app_pid/maps"; then app_gl=NVIDIA
-    elif grep -q -e "swrast_dri" -e "libGLX_mesa" "/proc/$app_pid/maps"; then app_gl=Mesa
-    fi
-  fi
-  if [ "$(date +%s)" -gt "$deadline" ]; then
-    kill "$app_pid"; sleep 2; kill -9 "$app_pid" 2>/dev/null
-    fail "memscope did not finish its screenshot in 240 s" "$LOGS/app.log"
-  fi
-  sleep 0.2
+say "gpu_gui: NVIDIA GLX vendor library: ${nvlib:-none}"
+egl_json=
+for f in /usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json /usr/share/glvnd/egl_vendor.d/10_nvidia.json; do
+  [ -f "$f" ] && { egl_json=$f; break; }
 done
-wait "$app_pid"
-app_rc=$?
-say "gpu_gui: memscope exit $app_rc ($(elapsed)); GL library in the app: $app_gl"
-[ "$app_rc" -eq 0 ] || fail "memscope --screenshot exited $app_rc" "$LOGS/app.log"
-[ -s "$SHOT" ] || fail "memscope wrote no $SHOT" "$LOGS/app.log"
-say "gpu_gui: wrote $SHOT ($(stat -c %s "$SHOT") bytes; $(od -An -tu1 -j16 -N8 "$SHOT" |
-  awk '{printf "%dx%d", $1*16777216+$2*65536+$3*256+$4, $5*16777216+$6*65536+$7*256+$8}'))"
-case "$renderer" in
-  *NVIDIA*) say "gpu_gui: OK: rendered with ${renderer##*: }" ;;
-  *) fail "the screenshot exists but glxinfo did not name NVIDIA (${renderer:-none}): it was not rendered on the GPU" ;;
+say "gpu_gui: NVIDIA EGL vendor file: ${egl_json:-none}"
+export DISPLAY=:$d
+export XLOCALEDIR=$DEVROOT/usr/share/X11/locale
+BASE_LD="$LIB${NVDIR:+:$NVDIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}$FBLIBS"
+
+# The environment of one way, as VAR=value words for env(1).
+way_env() {
+  case "$1" in
+    nvidia-glx) echo "__GLX_VENDOR_LIBRARY_NAME=nvidia LD_LIBRARY_PATH=$BASE_LD" ;;
+    nvidia-egl) echo "MEMSCOPE_GL_CONTEXT=egl __GLX_VENDOR_LIBRARY_NAME=nvidia LD_LIBRARY_PATH=$BASE_LD" \
+                     "${egl_json:+__EGL_VENDOR_LIBRARY_FILENAMES=$egl_json}" ;;
+    softpipe) echo "__GLX_VENDOR_LIBRARY_NAME=mesa LD_LIBRARY_PATH=$DEVROOT/llvm-stub:$BASE_LD" \
+                   "LIBGL_DRIVERS_PATH=$LIB/dri GALLIUM_DRIVER=softpipe DRAW_USE_LLVM=0" ;;
+  esac
+}
+
+# The screenshot: the trained demo (what scripts/run opens) after 200 steps on the GPU, as in the
+# README's "xvfb-run -a scripts/run --steps 200 --screenshot out.png". Sets $app_gl to the GL
+# library the app maps while it runs (evidence beside glxinfo's). 240 s at most.
+shoot() {
+  local way=$1 shot=$2
+  rm -f "$shot"
+  # No timeout(1): its child's /proc/PID/maps is what the loop below reads.
+  # shellcheck disable=SC2046  # way_env's words are meant to split
+  env $(way_env "$way") "$APP" --ckpt assets/demo-mqar-trained.safetensors --device cuda --steps 200 \
+    --screenshot "$shot" >"$LOGS/app-$way.log" 2>&1 &
+  local pid=$! deadline=$(( $(date +%s) + 240 ))
+  app_gl=unknown
+  while kill -0 "$pid" 2>/dev/null; do
+    if [ "$app_gl" = unknown ] && [ -r "/proc/$pid/maps" ]; then
+      if grep -q -e "libnvidia-glcore" -e "libnvidia-eglcore" "/proc/$pid/maps"; then app_gl=NVIDIA
+      elif grep -q -e "swrast_dri" -e "libGLX_mesa" "/proc/$pid/maps"; then app_gl=Mesa
+      fi
+    fi
+    if [ "$(date +%s)" -gt "$deadline" ]; then
+      kill "$pid"; sleep 2; kill -9 "$pid" 2>/dev/null
+      say "gpu_gui: $way: memscope did not finish its screenshot in 240 s"
+      return 1
+    fi
+    sleep 0.2
+  done
+  wait "$pid"
+  local rc=$?
+  say "gpu_gui: $way: memscope exit $rc ($(elapsed)); GL library in the app: $app_gl"
+  if [ "$rc" -ne 0 ] || [ ! -s "$shot" ]; then
+    tail -n 5 "$LOGS/app-$way.log" | sed "s/^/gpu_gui: $way:   /" | tee -a "$SUMMARY"
+    return 1
+  fi
+  say "gpu_gui: $way: wrote $shot ($(stat -c %s "$shot") bytes; $(od -An -tu1 -j16 -N8 "$shot" |
+    awk '{printf "%dx%d", $1*16777216+$2*65536+$3*256+$4, $5*16777216+$6*65536+$7*256+$8}'))"
+}
+
+G=$DEVROOT/usr/bin/glxinfo.x86_64-linux-gnu
+for way in nvidia-glx softpipe; do
+  # shellcheck disable=SC2046
+  env $(way_env "$way") "$G" -B >"$LOGS/glxinfo-$way.txt" 2>&1
+  r=$(grep -m1 "OpenGL renderer string" "$LOGS/glxinfo-$way.txt")
+  say "gpu_gui: glxinfo ($way): ${r:-$(grep -m1 -i error "$LOGS/glxinfo-$way.txt")}"
+done
+cat "$LOGS"/glxinfo-*.txt >"$OUT/glxinfo.txt"
+
+rendered=
+for way in nvidia-glx nvidia-egl softpipe; do
+  if shoot "$way" "$OUT/gui_cuda.png"; then rendered=$way; break; fi
+done
+[ -n "$rendered" ] || fail "no way to a GL context gave a screenshot (logs: $LOGS/app-*.log)"
+case "$rendered:$app_gl" in
+  nvidia-*:NVIDIA) say "gpu_gui: OK: rendered on the GPU ($rendered)" ;;
+  *) say "gpu_gui: the screenshot was rendered by $rendered (GL library: $app_gl), NOT on the GPU; the model ran on CUDA"
+     exit 3 ;;
 esac

@@ -6,6 +6,8 @@
 #include <backends/imgui_impl_glfw.h>
 #include <backends/imgui_impl_opengl3.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <stdexcept>
 
@@ -82,6 +84,10 @@ AppWindow::AppWindow(const WindowOptions& options) {
   glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 3);
   glfwWindowHint(GLFW_OPENGL_PROFILE, GLFW_OPENGL_CORE_PROFILE);
   glfwWindowHint(GLFW_OPENGL_FORWARD_COMPAT, GLFW_TRUE);
+  // MEMSCOPE_GL_CONTEXT=egl: the context through EGL instead of GLX, for X servers whose GLX the
+  // machine's GL vendor cannot use (bench/gpu_gui.sh tries it under Xvfb with NVIDIA's EGL).
+  const char* api = std::getenv("MEMSCOPE_GL_CONTEXT");
+  if (api && std::strcmp(api, "egl") == 0) glfwWindowHint(GLFW_CONTEXT_CREATION_API, GLFW_EGL_CONTEXT_API);
   window_ = glfwCreateWindow(options.width, options.height, options.title.c_str(), nullptr, nullptr);
   if (!window_) {
     glfwTerminate();

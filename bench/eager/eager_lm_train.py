@@ -139,6 +139,8 @@ def main():
     p.add_argument("--check-grad-norm", type=float)
     p.add_argument("--tol", type=float, default=1e-5)
     p.add_argument("--time", type=int, default=0, help="time this many training steps (after 2 warm-up steps)")
+    p.add_argument("--profile", help="after --time: one more step under torch.profiler, its Chrome trace to this "
+                                     "path (bench/eager/trace_summary.py)")
     args = p.parse_args()
     torch.set_num_threads(1)
     tensors, metadata = read_safetensors(args.ckpt)
@@ -175,9 +177,7 @@ def main():
         optimiser = torch.optim.AdamW(params, lr=_dig(train, "lr", 3e-3), weight_decay=_dig(train, "weight_decay", 0.01))
         clip = _dig(train, "clip", 1.0)
         seconds = []
-        for i in range(args.time + 2):
-            sync()
-            start = time.perf_counter()
+        def step():
             optimiser.zero_grad()
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16):
                 loss = model.loss(tokens, targets, args.chunk)
@@ -185,8 +185,19 @@ def main():
             torch.nn.utils.clip_grad_norm_(params, clip)
             optimiser.step()
             sync()
+
+        for i in range(args.time + 2):
+            sync()
+            start = time.perf_counter()
+            step()
             if i >= 2:
                 seconds.append(time.perf_counter() - start)
+        if args.profile:
+            from torch.profiler import ProfilerActivity, profile
+            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+            with profile(activities=activities) as prof:
+                step()
+            prof.export_chrome_trace(args.profile)
         s = statistics.median(seconds)
         print(json.dumps({"bench": "eager_lm_train", "case": args.case, "device": str(device), "batch": tokens.size(0),
                           "seq_len": tokens.size(1), "chunk": args.chunk, "dtype": "bf16-autocast" if args.bf16 else "float32", "step_ms": round(1e3 * s, 3),

@@ -44,6 +44,8 @@ def main():
     p.add_argument("--model-rounds", type=int, default=1)
     p.add_argument("--train-batch", type=int, default=8)
     p.add_argument("--device", default="cuda", help="cuda (the point), or cpu to try this script")
+    p.add_argument("--profile", help="train: one more step of each side and dtype under the profiler, traces to "
+                                     "PREFIX-*.json and their summaries (trace_summary.py) to stdout")
     args = p.parse_args()
     only = args.only.split(",")
     cli = os.path.join(args.memscope, "app", "cli", "memscope-cli")
@@ -140,13 +142,24 @@ def compare_models(args, bench, cli):
 def compare_training(args, bench, cli, peak):
     """Training the larger model at T = 2048 (batch --train-batch, chunk 64, task copy): memscope's
     Trainer against eager_lm_train.py (the same model, chunkwise memory, AdamW) on the same shapes."""
-    ours = lines([bench, "--device", args.device, "--only", "train", "--train-steps", "5", "--train-batch", str(args.train_batch)])
+    profile = ["--profile", args.profile + "-memscope"] if args.profile else []
+    ours = lines([bench, "--device", args.device, "--only", "train", "--train-steps", "5", "--train-batch", str(args.train_batch)]
+                 + profile)
+    traces = [r["trace"] for r in ours if "trace" in r]
+    ours = [r for r in ours if r["case"] == "train/large"]
     ckpt = checkpoint(cli, args.memscope, "large_train", "demo-mqar-titans",
                       LARGE + ["train.chunk=64", "task.kind=copy", "task.seq_len=2048", "task.values=64", "task.copy_tokens=64"],
                       args.device)
     eager = [sys.executable, os.path.join(HERE, "eager_lm_train.py"), "--ckpt", ckpt, "--random-batch",
              f"{args.train_batch},2048", "--chunk", "64", "--time", "5", "--device", args.device, "--case", "train/large"]
-    theirs = lines(eager) + lines(eager + ["--bf16"])
+    theirs = []
+    for bf16 in ([], ["--bf16"]):
+        path = f"{args.profile}-eager-{'bf16-autocast' if bf16 else 'float32'}.json" if args.profile else None
+        theirs += lines(eager + bf16 + (["--profile", path] if path else []))
+        if path and os.path.exists(path):
+            traces.append(path)
+    if traces:
+        lines([sys.executable, os.path.join(HERE, "trace_summary.py")] + traces)
     for dtype in ("float32", "bf16-autocast"):
         m = [r for r in ours if r["dtype"] == dtype]
         e = [r for r in theirs if r["dtype"] == dtype]

@@ -27,10 +27,13 @@ std::optional<c10::Device>& chosen_default() {
 // eager step was 2x slower than eager PyTorch's, which runs without the mode (README "On a GPU
 // machine"). Neither that the fill is the cause nor that the engine's CUDA determinism tests pass
 // without it has been measured yet; MEMSCOPE_CUDA_FILL_UNINITIALIZED=1 keeps it, to run both.
+// MEMSCOPE_CUDA_DETERMINISTIC=0 turns the whole mode off, to measure what it costs (bench/gpu.sh).
 void choose(const c10::Device& device) {
   if (device.is_cuda()) {
     setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
-    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
+    const char* deterministic = std::getenv("MEMSCOPE_CUDA_DETERMINISTIC");
+    at::globalContext().setDeterministicAlgorithms(!(deterministic && std::string(deterministic) == "0"),
+                                                   /*warn_only=*/true);
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
     const char* fill = std::getenv("MEMSCOPE_CUDA_FILL_UNINITIALIZED");
     at::globalContext().setDeterministicFillUninitializedMemory(fill && std::string(fill) == "1");
