@@ -179,7 +179,7 @@ say "gpu_gui: built $APP ($(elapsed))"
 d=99
 while [ -e /tmp/.X$d-lock ] || [ -e /tmp/.X11-unix/X$d ]; do d=$((d + 1)); done
 env -u __GLX_VENDOR_LIBRARY_NAME LD_LIBRARY_PATH="$DEVROOT/llvm-stub:$LIB$FBLIBS" LIBGL_DRIVERS_PATH="$LIB/dri" \
-  GALLIUM_DRIVER=softpipe DRAW_USE_LLVM=0 \
+  GALLIUM_DRIVER=softpipe DRAW_USE_LLVM=0 LIBGL_DEBUG=verbose \
   "$DEVROOT/usr/bin/Xvfb" ":$d" -screen 0 1600x1000x24 -nolisten tcp -fp built-ins \
   -xkbdir "$DEVROOT/usr/share/X11/xkb" >"$LOGS/xvfb.log" 2>&1 &
 XVFB_PID=$!
@@ -190,6 +190,28 @@ for _ in $(seq 50); do
 done
 [ -S /tmp/.X11-unix/X$d ] || fail "Xvfb did not open display :$d in 10 s" "$LOGS/xvfb.log"
 say "gpu_gui: Xvfb on :$d"
+# Xvfb says nothing on stderr when its GLX cannot load swrast_dri.so (the clients then find no
+# fbconfig): load it here the way the server does, with the server's library path, and say why not.
+cat >"$LOGS/dri_probe.c" <<'C'
+#include <dlfcn.h>
+#include <stdio.h>
+int main(int argc, char** argv) {
+  for (int now = 0; now < 2; ++now) {  /* the server's RTLD_LAZY, then RTLD_NOW for unresolved symbols */
+    void* h = dlopen(argv[1], (now ? RTLD_NOW : RTLD_LAZY) | RTLD_LOCAL);
+    if (!h) { printf("dri_probe: dlopen(%s) failed: %s\n", now ? "NOW" : "LAZY", dlerror()); continue; }
+    const void** (*get)(void) = (const void** (*)(void))dlsym(h, "__driDriverGetExtensions_swrast");
+    int n = 0;
+    if (get) for (const void** e = get(); e && e[n]; ++n) {}
+    printf("dri_probe: dlopen(%s) ok, %d driver extensions\n", now ? "NOW" : "LAZY", n);
+  }
+  return 0;
+}
+C
+if gcc -O1 -o "$LOGS/dri_probe" "$LOGS/dri_probe.c" -ldl 2>"$LOGS/dri_probe.build.log"; then
+  LD_LIBRARY_PATH="$DEVROOT/llvm-stub:$LIB$FBLIBS" GALLIUM_DRIVER=softpipe DRAW_USE_LLVM=0 \
+    "$LOGS/dri_probe" "$LIB/dri/swrast_dri.so" 2>&1 | head -4 | tee -a "$SUMMARY"
+fi
+grep -m3 -i -E "error|fail|libGL" "$LOGS/xvfb.log" | sed 's/^/gpu_gui: xvfb: /' | tee -a "$SUMMARY"
 
 # --- 6. The clients. Three ways to a GL context, tried in order until one gives a screenshot:
 #   nvidia-glx  NVIDIA's GLX vendor library (the device README's way; libglvnd would otherwise ask

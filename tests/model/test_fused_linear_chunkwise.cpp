@@ -59,6 +59,7 @@ double relative(const at::Tensor& a, const at::Tensor& b) {
 }  // namespace
 
 TEST_CASE("fused chunkwise: outputs, end states and outer gradients equal the ATen form's in float64", "[model]") {
+  ScopedCpuDevice cpu;  // the fused kernels are CPU code
   struct Case {
     const char* preset;
     std::vector<std::string> set;
@@ -96,6 +97,7 @@ TEST_CASE("fused chunkwise: outputs, end states and outer gradients equal the AT
 }
 
 TEST_CASE("fused chunkwise: float32 outputs equal the ATen form's to rounding, and the clip bites", "[model]") {
+  ScopedCpuDevice cpu;  // the fused kernels are CPU code
   for (const char* clip : {"memory.inner.clip=0", "memory.inner.clip=0.05"}) {
     MemoryLayer layer = make_layer(test_rule("titans-lmm", {kLinear, clip}), 64, 4, torch::kFloat32);
     const at::Tensor x = make_input(4, 40, 64, torch::kFloat32);
@@ -118,6 +120,7 @@ TEST_CASE("fused chunkwise: float32 outputs equal the ATen form's to rounding, a
 }
 
 TEST_CASE("fused chunkwise: a double backward is refused in one line, not answered wrongly", "[model]") {
+  ScopedCpuDevice cpu;  // the fused kernels are CPU code
   MemoryLayer layer = make_layer(test_rule("titans-lmm", {kLinear}), 16, 2, torch::kFloat64);
   const at::Tensor x = make_input(2, 6, 16, torch::kFloat64).requires_grad_(true);
   MemoryState state = layer->initial_state(2);

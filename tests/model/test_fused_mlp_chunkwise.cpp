@@ -62,6 +62,7 @@ std::vector<std::vector<std::string>> fused_rules() {
 }  // namespace
 
 TEST_CASE("fused MLP chunkwise: equals the ATen dual form, across calls and chunks", "[model]") {
+  memscope::test::ScopedCpuDevice cpu;  // the fused kernels are CPU code
   for (const auto& rule : fused_rules()) {
     INFO(described(rule));
     auto layer = mlp_layer(rule);
@@ -90,6 +91,7 @@ TEST_CASE("fused MLP chunkwise: equals the ATen dual form, across calls and chun
 }
 
 TEST_CASE("fused MLP chunkwise: equals the sequential steps frozen at the chunk starts", "[model]") {
+  // Not pinned to the CPU: on CUDA the ATen chunkwise form against the sequential steps.
   // step(x_t, state, b) takes each gradient at its chunk's start memory: the chunkwise model token
   // by token (SPEC §9), here through the fused sequential step, an independent computation.
   for (const auto& rule : fused_rules()) {
@@ -126,6 +128,7 @@ TEST_CASE("fused MLP chunkwise: a NaN in one batch row's values stays in that ro
 }
 
 TEST_CASE("fused MLP chunkwise: with grad on, the forward keeps the differentiable ATen form", "[model]") {
+  memscope::test::ScopedCpuDevice cpu;  // the fused kernels are CPU code
   // Training needs autograd through the ATen ops: the fused form (no autograd) must not take it, or
   // no outer gradient would reach the layer's parameters.
   auto layer = mlp_layer({"memory.window.c=3"});
@@ -168,6 +171,7 @@ TEST_CASE("GELU's vectorised erf: within 3 ulp of the correctly rounded erf, NaN
 }
 
 TEST_CASE("GELU and its derivative over arrays equal mlp_memory's exact GELU in double", "[model]") {
+  memscope::test::ScopedCpuDevice cpu;  // the fused kernels are CPU code
   const at::Tensor h = torch::linspace(-12, 12, 40001, torch::kFloat32);
   at::Tensor gelu = torch::empty_like(h), derivative = torch::ones_like(h);
   gelu_array(h.data_ptr<float>(), gelu.data_ptr<float>(), h.numel());

@@ -13,6 +13,7 @@
 #include "model/config/preset.h"
 #include "model/train/trainer.h"
 #include "model/util/small_block_cache.h"
+#include "support/test_device.h"
 
 using namespace memscope::model;
 
@@ -33,6 +34,7 @@ at::Tensor logits_after_steps() {
 }  // namespace
 
 TEST_CASE("small-block cache: blocks are reused, data intact, and a model's step is bit-identical", "[model][allocator]") {
+  memscope::test::ScopedCpuDevice cpu;  // the cache is the CPU allocator's
   const at::Tensor before = logits_after_steps();  // with whichever allocator this process has so far
   install_small_block_cache();
   const SmallBlockCacheStats first = small_block_cache_stats();

@@ -9,4 +9,18 @@ namespace memscope::test {
 
 inline c10::Device test_device() { return model::default_device(); }
 
+// For the tests of CPU-only code (the fused kernels, whose applies() checks ask for the CPU, and the
+// CPU allocator): they run on the CPU under every MEMSCOPE_TEST_DEVICE, since on CUDA the layer
+// would take the ATen form they are compared with and the comparison would test nothing.
+class ScopedCpuDevice {
+ public:
+  ScopedCpuDevice() : before_(test_device()) { model::set_default_device(c10::Device("cpu")); }
+  ~ScopedCpuDevice() { model::set_default_device(before_); }
+  ScopedCpuDevice(const ScopedCpuDevice&) = delete;
+  ScopedCpuDevice& operator=(const ScopedCpuDevice&) = delete;
+
+ private:
+  c10::Device before_;
+};
+
 }  // namespace memscope::test
