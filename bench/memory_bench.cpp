@@ -1,7 +1,9 @@
 // Sequential step vs chunkwise form, tokens/s (issue 3). One JSON line per configuration:
 // structure × window c × optimiser (gd-momentum, muon = NS on, dgd) × chunk b, with the
 // chunkwise/sequential ratio of the same run. Where the fused chunkwise form applies (linear, c = 1,
-// gd-momentum or dgd), also the ATen dual form it replaces, and both with their backward. The MLP
+// gd-momentum or dgd), also the ATen dual form it replaces, and both with their backward; the ATen
+// form's backward also with its whole chunks taken chunk by chunk (linear_chunk_scan.h off), with
+// each one's count of ATen calls. The MLP
 // memory's gd-momentum rows add the fused chunkwise form's GFLOP/s and this core's sgemm peak.
 // Flags: --tokens T (default 2048), --quick (T = 256, b = 64 only), --heads H, --head-dim d; and
 // filters --only linear|mlp, --c N, --optimiser NAME, --chunk b (one configuration: eager_compare.sh).
@@ -16,6 +18,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "bench/aten_call_count.h"
 #include "bench/bench_timing.h"
 #include "bench/sgemm_peak.h"
 #include "model/memory/memory_layer.h"
@@ -135,7 +138,9 @@ int main(int argc, char** argv) {
             MemoryState sc = layer->initial_state(1);
             layer->forward(x, sc, b);
           });
-          nlohmann::json aten = nullptr, train_fused = nullptr, train_aten = nullptr;
+          nlohmann::json aten = nullptr, train_fused = nullptr, train_aten = nullptr,
+                         train_aten_loop = nullptr;
+          nlohmann::json train_aten_calls = nullptr, train_aten_loop_calls = nullptr;
           if (fused_form) {
             auto train_step = [&] {
               torch::AutoGradMode grad_on(true);
@@ -148,6 +153,13 @@ int main(int argc, char** argv) {
               layer->forward(x, sa, b);
             });
             train_aten = tokens / timed(train_step);
+            // The ATen form's whole chunks all at once (linear_chunk_scan.h) against chunk by chunk:
+            // time, and the ATen calls of one forward and backward (a GPU's kernel launches).
+            train_aten_calls = memscope::bench::aten_calls(train_step);
+            layer->set_chunk_scan(false);
+            train_aten_loop = tokens / timed(train_step);
+            train_aten_loop_calls = memscope::bench::aten_calls(train_step);
+            layer->set_chunk_scan(true);
             layer->set_fused_step(true);
             train_fused = tokens / timed(train_step);
           }
@@ -179,6 +191,9 @@ int main(int argc, char** argv) {
                                       {"chunkwise_aten_tokens_per_s", aten},
                                       {"train_fused_tokens_per_s", train_fused},
                                       {"train_aten_tokens_per_s", train_aten},
+                                      {"train_aten_loop_tokens_per_s", train_aten_loop},
+                                      {"train_aten_calls", train_aten_calls},
+                                      {"train_aten_loop_calls", train_aten_loop_calls},
                                       {"ratio", sequential / chunked},
                                       {"chunkwise_gflops", chunk_gflops},
                                       {"sgemm_peak_gflops", peak},

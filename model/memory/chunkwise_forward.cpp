@@ -10,6 +10,8 @@
 #include "model/memory/fused_linear_chunkwise.h"
 #include "model/memory/fused_mlp_chunkwise.h"
 #include "model/memory/inner_clip.h"
+#include "model/memory/linear_chunk_scan.h"
+#include "model/memory/linear_dual_form.h"
 #include "model/memory/linear_scan.h"
 #include "model/memory/memory_layer.h"
 #include "model/memory/mlp_memory.h"
@@ -26,12 +28,6 @@ at::Tensor per_token_scale(const at::Tensor& gate) { return gate.unsqueeze(-1).u
 // Σ_s D[t,s] X_s for a stack X [B,H,n,a,b] of matrices.
 at::Tensor mix(const at::Tensor& d, const at::Tensor& x) {
   return at::matmul(d, x.flatten(-2)).view(x.sizes());
-}
-
-// The window of each chunk token, oldest first: [B,H,n+c−1,…] → [B,H,n,c,…].
-at::Tensor windows(const at::Tensor& ext, int64_t c) {
-  at::Tensor w = ext.unfold(2, c, 1);  // [B,H,n,…,c]
-  return ext.dim() == 3 ? w : w.movedim(-1, 3);
 }
 
 struct ChunkResult {
@@ -56,9 +52,9 @@ class ChunkRunner {
     ext_phi_ = at::cat({state_.ring_phi, phi}, 2);
     ext_v_ = at::cat({state_.ring_v, v}, 2);
     ext_gamma_ = at::cat({state_.ring_gamma, gamma}, 2);
-    win_phi_ = windows(ext_phi_, c);
-    win_v_ = windows(ext_v_, c);
-    weights_ = windows(ext_gamma_, c) * layer_.position_weights(phi.options());
+    win_phi_ = token_windows(ext_phi_, c);
+    win_v_ = token_windows(ext_v_, c);
+    weights_ = token_windows(ext_gamma_, c) * layer_.position_weights(phi.options());
     loss_weights_ = weights_ * inner_loss_scale(rule_, layer_.head_dim());  // γ·(1/d_v when normalised)
     win_delta_ = delta.unsqueeze(-1);
 
@@ -103,20 +99,9 @@ class ChunkRunner {
     return (loss_weights_ * bias_loss(window_read(per_token_mem, true), win_v_, rule_, win_delta_)).sum(-1);
   }
 
-  // ψ_{t,j} = γ_{t,j} ∂ℓ/∂y at the chunk-start M for every window slot: [B,H,n,c,d_v]. One
-  // [n·c, d_φ] × [d_φ, d_v] product per head rather than n broadcast copies of M.
+  // ψ_{t,j} = γ_{t,j} ∂ℓ/∂y at the chunk-start M for every window slot: [B,H,n,c,d_v].
   void linear_psi(const at::Tensor& m) {
-    auto sizes = win_phi_.sizes().vec();
-    at::Tensor y = at::matmul(win_phi_.flatten(2, 3), m.transpose(-1, -2));
-    sizes.back() = m.size(-2);
-    psi_ = bias_grad(y.view(sizes), win_v_, rule_, win_delta_) * loss_weights_.unsqueeze(-1);
-    if (rule_.inner_clip > 0.0) {
-      // ‖Σ_j ψ_j φ_jᵀ‖_F² = Σ_{j,k} (ψ_j·ψ_k)(φ_j·φ_k): g_t's norm without materialising g_t.
-      const at::Tensor norm_sq = (at::matmul(psi_, psi_.transpose(-1, -2)) *
-                                  at::matmul(win_phi_, win_phi_.transpose(-1, -2)))
-                                     .sum({-2, -1});
-      psi_ = psi_ * clip_factor(norm_sq, rule_.inner_clip).unsqueeze(-1).unsqueeze(-1);
-    }
+    psi_ = linear_window_psi(rule_, m, win_phi_, win_v_, loss_weights_, win_delta_);
   }
 
   // g_t for every chunk token at the chunk-start memory: [B,H,n,…] per weight.
@@ -244,69 +229,19 @@ class ChunkRunner {
   }
 
   // Linear memory, gd-momentum or dgd, l2-decay or none: everything stays linear in M_0, S_0 and
-  // the ψ_{r,j} φ_{r+j}ᵀ terms, so reads and the end state need only n×n coefficient matrices
-  // and never materialise a per-token d_v×d_φ matrix (the DeltaNet/TTT "dual form").
+  // the ψ_{r,j} φ_{r+j}ᵀ terms (linear_dual_form.h).
   //   S_t = P^β_t S_0 + Σ_r D^β[t,r] η_r g_r,   M_t = P^α_t M_0 − Σ_s D^α[t,s] S_s
   //       = P^α_t M_0 − (D^α P^β)_t S_0 − Σ_r (D^α D^β)[t,r] η_r g_r
   at::Tensor dual_form(const at::Tensor& q, const at::Tensor& alpha, const at::Tensor& eta, const at::Tensor& beta) {
-    const int64_t n = q.size(2);
-    const DualCoefficients k = dual_coefficients(alpha, eta, beta);
-    at::Tensor psi = psi_.flatten(2, 3);      // [B,H,n·c,d_v]
-    at::Tensor phi = win_phi_.flatten(2, 3);  // [B,H,n·c,d_φ]
+    const DualCoefficients k = dual_coefficients(rule_, alpha, eta, beta);
+    const at::Tensor psi = psi_.flatten(2, 3);      // [B,H,n·c,d_v]
+    const at::Tensor phi = win_phi_.flatten(2, 3);  // [B,H,n·c,d_φ]
     const at::Tensor m0 = state_.memory[0], s0 = state_.momentum[0];
-
-    at::Tensor y = k.start.unsqueeze(-1) * at::matmul(q, m0.transpose(-1, -2)) -
-                   at::matmul(k.row * at::matmul(q, phi.transpose(-1, -2)), psi);
-    if (k.has_momentum) y = y - k.momentum.unsqueeze(-1) * at::matmul(q, s0.transpose(-1, -2));
-
-    const at::Tensor last = k.coef.select(-2, n - 1).unsqueeze(-1);  // [B,H,n·c,1]
-    at::Tensor m_end = per_token_scale(k.last_start) * m0 - at::matmul((psi * last).transpose(-1, -2), phi);
-    if (k.has_momentum) {
-      m_end = m_end - per_token_scale(k.last_momentum) * s0;
-      const at::Tensor s_weights =
-          (k.beta.within.select(-2, n - 1) * eta).repeat_interleave(rule_.window, -1).unsqueeze(-1);
-      state_.momentum[0] = per_token_scale(k.beta.from_start.select(-1, n - 1)) * s0 +
-                           at::matmul((psi * s_weights).transpose(-1, -2), phi);
-    }
-    state_.memory[0] = m_end;
+    const at::Tensor y = dual_read(k, q, phi, psi, m0, s0);
+    const DualEnd end = dual_end_state(end_coefficients(rule_, k, eta), phi, psi, m0, s0);
+    state_.memory[0] = end.memory;
+    if (end.momentum.defined()) state_.momentum[0] = end.momentum;
     return y;
-  }
-
-  // The coefficients of the linear recurrences (SPEC §9) shared by both dual forms. With
-  // M_t = P^α_t M_0 − s_t S_0 − Σ_r coef[t,r] g_r (coef = D^α D^β η, or D^α η without momentum),
-  // `row`, `start` and `momentum` are coef, P^α and s for the row each token reads (its own for
-  // read-after-write, the one before for read-before-write); last_start and last_momentum are P^α
-  // and s of the chunk's last token (its end state).
-  struct DualCoefficients {
-    at::Tensor coef, start, row, momentum, last_start, last_momentum;
-    DecayProducts beta;
-    bool has_momentum = false;
-  };
-  DualCoefficients dual_coefficients(const at::Tensor& alpha, const at::Tensor& eta, const at::Tensor& beta) const {
-    const int64_t n = alpha.size(-1), c = rule_.window;
-    const DecayProducts retain = decay_products(alpha);
-    DualCoefficients d;
-    d.has_momentum = rule_.optimiser == Optimiser::GdMomentum;
-    at::Tensor k = retain.within, s_coef;
-    if (d.has_momentum) {
-      d.beta = decay_products(beta);
-      k = at::matmul(retain.within, d.beta.within);
-      s_coef = at::matmul(retain.within, d.beta.from_start.unsqueeze(-1)).squeeze(-1);
-    } else {
-      s_coef = at::zeros_like(alpha);
-    }
-    d.coef = (k * eta.unsqueeze(-2)).repeat_interleave(c, -1);  // [B,H,n,n·c]: one column per window slot
-    d.start = retain.from_start;
-    d.row = d.coef;
-    d.momentum = s_coef;
-    d.last_start = retain.from_start.select(-1, n - 1);
-    d.last_momentum = s_coef.select(-1, n - 1);
-    if (rule_.read == ReadOrder::BeforeWrite) {  // y_t = M_{t−1} q_t: coefficients of row t−1
-      d.start = at::cat({at::ones_like(d.start.slice(-1, 0, 1)), d.start.slice(-1, 0, n - 1)}, -1);
-      d.momentum = at::cat({at::zeros_like(s_coef.slice(-1, 0, 1)), s_coef.slice(-1, 0, n - 1)}, -1);
-      d.row = at::cat({at::zeros_like(d.coef.slice(-2, 0, 1)), d.coef.slice(-2, 0, n - 1)}, -2);
-    }
-    return d;
   }
 
   // MLP memory, gd-momentum, l2-decay or none: the dual form of the residual MLP (SPEC §3). Every
@@ -327,7 +262,7 @@ class ChunkRunner {
     // Every slot reads the same chunk-start W, so a key's pass is the same in each of the c windows
     // it is in: one pass over the n + c − 1 distinct keys, then windowed, rather than n·c passes.
     const MlpPass distinct = mlp_pass(ext_phi_, gradient_point[0], gradient_point[1], ln_w, ln_b);
-    auto windowed = [&](const at::Tensor& t) { return windows(t, c).flatten(2, 3); };  // [B,H,n·c,…]
+    auto windowed = [&](const at::Tensor& t) { return token_windows(t, c).flatten(2, 3); };  // [B,H,n·c,…]
     MlpPass at_slots;  // the fields mlp_backward and the rank-1 factors read (not o)
     at_slots.h = windowed(distinct.h);
     at_slots.a = windowed(distinct.a);
@@ -344,46 +279,33 @@ class ChunkRunner {
       // ‖g_t‖² over the window's rank-1 terms: Σ_{j,k} (δo_j·δo_k)(a_j·a_k) + (δh_j·δh_k)(φ_j·φ_k).
       auto gram = [&](const at::Tensor& t) { return at::matmul(slots(t), slots(t).transpose(-1, -2)); };
       const at::Tensor norm_sq = (gram(g.d_o) * gram(g.a) + gram(g.d_h) * gram(g.phi)).sum({-2, -1});  // [B,H,n]
-      const at::Tensor factor = clip_factor(norm_sq, rule_.inner_clip).repeat_interleave(c, -1).unsqueeze(-1);
+      const at::Tensor factor = repeat_each(clip_factor(norm_sq, rule_.inner_clip), c).unsqueeze(-1);
       g.d_o = g.d_o * factor;
       g.d_h = g.d_h * factor;
     }
     return g;
   }
 
-  at::Tensor mlp_dual_form(const std::vector<at::Tensor>& gradient_point, const at::Tensor& q, const at::Tensor& alpha,
-                           const at::Tensor& eta, const at::Tensor& beta) {
-    const int64_t n = q.size(2), c = rule_.window;
+  at::Tensor mlp_dual_form(const std::vector<at::Tensor>& gradient_point, const at::Tensor& q,
+                           const at::Tensor& alpha, const at::Tensor& eta, const at::Tensor& beta) {
     const at::Tensor ln_w = layer_.ln_weight.to(q.dtype()), ln_b = layer_.ln_bias.to(q.dtype());
     const SlotGradients g = slot_gradients(gradient_point);
     const at::Tensor &phi = g.phi, &d_o = g.d_o, &d_h = g.d_h;
-    const DualCoefficients k = dual_coefficients(alpha, eta, beta);
+    const DualCoefficients k = dual_coefficients(rule_, alpha, eta, beta);
     const std::vector<at::Tensor> w0 = state_.memory, s0 = state_.momentum;  // the recurrence starts here
-    // One weight's read: start·(x W_0ᵀ) − (row ⊙ x Xᵀ) δ − momentum·(x S_0ᵀ), X the slots' inputs.
-    auto read = [&](const at::Tensor& x, size_t i, const at::Tensor& inputs, const at::Tensor& delta) {
-      at::Tensor out = k.start.unsqueeze(-1) * at::matmul(x, w0[i].transpose(-1, -2)) -
-                       at::matmul(k.row * at::matmul(x, inputs.transpose(-1, -2)), delta);
-      if (k.has_momentum) out = out - k.momentum.unsqueeze(-1) * at::matmul(x, s0[i].transpose(-1, -2));
-      return out;
-    };
     MlpPass y;
-    y.h = read(q, 1, phi, d_h);
+    y.h = dual_read(k, q, phi, d_h, w0[1], s0[1]);
     y.a = exact_gelu(y.h);
-    y.o = read(y.a, 0, g.a, d_o);
+    y.o = dual_read(k, y.a, g.a, d_o, w0[0], s0[0]);
     finish_mlp_pass(y, q, ln_w, ln_b);
 
     // The chunk-end state: W_n = P_n W_0 − s_n S_0 − Σ_r coef[n,r] g_r, and S_n likewise.
-    const at::Tensor last = k.coef.select(-2, n - 1).unsqueeze(-1);  // [B,H,n·c,1]
+    const EndCoefficients e = end_coefficients(rule_, k, eta);
     const std::vector<at::Tensor> deltas{d_o, d_h}, inputs{g.a, phi};
     for (size_t i = 0; i < 2; ++i) {
-      at::Tensor w = per_token_scale(k.last_start) * w0[i] - at::matmul((deltas[i] * last).transpose(-1, -2), inputs[i]);
-      if (k.has_momentum) {
-        w = w - per_token_scale(k.last_momentum) * s0[i];
-        const at::Tensor s_weights = (k.beta.within.select(-2, n - 1) * eta).repeat_interleave(c, -1).unsqueeze(-1);
-        state_.momentum[i] = per_token_scale(k.beta.from_start.select(-1, n - 1)) * s0[i] +
-                             at::matmul((deltas[i] * s_weights).transpose(-1, -2), inputs[i]);
-      }
-      state_.memory[i] = w;
+      const DualEnd end = dual_end_state(e, inputs[i], deltas[i], w0[i], s0[i]);
+      state_.memory[i] = end.memory;
+      if (end.momentum.defined()) state_.momentum[i] = end.momentum;
     }
     return y.y;
   }
@@ -549,7 +471,14 @@ ForwardOutput MemoryLayerImpl::forward(const at::Tensor& x, MemoryState& state, 
 
   ChunkRunner runner(*this, state, record);
   std::vector<ChunkResult> results;
-  for (int64_t pos = 0; pos < T;) {
+  // Whole chunks from a boundary, for the linear dual form: all at once (linear_chunk_scan.h).
+  const int64_t scanned = chunk_scan_on_ ? linear_chunk_scan_tokens(r, state, T, chunk, record) : 0;
+  if (scanned > 0) {
+    results.emplace_back();
+    results.back().y =
+        linear_chunk_scan(*this, {phi, q, v, alpha, eta, beta, gamma, delta}, scanned, chunk, state);
+  }
+  for (int64_t pos = scanned; pos < T;) {
     // Chunks sit at multiples of b from the stream start; a chunk left open by the previous
     // call (same b) continues with its stored gradient point.
     const int64_t offset = state.tokens % chunk;

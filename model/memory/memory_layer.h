@@ -177,6 +177,9 @@ class MemoryLayerImpl : public torch::nn::Module {
   // MLP dgd form's decayed_contractions.cpp are its fused parts).
   void set_fused_step(bool on) { fused_step_on_ = on; }
   bool fused_step_on() const { return fused_step_on_; }
+  // The chunkwise form of the linear memory takes a call's whole chunks all at once
+  // (linear_chunk_scan.h) by default; off, chunk by chunk, the loop it is tested against.
+  void set_chunk_scan(bool on) { chunk_scan_on_ = on; }
 
   void set_override(Gate gate, GateOverride value);
   const GateOverride& override_of(Gate gate) const { return overrides_[static_cast<int>(gate)]; }
@@ -238,6 +241,7 @@ class MemoryLayerImpl : public torch::nn::Module {
   int64_t d_model_, heads_, head_dim_, feature_dim_;
   std::array<GateOverride, kGateCount> overrides_;
   bool fused_step_on_ = true;
+  bool chunk_scan_on_ = true;
 };
 TORCH_MODULE(MemoryLayer);
 

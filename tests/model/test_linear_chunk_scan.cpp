@@ -1,0 +1,124 @@
+// The scan over many chunks (model/memory/linear_chunk_scan.cpp) against the per-chunk loop it
+// replaces for whole chunks: the same tokens given one chunk per call (a call of one chunk never
+// takes the scan) and in one call with the scan off, in float64. Outputs, end states, window rings and every
+// parameter's gradient. The loop is itself checked against the sequential step in test_memory_forms.cpp.
+#include <torch/torch.h>
+
+#include <catch2/catch.hpp>
+
+#include "memory_test_support.h"
+#include "model/memory/linear_chunk_scan.h"
+
+using namespace memscope::model;
+using namespace memscope::test;
+
+namespace {
+
+struct Run {
+  at::Tensor y;
+  MemoryState state;
+  std::vector<at::Tensor> grads;
+};
+
+// `calls` splits the tokens: {T} is one call (the scan), {b, b, …} one chunk per call (the loop).
+Run run(MemoryLayer& layer, const at::Tensor& x, int64_t chunk, const std::vector<int64_t>& calls) {
+  layer->zero_grad();
+  Run r;
+  r.state = layer->initial_state(x.size(0));
+  std::vector<at::Tensor> ys;
+  int64_t pos = 0;
+  for (const int64_t n : calls) {
+    ys.push_back(layer->forward(x.slice(1, pos, pos + n), r.state, chunk).y);
+    pos += n;
+  }
+  r.y = at::cat(ys, 1);
+  torch::manual_seed(3);
+  at::Tensor loss =
+      (r.y * torch::randn_like(r.y)).sum() + (r.state.memory[0] * torch::randn_like(r.state.memory[0])).sum();
+  if (r.state.momentum[0].defined())
+    loss = loss + (r.state.momentum[0] * torch::randn_like(r.state.momentum[0])).sum();
+  loss.backward();
+  for (const auto& p : layer->parameters())
+    r.grads.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
+  return r;
+}
+
+double relative(const at::Tensor& a, const at::Tensor& b) {
+  return ((a - b).abs().max() / (b.abs().max() + 1e-30)).item<double>();
+}
+
+}  // namespace
+
+TEST_CASE("linear chunk scan: many chunks at once equal one chunk per call, gradients included", "[model]") {
+  const std::vector<std::vector<std::string>> rules{
+      {"memory.structure=linear"},
+      {"memory.structure=linear", "memory.inner.clip=0.05", "memory.read=before-write"},
+      {"memory.structure=linear", "memory.window.c=3", "memory.window.gamma=decay", "memory.retention=none"},
+      {"memory.structure=linear", "memory.window.c=2", "memory.window.gamma=gated", "memory.conv=false",
+       "memory.inner.normalize=true"},
+      {"memory.structure=linear", "memory.optimiser=dgd", "memory.momentum.enabled=false",
+       "memory.bias=huber"},
+      {"memory.structure=linear", "memory.feature_map.kind=poly", "memory.bias=lp"}};
+  for (const auto& sets : rules) {
+    std::string described;
+    for (const auto& s : sets) described += s + " ";
+    INFO(described);
+    MemoryLayer layer = make_layer(test_rule("titans-lmm", sets), 16, 2, torch::kFloat64);
+    layer->set_fused_step(false);  // the loop's ATen form on both sides, on every device
+    const at::Tensor x = make_input(3, 20, 16, torch::kFloat64);
+    const int64_t chunk = 4;
+    // The scan takes all five chunks of the one call; the per-chunk calls never take it.
+    REQUIRE(linear_chunk_scan_tokens(layer->rule(), layer->initial_state(3), 20, chunk, false) == 20);
+    REQUIRE(linear_chunk_scan_tokens(layer->rule(), layer->initial_state(3), chunk, chunk, false) == 0);
+    const Run scan = run(layer, x, chunk, {20});
+    const Run loop = run(layer, x, chunk, {4, 4, 4, 4, 4});
+    layer->set_chunk_scan(false);
+    const Run one_call_loop = run(layer, x, chunk, {20});
+    layer->set_chunk_scan(true);
+    CHECK(relative(one_call_loop.y, loop.y) < 1e-12);
+    CHECK(relative(scan.y, loop.y) < 1e-12);
+    CHECK(relative(scan.state.memory[0], loop.state.memory[0]) < 1e-12);
+    if (loop.state.momentum[0].defined())
+      CHECK(relative(scan.state.momentum[0], loop.state.momentum[0]) < 1e-12);
+    CHECK(scan.state.tokens == loop.state.tokens);
+    CHECK(scan.state.anchor.empty());
+    CHECK(torch::equal(scan.state.ring_phi, loop.state.ring_phi));
+    CHECK(torch::equal(scan.state.ring_gamma, loop.state.ring_gamma));
+    REQUIRE(scan.grads.size() == loop.grads.size());
+    int compared = 0;
+    for (size_t i = 0; i < loop.grads.size(); ++i) {
+      REQUIRE(scan.grads[i].defined() == loop.grads[i].defined());
+      if (!loop.grads[i].defined()) continue;
+      INFO("parameter " << i);
+      CHECK(relative(scan.grads[i], loop.grads[i]) < 1e-10);
+      ++compared;
+    }
+    CHECK(compared >= 6);
+  }
+}
+
+TEST_CASE(
+    "linear chunk scan: a call off a chunk boundary, or with a partial chunk, takes the loop for the rest",
+    "[model]") {
+  MemoryLayer layer =
+      make_layer(test_rule("titans-lmm", {"memory.structure=linear"}), 16, 2, torch::kFloat64);
+  layer->set_fused_step(false);
+  const at::Tensor x = make_input(2, 23, 16, torch::kFloat64);
+  // 3 tokens (an open chunk), then 20 (the loop throughout: the call starts off a boundary),
+  // against 3, 1 (closing the chunk) and 19 (four whole chunks scanned, then 3 by the loop).
+  MemoryState a = layer->initial_state(2), b = layer->initial_state(2);
+  CHECK(linear_chunk_scan_tokens(layer->rule(), a, 20, 4, false) == 20);
+  const at::Tensor ya =
+      at::cat({layer->forward(x.slice(1, 0, 3), a, 4).y, layer->forward(x.slice(1, 3), a, 4).y}, 1);
+  CHECK(linear_chunk_scan_tokens(layer->rule(), a, 4, 4, false) == 0);  // 23 tokens in: off a boundary
+  std::vector<at::Tensor> yb;
+  int64_t pos = 0;
+  for (const int64_t n : {3, 1, 19}) {
+    yb.push_back(layer->forward(x.slice(1, pos, pos + n), b, 4).y);
+    pos += n;
+  }
+  CHECK(relative(at::cat(yb, 1), ya) < 1e-12);
+  CHECK(relative(b.memory[0], a.memory[0]) < 1e-12);
+  CHECK(b.tokens == 23);
+  CHECK(b.anchor_chunk == 4);  // 23 is not a multiple of 4: the last chunk is open, its gradient point kept
+}
