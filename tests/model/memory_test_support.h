@@ -1,5 +1,6 @@
 // Shared helpers for the memory tests (tests/model/test_memory_*.cpp).
 #pragma once
+#include <catch2/catch.hpp>
 #include <torch/torch.h>
 
 #include <string>
@@ -37,6 +38,28 @@ inline torch::Tensor make_input(int64_t batch, int64_t tokens, int64_t d_model, 
 
 inline double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a - b).abs().max().item<double>();
+}
+
+// max|a − b| / max|b|: one number for how far a is from the reference b.
+inline double relative_error(const torch::Tensor& a, const torch::Tensor& b) {
+  return ((a - b).abs().max() / (b.abs().max() + 1e-30)).item<double>();
+}
+
+// Two runs' parameter gradients (parameters() order, undefined where a parameter got none): the
+// same ones defined, each within `tolerance` relative of the reference's. Returns how many were
+// compared, for the caller to check that the comparison was not empty.
+inline int check_gradients_close(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& want,
+                                 double tolerance) {
+  REQUIRE(got.size() == want.size());
+  int compared = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    REQUIRE(got[i].defined() == want[i].defined());
+    if (!want[i].defined()) continue;
+    INFO("parameter " << i);
+    CHECK(relative_error(got[i], want[i]) < tolerance);
+    ++compared;
+  }
+  return compared;
 }
 
 inline const std::vector<std::string>& all_presets() {
