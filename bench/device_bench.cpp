@@ -10,18 +10,23 @@
 //   model      demo-mqar, demo-mqar-titans (bench/eager/eager_lm.py's models) and a larger model
 //              (d_model 512, 8 layers) stepped token by token, batch 1, one stream of --tokens
 //              tokens (the larger model half as many); with and without the CUDA graph
-//   train      training steps of that larger model on T = 2048 (task copy), tokens/s and MFU
+//   train      training steps of that larger model on T = 2048 (task copy), tokens/s and MFU, and
+//              one step's ATen calls
 //   train-demo training steps of demo-mqar-titans as its preset has them (batch 16, chunk 4):
 //              the pairing of bench/eager/eager_lm_train.py in bench/eager_compare.sh
 // Flags: --device D, --tokens T (default 2048), --reps N (default 5; medians), --only CASE,
 //        --train-batch B (default 8), --train-steps N (default 5, after 2 warm-up steps),
 //        --profile PREFIX (train: one more step per dtype under Kineto, LibTorch 2.x; a trace
-//        for bench/eager/trace_summary.py).
+//        for bench/eager/trace_summary.py), --fused-memory 0 (train: the memory's ATen forms even
+//        on the CPU, where the fused ones apply: the path CUDA takes, for counting its calls),
+//        --chunk-scan 0|1 (train: the linear memory's whole chunks one by one, or all at once,
+//        linear_chunk_scan.h; by default at once off the CPU only).
 #include <torch/torch.h>
 
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "bench/aten_call_count.h"
 #include "bench/bench_flags.h"
 #include "bench/bench_timing.h"
 #include "bench/kineto_trace.h"
@@ -36,6 +41,8 @@
 #include "model/util/small_block_cache.h"
 
 using namespace memscope::model;
+using memscope::bench::aten_calls;
+using memscope::bench::AtenCalls;
 using memscope::bench::median;
 using memscope::bench::seconds_of;
 
@@ -200,7 +207,8 @@ double training_flops_per_token(const Trainer& trainer, int64_t chunk) {
 
 // Training the larger model at T = 2048 in float32, then (on CUDA) with train.bf16_autocast.
 // --profile PREFIX: one more step of each dtype under the profiler, saved as PREFIX-<dtype>.json.
-void bench_train(int64_t batch, int64_t steps, const std::string& profile) {
+void bench_train(int64_t batch, int64_t steps, const std::string& profile, bool fused_memory,
+                 int64_t chunk_scan) {
   for (const bool bf16 : {false, true}) {
     if (bf16 && !device.is_cuda()) continue;
     std::vector<std::string> sets = large_model_sets();
@@ -210,8 +218,19 @@ void bench_train(int64_t batch, int64_t steps, const std::string& profile) {
     sets.push_back("train.batch=" + std::to_string(batch));
     sets.push_back(std::string("train.bf16_autocast=") + (bf16 ? "true" : "false"));
     Trainer trainer(load_preset("demo-mqar-titans", sets));
+    LanguageModel model = trainer.model();
+    for (int64_t i = 0; i < model->layers(); ++i)
+      if (model->block(i)->memory) {
+        model->block(i)->memory->set_fused_step(fused_memory);
+        if (chunk_scan >= 0) model->block(i)->memory->set_chunk_scan(chunk_scan == 1);
+      }
     double loss = 0;
     const double seconds = median_step_seconds(trainer, steps, &loss);
+    // One more step's ATen calls: the kernel launches that bound it on a GPU (aten_call_count.h).
+    const AtenCalls calls = aten_calls([&] {
+      trainer.train_step();
+      sync();
+    });
     const double tokens = static_cast<double>(batch) * 2048;
     const double tps = tokens / seconds;
     const double flops = training_flops_per_token(trainer, 64);
@@ -223,6 +242,12 @@ void bench_train(int64_t batch, int64_t steps, const std::string& profile) {
               {"flops_per_token", flops},
               {"tflops", tps * flops / 1e12},
               {"loss", loss},
+              {"aten_calls", calls.top_level},
+              {"aten_calls_nested", calls.all},
+              {"memory_form",
+               std::string(fused_memory ? "default" : "aten") + (chunk_scan == 1   ? ", chunk scan"
+                                                                 : chunk_scan == 0 ? ", chunk by chunk"
+                                                                                   : "")},
               {"dtype", bf16 ? "bf16-autocast" : "float32"}});
     std::cout << j.dump() << std::endl;
     if (!profile.empty()) {
@@ -263,7 +288,8 @@ int main(int argc, char** argv) {
   flags.add("--tokens", tokens).add("--reps", reps).add("--only", only).add("--device", device_name);
   flags.add("--train-batch", train_batch).add("--train-steps", train_steps);
   std::string profile;
-  flags.add("--profile", profile);
+  int64_t fused_memory = 1, chunk_scan = -1;
+  flags.add("--profile", profile).add("--fused-memory", fused_memory).add("--chunk-scan", chunk_scan);
   if (!flags.parse(argc, argv)) return 2;
   device = pick_device(device_name);
   set_default_device(device);
@@ -279,7 +305,8 @@ int main(int argc, char** argv) {
                   std::max<int64_t>(tokens / 2, 128), reps);
     }
   }
-  if (only.empty() || only == "train") bench_train(train_batch, train_steps, profile);
+  if (only.empty() || only == "train")
+    bench_train(train_batch, train_steps, profile, fused_memory != 0, chunk_scan);
   if (only == "train-demo") bench_train_demo(train_steps);
   return 0;
 }

@@ -148,6 +148,7 @@ int main(int argc, char** argv) {
               layer->forward(x, st, b).y.sum().backward();
             };
             layer->set_fused_step(false);
+            layer->set_chunk_scan(true);  // what a GPU runs (unset, the CPU takes the loop)
             aten = tokens / timed([&] {
               MemoryState sa = layer->initial_state(1);
               layer->forward(x, sa, b);
@@ -155,11 +156,11 @@ int main(int argc, char** argv) {
             train_aten = tokens / timed(train_step);
             // The ATen form's whole chunks all at once (linear_chunk_scan.h) against chunk by chunk:
             // time, and the ATen calls of one forward and backward (a GPU's kernel launches).
-            train_aten_calls = memscope::bench::aten_calls(train_step);
+            train_aten_calls = memscope::bench::aten_calls(train_step).top_level;
             layer->set_chunk_scan(false);
             train_aten_loop = tokens / timed(train_step);
-            train_aten_loop_calls = memscope::bench::aten_calls(train_step);
-            layer->set_chunk_scan(true);
+            train_aten_loop_calls = memscope::bench::aten_calls(train_step).top_level;
+            layer->set_chunk_scan(std::nullopt);
             layer->set_fused_step(true);
             train_fused = tokens / timed(train_step);
           }

@@ -472,7 +472,8 @@ ForwardOutput MemoryLayerImpl::forward(const at::Tensor& x, MemoryState& state, 
   ChunkRunner runner(*this, state, record);
   std::vector<ChunkResult> results;
   // Whole chunks from a boundary, for the linear dual form: all at once (linear_chunk_scan.h).
-  const int64_t scanned = chunk_scan_on_ ? linear_chunk_scan_tokens(r, state, T, chunk, record) : 0;
+  const bool scan = chunk_scan_.value_or(!x.device().is_cpu());
+  const int64_t scanned = scan ? linear_chunk_scan_tokens(r, state, T, chunk, record) : 0;
   if (scanned > 0) {
     results.emplace_back();
     results.back().y =

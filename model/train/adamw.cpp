@@ -1,5 +1,7 @@
 #include "model/train/adamw.h"
 
+#include <ATen/ATen.h>
+
 #include <cmath>
 
 #include "model/util/errors.h"
@@ -20,21 +22,36 @@ void AdamW::zero_grad() {
     if (p.grad().defined()) p.mutable_grad() = at::Tensor();
 }
 
+// The update as ATen's _foreach_ ops over every parameter with a gradient: on a GPU one
+// multi-tensor kernel per line instead of one per parameter per line (a few kernels where there
+// were a thousand, README "On a GPU machine"); on the CPU they loop over the same per-tensor ops,
+// so the result is the same bits as one parameter at a time.
 void AdamW::step(double lr) {
   at::NoGradGuard no_grad;
   ++steps_;
   const double correction1 = 1.0 - std::pow(options_.beta1, static_cast<double>(steps_));
   const double correction2 = 1.0 - std::pow(options_.beta2, static_cast<double>(steps_));
+  std::vector<at::Tensor> params, grads, exp_avg, exp_avg_sq, decayed;
   for (size_t i = 0; i < parameters_.size(); ++i) {
-    at::Tensor p = parameters_[i].second;
-    const at::Tensor& g = p.grad();
-    if (!g.defined()) continue;
-    if (p.dim() >= 2 && options_.weight_decay != 0.0) p.mul_(1.0 - lr * options_.weight_decay);
-    exp_avg_[i].mul_(options_.beta1).add_(g, 1.0 - options_.beta1);
-    exp_avg_sq_[i].mul_(options_.beta2).addcmul_(g, g, 1.0 - options_.beta2);
-    const at::Tensor denom = (exp_avg_sq_[i].sqrt() / std::sqrt(correction2)).add_(options_.eps);
-    p.addcdiv_(exp_avg_[i], denom, -lr / correction1);
+    const at::Tensor& p = parameters_[i].second;
+    if (!p.grad().defined()) continue;
+    params.push_back(p);
+    grads.push_back(p.grad());
+    exp_avg.push_back(exp_avg_[i]);
+    exp_avg_sq.push_back(exp_avg_sq_[i]);
+    if (p.dim() >= 2) decayed.push_back(p);
   }
+  if (params.empty()) return;
+  if (options_.weight_decay != 0.0 && !decayed.empty())
+    at::_foreach_mul_(decayed, 1.0 - lr * options_.weight_decay);
+  at::_foreach_mul_(exp_avg, options_.beta1);
+  at::_foreach_add_(exp_avg, grads, 1.0 - options_.beta1);
+  at::_foreach_mul_(exp_avg_sq, options_.beta2);
+  at::_foreach_addcmul_(exp_avg_sq, grads, grads, 1.0 - options_.beta2);
+  std::vector<at::Tensor> denom = at::_foreach_sqrt(exp_avg_sq);
+  at::_foreach_div_(denom, std::sqrt(correction2));
+  at::_foreach_add_(denom, options_.eps);
+  at::_foreach_addcdiv_(params, exp_avg, denom, -lr / correction1);
 }
 
 NamedTensors AdamW::state() const {
@@ -64,10 +81,13 @@ void AdamW::load_state(const std::map<std::string, at::Tensor>& tensors, int64_t
 
 at::Tensor gradient_norm_squared(const NamedTensors& parameters) {
   at::NoGradGuard no_grad;
-  std::vector<at::Tensor> squares;
+  // All gradients as one vector, squared and summed in float64: four kernels for all parameters
+  // together rather than three per parameter.
+  std::vector<at::Tensor> flat;
   for (const auto& [name, p] : parameters)
-    if (p.grad().defined()) squares.push_back(p.grad().to(at::kDouble).pow(2).sum());
-  return squares.empty() ? at::Tensor() : at::stack(squares).sum();
+    if (p.grad().defined()) flat.push_back(p.grad().reshape({-1}));
+  if (flat.empty()) return {};
+  return at::cat(flat).to(at::kDouble).pow(2).sum();
 }
 
 double gradient_norm(const NamedTensors& parameters) {
@@ -79,8 +99,10 @@ void clip_gradients(const NamedTensors& parameters, double norm, double max_norm
   if (!(max_norm > 0.0 && norm > max_norm && std::isfinite(norm))) return;
   at::NoGradGuard no_grad;
   const double scale = max_norm / (norm + 1e-6);
+  std::vector<at::Tensor> grads;
   for (const auto& [name, p] : parameters)
-    if (p.grad().defined()) p.grad().mul_(scale);
+    if (p.grad().defined()) grads.push_back(p.grad());
+  if (!grads.empty()) at::_foreach_mul_(grads, scale);
 }
 
 double clip_grad_norm(const NamedTensors& parameters, double max_norm) {

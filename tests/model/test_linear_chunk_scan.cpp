@@ -62,6 +62,7 @@ TEST_CASE("linear chunk scan: many chunks at once equal one chunk per call, grad
     INFO(described);
     MemoryLayer layer = make_layer(test_rule("titans-lmm", sets), 16, 2, torch::kFloat64);
     layer->set_fused_step(false);  // the loop's ATen form on both sides, on every device
+    layer->set_chunk_scan(true);   // unset, the CPU takes the loop
     const at::Tensor x = make_input(3, 20, 16, torch::kFloat64);
     const int64_t chunk = 4;
     // The scan takes all five chunks of the one call; the per-chunk calls never take it.
@@ -91,6 +92,7 @@ TEST_CASE(
   MemoryLayer layer =
       make_layer(test_rule("titans-lmm", {"memory.structure=linear"}), 16, 2, torch::kFloat64);
   layer->set_fused_step(false);
+  layer->set_chunk_scan(true);
   const at::Tensor x = make_input(2, 23, 16, torch::kFloat64);
   // 3 tokens (an open chunk), then 20 (the loop throughout: the call starts off a boundary),
   // against 3, 1 (closing the chunk) and 19 (four whole chunks scanned, then 3 by the loop).
@@ -109,4 +111,21 @@ TEST_CASE(
   CHECK(relative_error(b.memory[0], a.memory[0]) < 1e-12);
   CHECK(b.tokens == 23);
   CHECK(b.anchor_chunk == 4);  // 23 is not a multiple of 4: the last chunk is open, its gradient point kept
+}
+
+TEST_CASE("linear chunk scan: unset, it runs off the CPU only", "[model]") {
+  // On the CPU the loop measured faster in a whole training step, so the default keeps it there;
+  // a GPU takes the scan. The default's result is the same bits as the form it picks.
+  MemoryLayer layer =
+      make_layer(test_rule("titans-lmm", {"memory.structure=linear"}), 16, 2, torch::kFloat64);
+  layer->set_fused_step(false);
+  const at::Tensor x = make_input(2, 16, 16, torch::kFloat64);
+  auto y_of = [&](std::optional<bool> scan) {
+    layer->set_chunk_scan(scan);
+    MemoryState s = layer->initial_state(2);
+    return layer->forward(x, s, 4).y;
+  };
+  const at::Tensor by_default = y_of(std::nullopt);
+  const at::Tensor picked = y_of(!test_device().is_cpu());
+  CHECK(torch::equal(by_default, picked));
 }

@@ -1,0 +1,77 @@
+#!/bin/bash
+# One short GPU lease, the checks still open on issue 23, in the order they matter, each under its
+# own time limit, so that a lease that ends early still brings back what ran. For the device tool:
+#
+#   run: bench/gpu_lease.sh    carry: .devdeps .gl .guideps    timeout_s: 560
+#
+# Stages (LEASE_STAGES picks some, default all, in this order):
+#   build   headless build-gpu: the CLI, the model and engine tests, device_bench (~170 s on 16 cores)
+#   tests   the CUDA cases changed since their last GPU run: the CPU-pinned fused and allocator cases,
+#           the chunk scan's, the trainer's and AdamW's (~30 s)
+#   train   memscope against eager PyTorch, training d512×8 at T = 2048, with one profiled step of
+#           each and their trace summaries; then memscope with the chunk scan off, for its A/B (~150 s)
+#   gui     bench/gpu_gui.sh: the app under Xvfb, its screenshot and which way drew it (~60 s)
+#
+# At most 8 files come back from $OUT: lease.log (everything said), bench.jsonl (every JSON line),
+# build_tail.log, ctest.log, gui.log, glxinfo.txt, gui_cuda.png and logs.tgz (the rest, no traces).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+FINAL=${OUT:-build-gpu/lease}
+mkdir -p "$FINAL"
+FINAL=$(cd "$FINAL" && pwd)
+R=/tmp/lease
+mkdir -p "$R"
+LOG=$FINAL/lease.log
+T0=$(date +%s)
+say() { echo "$*" | tee -a "$LOG"; }
+stage_time() { say "== $1 done at $(( $(date +%s) - T0 )) s"; }
+# Everything that bench/gpu.sh and gpu_gui.sh write goes to $R; only the summaries go to $FINAL.
+export OUT=$R JOBS=${JOBS:-$(nproc)}
+stages=${LEASE_STAGES:-build tests train gui}
+say "== gpu_lease $(date -u +%FT%TZ): $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
+
+for stage in $stages; do
+  case $stage in
+    build)
+      GPU_TARGETS="memscope-cli memscope_tests_model memscope_tests_engine bench_device_bench" \
+        timeout 300 bench/gpu.sh build 2>&1 | tail -5 | tee -a "$LOG"
+      tail -c 20000 "$R/build.log" >"$FINAL/build_tail.log" 2>/dev/null
+      ;;
+    tests)
+      MEMSCOPE_TEST_DEVICE=cuda timeout 150 ctest --test-dir build-gpu -j8 --timeout 120 --output-on-failure \
+        -R 'fused chunkwise|fused MLP chunkwise|decayed contractions|small-block cache|linear chunk scan|AdamW|training|graphed|cuda_graph' \
+        >"$FINAL/ctest.log" 2>&1
+      grep -E "tests passed|\*\*\*Failed|Timeout" "$FINAL/ctest.log" | tee -a "$LOG"
+      ;;
+    train)
+      PYTHONUNBUFFERED=1 timeout 240 python3 bench/eager/gpu_compare.py --memscope build-gpu --only train \
+        --profile "$R/prof" >>"$FINAL/bench.jsonl" 2>"$R/train.err"
+      timeout 90 build-gpu/bench/device_bench --device cuda --only train --train-steps 3 --chunk-scan 0 2>&1 |
+        grep '^{' >>"$FINAL/bench.jsonl"
+      python3 - "$FINAL/bench.jsonl" <<'PY' | tee -a "$LOG"
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r.get("bench") == "gpu_compare":
+        print(r["case"], "ratio", r["ratio"], "memscope", r["memscope_tokens_per_s"], "eager", r["eager_tokens_per_s"])
+    elif r.get("bench") == "trace_summary":
+        print(r["trace"].split("/")[-1], "span_ms", r.get("span_ms"), "gpu_busy", r.get("gpu_busy_share"),
+              "kernels", r.get("kernels"))
+    elif r.get("case") == "train/large":
+        print("train/large", r["dtype"], r.get("memory_form"), "tokens/s", round(r["tokens_per_s"]), "aten_calls",
+              r.get("aten_calls"))
+    elif r.get("bench") == "error":
+        print("error", r.get("cmd"), r.get("stderr", "")[-300:])
+PY
+      ;;
+    gui)
+      timeout 240 bash bench/gpu_gui.sh >"$R/gui_run.log" 2>&1
+      say "gpu_gui exit $? (0: the GPU drew it, 3: only the CPU did)"
+      for f in gui.log glxinfo.txt gui_cuda.png; do cp "$R/$f" "$FINAL/" 2>/dev/null; done
+      ;;
+    *) say "unknown stage $stage" ;;
+  esac
+  stage_time "$stage"
+done
+tar czf "$FINAL/logs.tgz" --exclude='*.json' -C /tmp lease gui-logs 2>/dev/null
+say "== gpu_lease done at $(( $(date +%s) - T0 )) s"
