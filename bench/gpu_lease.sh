@@ -58,8 +58,9 @@ for line in open(sys.argv[1]):
         print(r["trace"].split("/")[-1], "span_ms", r.get("span_ms"), "gpu_busy", r.get("gpu_busy_share"),
               "kernels", r.get("kernels"))
     elif r.get("case") == "train/large":
-        print("train/large", r["dtype"], r.get("memory_form"), "tokens/s", round(r["tokens_per_s"]), "aten_calls",
-              r.get("aten_calls"))
+        side = "memscope" if r.get("bench") == "device" else r.get("bench")
+        print(side, "train/large", r["dtype"], r.get("memory_form", ""), "tokens/s", round(r["tokens_per_s"]),
+              "aten_calls", r.get("aten_calls"))
     elif r.get("bench") == "error":
         print("error", r.get("cmd"), r.get("stderr", "")[-300:])
 PY
