@@ -32,9 +32,8 @@ at::Tensor linear_chunk_scan(const MemoryLayerImpl& layer, const ChunkScanInputs
     return t.reshape(sizes);
   };
   auto folded = [&](const at::Tensor& t) { return chunked(t).flatten(1, 2); };
-  auto unfolded = [&](const at::Tensor& t) {
-    return t.unflatten(1, {t.size(1) / N, N});
-  };  // [B,H·N,…] → [B,H,N,…]
+  // And back: [B,H·N,…] → [B,H,N,…].
+  auto unfolded = [&](const at::Tensor& t) { return t.unflatten(1, {t.size(1) / N, N}); };
 
   // Everything that does not depend on a chunk's start state, for all chunks at once. The windows
   // run over the ring's c − 1 tokens and then the new ones, as chunk after chunk would.
