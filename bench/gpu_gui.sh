@@ -21,7 +21,8 @@
 #
 # Status (2026-11-27, H200, Ubuntu 24.04, driver 580): everything up to the window ran (the carried
 # packages unpacked, the app built, Xvfb started with its swrast driver), but NVIDIA's GLX vendor
-# library found no fbconfig on this Xvfb. Step 6 now also tries EGL and, last, Mesa on the CPU.
+# library found no fbconfig on this Xvfb. Step 6 now also tries EGL and, last, Mesa on the CPU
+# (through GLX, then through EGL, which needs no GLX in the server).
 # Exit status: 0 when the GPU rendered the screenshot, 3 when only the CPU did, 1 on failure.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -119,7 +120,7 @@ missing_libs() {
   {
     LD_LIBRARY_PATH="$DEVROOT/llvm-stub:$LIB$FBLIBS" ldd "$DEVROOT/usr/bin/Xvfb" "$LIB/dri/swrast_dri.so"
     LD_LIBRARY_PATH="$LIB$FBLIBS" ldd "$DEVROOT/usr/bin/xkbcomp" "$DEVROOT/usr/bin/glxinfo.x86_64-linux-gnu" \
-      "$LIB/libglfw.so.3"
+      "$LIB/libglfw.so.3" "$LIB/libEGL_mesa.so.0"
   } 2>&1 | grep "not found" | awk '{print $1}' | sort -u | tr '\n' ' '
 }
 missing=$(missing_libs)
@@ -213,12 +214,15 @@ if gcc -O1 -o "$LOGS/dri_probe" "$LOGS/dri_probe.c" -ldl 2>"$LOGS/dri_probe.buil
 fi
 grep -m3 -i -E "error|fail|libGL" "$LOGS/xvfb.log" | sed 's/^/gpu_gui: xvfb: /' | tee -a "$SUMMARY"
 
-# --- 6. The clients. Three ways to a GL context, tried in order until one gives a screenshot:
+# --- 6. The clients. Four ways to a GL context, tried in order until one gives a screenshot:
 #   nvidia-glx  NVIDIA's GLX vendor library (the device README's way; libglvnd would otherwise ask
 #               the server, which names Mesa). On 2026-11-27 it found no fbconfig on this Xvfb.
 #   nvidia-egl  the window's context through EGL (MEMSCOPE_GL_CONTEXT=egl) with NVIDIA's EGL vendor.
 #   softpipe    Mesa's GLX client on the CPU (the carried libglx-mesa0 and swrast_dri.so): the model
 #               still runs on CUDA and the status line says so, but the pixels are not the GPU's.
+#   mesa-egl    Mesa's EGL on the CPU (the carried libegl-mesa0), which draws into the X window
+#               without the server's GLX: the way left when Xvfb's own GLX did not come up (the
+#               symptom of the first three failing alike, as on 2026-11-28).
 # The first that writes a PNG wins; the summary says which, and the exit status is 0 only when
 # the GPU rendered it.
 nvlib=$(ldconfig -p | awk '/libGLX_nvidia\.so\.0/{print $NF; exit}')
@@ -246,6 +250,9 @@ way_env() {
                      "${egl_json:+__EGL_VENDOR_LIBRARY_FILENAMES=$egl_json}" ;;
     softpipe) echo "__GLX_VENDOR_LIBRARY_NAME=mesa LD_LIBRARY_PATH=$DEVROOT/llvm-stub:$BASE_LD" \
                    "LIBGL_DRIVERS_PATH=$LIB/dri GALLIUM_DRIVER=softpipe DRAW_USE_LLVM=0" ;;
+    mesa-egl) echo "MEMSCOPE_GL_CONTEXT=egl __EGL_VENDOR_LIBRARY_FILENAMES=$DEVROOT/usr/share/glvnd/egl_vendor.d/50_mesa.json" \
+                   "LD_LIBRARY_PATH=$DEVROOT/llvm-stub:$BASE_LD LIBGL_DRIVERS_PATH=$LIB/dri GALLIUM_DRIVER=softpipe" \
+                   "DRAW_USE_LLVM=0" ;;
   esac
 }
 
@@ -264,7 +271,7 @@ shoot() {
   while kill -0 "$pid" 2>/dev/null; do
     if [ "$app_gl" = unknown ] && [ -r "/proc/$pid/maps" ]; then
       if grep -q -e "libnvidia-glcore" -e "libnvidia-eglcore" "/proc/$pid/maps"; then app_gl=NVIDIA
-      elif grep -q -e "swrast_dri" -e "libGLX_mesa" "/proc/$pid/maps"; then app_gl=Mesa
+      elif grep -q -e "swrast_dri" -e "libGLX_mesa" -e "libEGL_mesa" "/proc/$pid/maps"; then app_gl=Mesa
       fi
     fi
     if [ "$(date +%s)" -gt "$deadline" ]; then
@@ -295,7 +302,7 @@ done
 cat "$LOGS"/glxinfo-*.txt >"$OUT/glxinfo.txt"
 
 rendered=
-for way in nvidia-glx nvidia-egl softpipe; do
+for way in nvidia-glx nvidia-egl softpipe mesa-egl; do
   if shoot "$way" "$OUT/gui_cuda.png"; then rendered=$way; break; fi
 done
 [ -n "$rendered" ] || fail "no way to a GL context gave a screenshot (logs: $LOGS/app-*.log)"

@@ -21,13 +21,17 @@ x11=(libx11-6 libx11-data libx11-xcb1 libxau6 libxcb1 libxcb-dri3-0 libxdmcp6 li
      libxrender1 libxinerama1 libxcursor1 libxi6 libxxf86vm1 libbsd0 libmd0)
 xvfb=(xvfb libxfont2 libfontenc1 libxkbfile1 libpixman-1-0 libunwind8 libfreetype6 libpng16-16 libbrotli1
       x11-xkb-utils xkb-data mesa-utils-bin fonts-dejavu-core)
+# Mesa's EGL (libegl-mesa0 and what it links): the last way bench/gpu_gui.sh tries, which needs no
+# GLX in the X server.
+egl=(libegl-mesa0 libgbm1 libwayland-client0 libwayland-server0 libxcb-dri2-0 libxcb-present0 libxcb-sync1
+     libxcb-xfixes0 libxshmfence1 libxcb-randr0 libxcb-shm0 libffi8)
 dri=(libgl1-mesa-dri libglx-mesa0 libglapi-mesa libdrm2 libdrm-amdgpu1 libdrm-intel1 libdrm-nouveau2 libdrm-radeon1 libelf1
      libpciaccess0 libsensors5)
 fallback=(libaudit1 libaudit-common libbz2-1.0 libcap-ng0 libcap2 libexpat1 libgcrypt20 libgpg-error0 liblz4-1
           liblzma5 libpcre2-8-0 libselinux1 libsystemd0 libzstd1 zlib1g)
 
 (cd .gl && apt-get download "${gl[@]}")
-(cd .guideps && apt-get download "${build[@]}" "${x11[@]}" "${xvfb[@]}" "${dri[@]}")
+(cd .guideps && apt-get download "${build[@]}" "${x11[@]}" "${xvfb[@]}" "${dri[@]}" "${egl[@]}")
 (cd .guideps/fallback && apt-get download "${fallback[@]}")
 
 # The stub: every LLVM_15 symbol swrast_dri.so imports, as a function that aborts naming itself or
