@@ -18,23 +18,31 @@ struct AtenCalls {
   int64_t all = 0, top_level = 0;
 };
 
+namespace aten_call_count_detail {
+
+inline std::atomic<int64_t> all{0}, top_level{0};
+inline thread_local int depth = 0;  // ops running on this thread
+
+inline std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction&) {
+  ++all;
+  if (depth++ == 0) ++top_level;
+  return nullptr;
+}
+
+inline void on_exit(const at::RecordFunction&, at::ObserverContext*) { --depth; }
+
+}  // namespace aten_call_count_detail
+
 inline AtenCalls aten_calls(const std::function<void()>& work) {
-  static std::atomic<int64_t> all{0}, top{0};
-  static thread_local int depth = 0;
-  all = 0;
-  top = 0;
+  namespace d = aten_call_count_detail;
+  d::all = 0;
+  d::top_level = 0;
+  const auto scopes = {at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION};
   const auto handle =
-      at::addGlobalCallback(at::RecordFunctionCallback(
-                                [](const at::RecordFunction&) -> std::unique_ptr<at::ObserverContext> {
-                                  ++all;
-                                  if (depth++ == 0) ++top;
-                                  return nullptr;
-                                },
-                                [](const at::RecordFunction&, at::ObserverContext*) { --depth; })
-                                .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
+      at::addGlobalCallback(at::RecordFunctionCallback(d::on_enter, d::on_exit).scopes(scopes));
   work();
   at::removeCallback(handle);
-  return {all.load(), top.load()};
+  return {d::all.load(), d::top_level.load()};
 }
 
 }  // namespace memscope::bench
