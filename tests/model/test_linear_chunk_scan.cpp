@@ -1,7 +1,8 @@
 // The scan over many chunks (model/memory/linear_chunk_scan.cpp) against the per-chunk loop it
 // replaces for whole chunks: the same tokens given one chunk per call (a call of one chunk never
-// takes the scan) and in one call with the scan off, in float64. Outputs, end states, window rings and every
-// parameter's gradient. The loop is itself checked against the sequential step in test_memory_forms.cpp.
+// takes the scan) and in one call with the scan off, in float64. Outputs, end states, window rings
+// and every parameter's gradient. The loop is itself checked against the sequential step in
+// test_memory_forms.cpp.
 #include <torch/torch.h>
 
 #include <catch2/catch.hpp>
@@ -42,7 +43,6 @@ Run run(MemoryLayer& layer, const at::Tensor& x, int64_t chunk, const std::vecto
     r.grads.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
   return r;
 }
-
 
 }  // namespace
 
