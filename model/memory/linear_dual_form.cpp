@@ -9,9 +9,8 @@ namespace memscope::model {
 
 namespace {
 
-at::Tensor matrix_scale(const at::Tensor& gate) {
-  return gate.unsqueeze(-1).unsqueeze(-1);
-}  // [B,H] → [B,H,1,1]
+// [B,H] → [B,H,1,1]: one scale per head's matrix.
+at::Tensor matrix_scale(const at::Tensor& gate) { return gate.unsqueeze(-1).unsqueeze(-1); }
 
 }  // namespace
 
@@ -33,22 +32,20 @@ DualCoefficients dual_coefficients(const MemoryRule& rule, const at::Tensor& alp
   DualCoefficients d;
   d.retain = decay_products(alpha);
   d.has_momentum = rule.optimiser == Optimiser::GdMomentum;
-  at::Tensor k = d.retain.within, s_coef;
-  if (d.has_momentum) {
+  at::Tensor k = d.retain.within;
+  if (d.has_momentum) {  // without momentum, s and momentum stay undefined: nothing reads them
     d.beta = decay_products(beta);
     k = at::matmul(d.retain.within, d.beta.within);
-    s_coef = at::matmul(d.retain.within, d.beta.from_start.unsqueeze(-1)).squeeze(-1);
-  } else {
-    s_coef = at::zeros_like(alpha);
+    d.s = at::matmul(d.retain.within, d.beta.from_start.unsqueeze(-1)).squeeze(-1);
+    d.momentum = d.s;
   }
   d.coef = repeat_each(k * eta.unsqueeze(-2), c);  // [B,H,n,n·c]: one column per window slot
   d.start = d.retain.from_start;
   d.row = d.coef;
-  d.momentum = s_coef;
-  d.s = s_coef;
   if (rule.read == ReadOrder::BeforeWrite) {  // y_t = M_{t−1} q_t: coefficients of row t−1
     d.start = at::cat({at::ones_like(d.start.slice(-1, 0, 1)), d.start.slice(-1, 0, n - 1)}, -1);
-    d.momentum = at::cat({at::zeros_like(s_coef.slice(-1, 0, 1)), s_coef.slice(-1, 0, n - 1)}, -1);
+    if (d.has_momentum)
+      d.momentum = at::cat({at::zeros_like(d.s.slice(-1, 0, 1)), d.s.slice(-1, 0, n - 1)}, -1);
     d.row = at::cat({at::zeros_like(d.coef.slice(-2, 0, 1)), d.coef.slice(-2, 0, n - 1)}, -2);
   }
   return d;

@@ -18,7 +18,8 @@ namespace memscope::model {
 // momentum, one column per window slot [B,H,n,n·c].
 struct DualCoefficients {
   at::Tensor coef, start, row, momentum;
-  at::Tensor s;  // s_t of every token's own row [B,H,n] (momentum is s shifted for read-before-write)
+  at::Tensor s;  // s_t of every token's own row [B,H,n] (momentum is s shifted for read-before-write);
+                 // s and momentum only with gd-momentum
   DecayProducts retain, beta;
   bool has_momentum = false;
 };
