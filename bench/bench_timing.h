@@ -1,10 +1,12 @@
 // The benches' timing helpers: wall seconds of a call, the process's CPU seconds, and the median of
 // repetitions (the figure every bench reports, so that one noisy repetition does not move it).
 #pragma once
-#include <ctime>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <ctime>
 #include <functional>
 #include <vector>
 
@@ -21,6 +23,15 @@ inline double process_cpu_seconds() {
   timespec t{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// Minor page faults of the process so far (every thread): a stepping path that allocates and frees
+// large blocks, or keeps new memory (the frame ring growing), faults pages in as it goes (issue
+// 20's "no allocation per token"). On the PVM VMs that run CI a fault costs 10-25 µs.
+inline int64_t minor_faults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
 }
 
 inline double median(std::vector<double> v) {

@@ -130,8 +130,8 @@ int main(int argc, char** argv) {
       score_token(logits, 0);  // as the engine scores a CPU model's token
       total[Extras] += micros_since(start);
       start = Clock::now();
-      for (auto& record : out.records)
-        if (record) finish_record(*record);
+      for (size_t l = 0; l < out.records.size(); ++l)
+        if (out.records[l]) finish_record(*out.records[l], state.blocks[l].memory.memory);
       collect_probes(frame, in, probe);
       (in.matrices ? total[CollectSnapshots] : total[Collect]) += micros_since(start);
       (in.matrices ? snapshots : plain) += 1;

@@ -6,6 +6,7 @@
 // One JSON line per configuration with tokens/s and the overhead against probes off, in percent:
 // the median (and quartiles) over repetitions of each repetition's time against that repetition's
 // "off" time. Repetitions are interleaved (off, default, all, off, …) so machine noise hits them alike.
+// minor_faults_per_1000_steps: page faults (every thread) in the timed steps, per 1000 steps.
 // Flags: --preset P (demo-mqar), --mode inspect|train, --steps N per repetition, --reps R,
 // --threads T, --set K=V (repeatable), --only NAME (repeatable: just these configurations, with
 // "off" always first; for profiling one of them).
@@ -37,6 +38,7 @@ using namespace memscope::model;
 namespace {
 
 using memscope::bench::median;
+using memscope::bench::minor_faults;
 using memscope::bench::process_cpu_seconds;
 
 struct Config {
@@ -90,14 +92,17 @@ int main(int argc, char** argv) {
       b->set_side_job(configs[c].next_token_aside ? SideJob::NextToken : side_job_for(timelines[c].size()));
   }
   std::vector<std::vector<double>> seconds(configs.size()), cpu(configs.size());
+  std::vector<int64_t> faults(configs.size(), 0);
   for (auto& t : timelines)
     for (auto& b : t) b->advance(events);  // warm-up: allocations, first sequence
   for (int64_t r = 0; r < reps; ++r)
     for (size_t c = 0; c < configs.size(); ++c) {
       const auto start = std::chrono::steady_clock::now();
       const double cpu_start = process_cpu_seconds();
+      const int64_t faults_start = minor_faults();
       for (int64_t s = 0; s < steps; ++s)
         for (auto& b : timelines[c]) b->advance(events);
+      faults[c] += minor_faults() - faults_start;
       seconds[c].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       cpu[c].push_back(process_cpu_seconds() - cpu_start);
     }
@@ -129,7 +134,9 @@ int main(int argc, char** argv) {
                                 {"overhead_pct", 100.0 * (ratio_quantile(seconds, c, 0.5) - 1.0)},
                                 {"overhead_q1_pct", 100.0 * (ratio_quantile(seconds, c, 0.25) - 1.0)},
                                 {"overhead_q3_pct", 100.0 * (ratio_quantile(seconds, c, 0.75) - 1.0)},
-                                {"cpu_overhead_pct", 100.0 * (ratio_quantile(cpu, c, 0.5) - 1.0)}}
+                                {"cpu_overhead_pct", 100.0 * (ratio_quantile(cpu, c, 0.5) - 1.0)},
+                                {"minor_faults_per_1000_steps",
+                                 1000.0 * static_cast<double>(faults[c]) / static_cast<double>(reps * steps)}}
                      .dump()
               << std::endl;
   }

@@ -7,7 +7,6 @@
 //        step too, set_fused_step(false) on every memory layer, timed in the same run),
 //        --model-preset P (default demo-mqar; bench/eager_compare.sh's model rounds use
 //        demo-mqar-titans, the model bench/eager/eager_lm.py implements).
-#include <sys/resource.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -32,16 +31,9 @@ using namespace memscope::model;
 namespace {
 
 using memscope::bench::median;
+using memscope::bench::minor_faults;
 using memscope::bench::seconds_of;
 using memscope::bench::sgemm_peak;
-
-// Minor page faults so far: a stepping path that allocates and frees large blocks faults them
-// back in on every token (issue 20's "no allocation per token").
-int64_t minor_faults() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return usage.ru_minflt;
-}
 
 // The two rules of the eager baseline (bench/eager/): Titans' (linear memory, gd-momentum, conv)
 // and Atlas' (Muon), both at window c = 1 with identity features; and the two deep memories as

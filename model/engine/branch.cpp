@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "model/config/knobs.h"
@@ -80,12 +81,55 @@ void add_inner_backward(Frame& frame, const InnerBackward& b, size_t token) {
   if (b.hope_layers > 0) frame.selfmod_grad = b.selfmod[token];
 }
 
+// The state after a probed step as the probes read it: every block's memory weights and
+// self-modifying weights copied, and its momentum unless the step's record holds the sums the
+// probes take from it (StepRecord::weight_squares; a snapshot frame then reads S itself); the rest
+// shared. Made by the thread that stepped, whose cache holds what it has just written. The probes'
+// thread reads these copies rather than the state, whose lines the next step reads: read there
+// from the other core, they slowed the engine thread's next step by 20-40 µs a Titans-MLP token,
+// where the copy costs it a few (README "The probes read copies").
+LmState copy_for_probes(const LmState& state, const std::vector<std::optional<StepRecord>>& records) {
+  auto copy = [](const at::Tensor& t) {
+    if (!t.defined() || !t.is_cpu() || !t.is_contiguous()) return t.defined() ? t.clone() : t;
+    at::Tensor out = at::empty_like(t);
+    std::memcpy(out.data_ptr(), t.data_ptr(), t.nbytes());
+    return out;
+  };
+  LmState out = state;
+  for (size_t l = 0; l < out.blocks.size(); ++l) {
+    BlockState& b = out.blocks[l];
+    for (auto& t : b.memory.memory) t = copy(t);
+    if (l >= records.size() || !records[l] || records[l]->weight_squares.empty())
+      for (auto& t : b.memory.momentum) t = copy(t);
+    for (auto& weights : b.selfmod.weights)
+      for (auto& t : weights) t = copy(t);
+  }
+  return out;
+}
+
+// Room in `frame` for what the probes will write into it, as much as `like` holds: made on the
+// engine thread, so that the probes' thread, which fills the frame, allocates nothing that the
+// frame keeps. What it allocates comes from its own malloc arena, which grows 4 KB at a time as the
+// frame ring fills: about one page fault a Titans-MLP token, each costing the engine's step too on
+// a PVM VM (README "Page faults on a PVM VM").
+void reserve_like(Frame& frame, const Frame* like, const Frame* snapshots) {
+  if (like) {
+    frame.weights.reserve(like->weights.size());
+    for (std::vector<float> Frame::*v : {&Frame::head_metrics, &Frame::weight_metrics, &Frame::cms_norm,
+                                         &Frame::cms_tick, &Frame::selfmod_error, &Frame::selfmod_retention,
+                                         &Frame::selfmod_grad, &Frame::retain_feature, &Frame::lr_feature})
+      (frame.*v).reserve((like->*v).size());
+  }
+  if (snapshots) frame.matrices.reserve(snapshots->matrices.size());
+}
+
 // One inspect token through the model on the calling thread. `state` is a copy: the step replaces
 // the state's tensors and never edits them, so the caller's state (and a frame's view of it) is
 // left as it was while this runs beside the probes of the token before (engine.overlap).
 // With `graphed`, a token whose shapes the graph fixes is replayed through it (engine.cuda_graph).
+// With `copies`, a probed token also gets the probes' copy of its state (copy_for_probes).
 SteppedToken step_token(const LanguageModel& model, LmState state, const at::Tensor& token, int64_t chunk,
-                        bool probe, GraphedStep* graphed = nullptr) {
+                        bool probe, bool copies, GraphedStep* graphed = nullptr) {
   at::NoGradGuard no_grad;  // grad mode is per thread
   SteppedToken s;
   if (probe)
@@ -102,6 +146,7 @@ SteppedToken step_token(const LanguageModel& model, LmState state, const at::Ten
   s.graphed = graphed && GraphedStep::applies(*model, state, chunk);
   s.out = s.graphed ? graphed->step(*model, token, state, detail) : model->step(token, state, chunk, detail);
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (probe && copies) s.probed = copy_for_probes(state, s.out.records);
   s.state = std::move(state);
   return s;
 }
@@ -136,6 +181,8 @@ void Branch::start_over(std::unique_ptr<Trainer> trainer) {
   inspect_ = trainer_->model()->initial_state(1);
   cursor_ = {};
   sequence_loaded_ = -1;
+  last_probed_.reset();
+  last_snapshots_.reset();
   detectors_ = Detectors(preset().detect);
   keyframes_.clear();
   log_.clear();
@@ -268,7 +315,7 @@ std::shared_ptr<Frame> Branch::inspect_frame(std::vector<Event>& events) {
       gate_fault_.pending = false;
     }
     stepped = step_token(model, inspect_, sequence_tokens_.narrow(0, cursor_.token_index, 1), inspect_chunk(),
-                         probe,
+                         probe, copies_for_probes(),
                          graphed_step());  // a planted gate is an override: applies() says no
   }
   // The state before this token: with SideJob::NextToken freed with the last token, on the side
@@ -296,11 +343,14 @@ std::shared_ptr<Frame> Branch::inspect_frame(std::vector<Event>& events) {
   if (probe) {
     ProbeInputs in;
     in.model = &model;
-    in.state = &inspect_;
+    in.state = stepped->probed ? &*stepped->probed : &inspect_;
     in.memory_before = &stepped->before;
     in.records = &stepped->out.records;
     in.matrices = due(p.matrices_every, step);
     in.snapshot_buffers = &snapshot_buffers_;
+    reserve_like(*frame, last_probed_.get(), in.matrices ? last_snapshots_.get() : nullptr);
+    last_probed_ = frame;
+    if (in.matrices) last_snapshots_ = frame;
     const at::Tensor logits = stepped->out.logits[0];
     // On a GPU the prediction and loss ride the probes' one host transfer; on the CPU one loop on
     // the host is cheaper than the four ATen calls (model/probe/token_score.h).
@@ -317,8 +367,8 @@ std::shared_ptr<Frame> Branch::inspect_frame(std::vector<Event>& events) {
     auto measure = [&] {
       const auto from = std::chrono::steady_clock::now();
       at::NoGradGuard no_grad_there;  // grad mode is per thread
-      for (auto& record : stepped->out.records)
-        if (record) finish_record(*record);
+      for (size_t l = 0; l < stepped->out.records.size(); ++l)
+        if (auto& record = stepped->out.records[l]) finish_record(*record, in.state->blocks[l].memory.memory);
       const std::vector<double> extra = collect_probes(*frame, in, p);
       if (inner_backward) add_inner_backward(*frame, *inner_backward, index);
       const TokenScore score =
@@ -327,11 +377,16 @@ std::shared_ptr<Frame> Branch::inspect_frame(std::vector<Event>& events) {
       frame->predicted = score.predicted;
       if (frame->target >= 0) frame->loss = score.loss;
       detected = detectors_.observe(*frame);
-      // Part of the next snapshot frame's buffers, while the engine thread still steps (on one
-      // thread, a snapshot frame's faults are spread over the frames before it all the same).
+      probes_took = std::chrono::duration<double>(std::chrono::steady_clock::now() - from).count();
+    };
+    // Part of the next snapshot frame's buffers (snapshot_buffers.h), so that its pages fault in
+    // over the frames before it. Made on this thread, beside `measure` (which takes buffers on
+    // snapshot frames only): from the engine thread's heap, whose growth is advised huge pages
+    // (model/util/allocator.h). Made on the probes' thread they came from its own malloc arena,
+    // which grows 4 KB at a time: 6 faults a Titans-MLP token, at 10-25 µs each on a PVM VM.
+    auto prepare_snapshots = [&] {
       if (!in.matrices && p.matrices_every > 0)
         snapshot_buffers_.prepare(p.matrices_every - step % p.matrices_every);
-      probes_took = std::chrono::duration<double>(std::chrono::steady_clock::now() - from).count();
     };
     // SideJob::Probes: the side thread measures them while this thread steps the next token, whose
     // step keeps this thread's caches and allocations (README "The probes' own cost on AVX2, and
@@ -341,6 +396,7 @@ std::shared_ptr<Frame> Branch::inspect_frame(std::vector<Event>& events) {
       const auto from = std::chrono::steady_clock::now();
       try {
         step_ahead_here();
+        prepare_snapshots();
       } catch (...) {
         try {
           side_->wait();
@@ -353,6 +409,7 @@ std::shared_ptr<Frame> Branch::inspect_frame(std::vector<Event>& events) {
       next_step = std::chrono::duration<double>(std::chrono::steady_clock::now() - from).count() - probes_took;
     } else {
       measure();
+      prepare_snapshots();
     }
   }
   if (!probe && frame->target >= 0 && preset().engine.inspect_batch > 0) {
@@ -375,6 +432,12 @@ std::shared_ptr<Frame> Branch::inspect_frame(std::vector<Event>& events) {
   // just touched, whose lines must come over from here (unproven: that VM shows no counters).
   spent_ = std::make_shared<SteppedToken>(std::move(*stepped));
   return frame;
+}
+
+bool Branch::copies_for_probes() const {
+  // One thread steps and measures in turn: nothing to keep apart. A GPU's state is not stepped
+  // ahead (can_step_ahead).
+  return preset().engine.overlap && trainer_->model()->embedding.device().is_cpu();
 }
 
 bool Branch::can_step_ahead() {
@@ -410,7 +473,7 @@ void Branch::step_ahead_here() {
     if (first) ensure_sequence_loaded(cursor_.sequence);
     fill_token_ahead(out, step_token(model, first ? model->initial_state(1) : inspect_,
                                      sequence_tokens_.narrow(0, cursor_.token_index, 1), inspect_chunk(),
-                                     due(preset().probe.every, out.step)));
+                                     due(preset().probe.every, out.step), copies_for_probes()));
   } catch (...) {
     ahead_error_ = std::current_exception();  // thrown when its step is taken, as it would have been then
   }
@@ -424,12 +487,13 @@ void Branch::step_ahead_aside() {
   // the critical path either way, and the side thread needs its own. Nothing writes inspect_
   // before take_stepped_ahead() or drop_stepped_ahead() has waited for this job; the engine
   // thread's probes only read it meanwhile.
-  const bool started = side_->try_run([&out, model = trainer_->model(), from = &inspect_,
-                                       token = sequence_tokens_.narrow(0, cursor_.token_index, 1), chunk = inspect_chunk(),
-                                       probe, spent = std::exchange(spent_, nullptr)]() mutable {
-    fill_token_ahead(out, step_token(model, *from, token, chunk, probe));
-    spent.reset();
-  });
+  const bool started =
+      side_->try_run([&out, model = trainer_->model(), from = &inspect_,
+                      token = sequence_tokens_.narrow(0, cursor_.token_index, 1), chunk = inspect_chunk(),
+                      probe, copies = copies_for_probes(), spent = std::exchange(spent_, nullptr)]() mutable {
+        fill_token_ahead(out, step_token(model, *from, token, chunk, probe, copies));
+        spent.reset();
+      });
   if (!started) {  // another timeline holds the spare core: this one steps on the engine thread
     ahead_.reset();
     return;

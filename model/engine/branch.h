@@ -79,6 +79,7 @@ struct SteppedToken {
   LmState state;                                 // after the step
   LmStepOutput out;
   std::vector<std::vector<at::Tensor>> before;   // probed: per layer, the memory weights before it
+  std::optional<LmState> probed;                 // probed with engine.overlap: the probes' copy of `state`
   double seconds = 0;                            // the step's own time
   bool graphed = false;                          // replayed through a CUDA graph (engine.cuda_graph)
 };
@@ -150,6 +151,9 @@ class Branch {
   // models): nothing is planted, and it is of the same probe sequence, or the next one's first
   // token stepped on this thread (SideJob::Probes, step_ahead_here). Makes the side thread.
   bool can_step_ahead();
+  // Whether a probed step also copies its state for the probes (copy_for_probes in branch.cpp):
+  // where they may run on another thread than the steps.
+  bool copies_for_probes() const;
   SteppedToken& start_token_ahead();  // ahead_, with the step, sequence and token it is for
   // The next token stepped now, on this thread (SideJob::Probes; a failed step is kept for its own).
   // A new sequence's first token loads that sequence and steps from the initial state, which
@@ -174,7 +178,10 @@ class Branch {
   int64_t sequence_loaded_ = -1;
   std::optional<InnerBackward> inner_backward_;  // stepping into a training step: this row's backward norms
   Detectors detectors_;
-  SnapshotBuffers snapshot_buffers_;  // the next snapshot frame's, made by the probes' thread ahead
+  SnapshotBuffers snapshot_buffers_;  // the next snapshot frame's, made ahead by the engine thread
+  // The last probed frame, and the last one with snapshots: how much room the next one's probes
+  // need (reserve_like in branch.cpp).
+  std::shared_ptr<const Frame> last_probed_, last_snapshots_;
   std::vector<Keyframe> keyframes_;
   std::vector<LoggedCommand> log_;
   std::shared_ptr<FrameRing> ring_;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model/util/allocator.h"
+
 namespace memscope::model {
 
 ScalarRow scalar_row(const Frame& f) {
@@ -36,11 +38,14 @@ FrameRing::FrameRing(int64_t budget_bytes) : budget_(std::max<int64_t>(budget_by
 
 void FrameRing::push(std::shared_ptr<const Frame> frame) {
   const ScalarRow row = scalar_row(*frame);
-  std::lock_guard<std::mutex> lock(mutex_);
-  bytes_ += frame->bytes();
-  frames_.push_back(std::move(frame));
-  history_.push_back(row);
-  enforce_budget();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    bytes_ += frame->bytes();
+    frames_.push_back(std::move(frame));
+    history_.push_back(row);
+    enforce_budget();
+  }
+  advise_heap_growth();  // the ring is what grows the heap (model/util/allocator.h); not under the lock
 }
 
 void FrameRing::enforce_budget() {

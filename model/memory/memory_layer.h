@@ -66,8 +66,9 @@ struct StepRecord {
   at::Tensor key_squares;                  // [B,H,d_φ] k̄² of the MLP dgd preconditioner (else undefined)
   at::Tensor loss_before;                  // [B,H] L_t(M_{t−1})
   at::Tensor loss_after;                   // [B,H] L_t(M_t); with StepDetail::RecordLater, see below
-  // StepDetail::RecordLater: what computes loss_after, which finish_record() runs and clears.
-  std::function<at::Tensor()> loss_after_later;
+  // StepDetail::RecordLater: what computes loss_after from the weights after the write (M_t),
+  // which finish_record() runs and clears.
+  std::function<at::Tensor(const std::vector<at::Tensor>& memory_after)> loss_after_later;
   std::vector<at::Tensor> gradient;  // g_t per memory weight (state.names order); empty with RecordLater
   std::vector<at::Tensor> ns_output;       // NS_k(S_t) per weight (muon only, else empty)
   // With grad mode on, a view of S_t that only the NS call reads: the gradient at it is the part
@@ -97,9 +98,11 @@ struct StepOutput {
 enum class StepDetail { Record, RecordLater, OutputOnly };
 
 // Computes what a RecordLater step left for later (loss_after), once; nothing for a whole record.
-// The record's tensors are its own, so this may run on another thread than the step, once the
-// step has returned.
-void finish_record(StepRecord& record);
+// `memory_after` is M_t, the step's new state.memory, or a copy of it: the engine's probes pass
+// their own copy, made on the stepping thread, so that their thread never reads the lines that the
+// next step reads (README "The probes read copies"). The record's other tensors are its own, so
+// this may run on another thread than the step, once the step has returned.
+void finish_record(StepRecord& record, const std::vector<at::Tensor>& memory_after);
 
 // Everything per token, [B,T,H,…], for traces and tests (forward with record = true).
 struct ForwardTrace {

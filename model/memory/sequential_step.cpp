@@ -180,9 +180,10 @@ StepOutput MemoryLayerImpl::step(const at::Tensor& x_t, MemoryState& state, int6
     if (detail == StepDetail::RecordLater && !at::GradMode::is_enabled()) {
       // On copies of what it reads, the rule included, so that it may run on another thread once
       // this step has returned (finish_record).
-      rec.loss_after_later = [after, window_phi, window_v, loss_weights, window_delta, rule = rule_, ln_w,
-                              ln_b] {
-        return window_loss_after(after, window_phi, window_v, loss_weights, window_delta, rule, ln_w, ln_b);
+      rec.loss_after_later = [window_phi, window_v, loss_weights, window_delta, rule = rule_, ln_w,
+                              ln_b](const std::vector<at::Tensor>& memory_after) {
+        return window_loss_after(memory_after, window_phi, window_v, loss_weights, window_delta, rule, ln_w,
+                                 ln_b);
       };
     } else {
       rec.loss_after =
@@ -210,10 +211,10 @@ StepOutput MemoryLayerImpl::step(const at::Tensor& x_t, MemoryState& state, int6
   return {y, rec};
 }
 
-void finish_record(StepRecord& record) {
+void finish_record(StepRecord& record, const std::vector<at::Tensor>& memory_after) {
   if (!record.loss_after_later) return;
   at::NoGradGuard no_grad;  // the step that left it ran without grad mode; this thread may not
-  record.loss_after = record.loss_after_later();
+  record.loss_after = record.loss_after_later(memory_after);
   record.loss_after_later = nullptr;
 }
 

@@ -1,13 +1,16 @@
 // SnapshotBuffers: the value buffers of the next frame's matrix snapshots (M, S and ΔM, SPEC §8),
-// allocated and written ahead, a few at a time, by the thread that measures the probes while it
-// has nothing else to do (issue 20).
+// allocated and written ahead, a few at a time, by the engine thread over the frames before it
+// (issue 20). Not thread-safe: the probes take buffers on snapshot frames, the engine prepares
+// them on the others.
 //
 // Why: a snapshot frame keeps its copies in the engine's frame ring, and until the ring is full
 // each copy is new memory whose pages fault in on their first write. A Titans-MLP snapshot frame
 // (48 matrices of 16×64, 196 KB, one frame in eight) took 37 faults and about 210 µs on the AMD
 // VM, against 31 µs when the memory was reused (probe_breakdown). On the side thread that one
 // token outlasted the engine thread's step, which then waited for it. Made ahead, the faults fall
-// in the side thread's slack between hand-overs.
+// over the frames before it; made on the engine thread, they come from its heap, which is advised
+// huge pages (model/util/allocator.h), where the probes' thread's own malloc arena grows 4 KB at a
+// time.
 #pragma once
 #include <cstddef>
 #include <cstdint>

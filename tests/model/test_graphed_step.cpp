@@ -74,13 +74,14 @@ void check_same_state(const LmState& a, const LmState& b) {
   }
 }
 
-void check_same_records(LmStepOutput& a, LmStepOutput& b) {
+// `a` and `b` stepped into states `a_state` and `b_state`.
+void check_same_records(LmStepOutput& a, const LmState& a_state, LmStepOutput& b, const LmState& b_state) {
   REQUIRE(a.records.size() == b.records.size());
   for (size_t l = 0; l < a.records.size(); ++l) {
     REQUIRE(a.records[l].has_value() == b.records[l].has_value());
     if (!a.records[l]) continue;
-    finish_record(*a.records[l]);
-    finish_record(*b.records[l]);
+    finish_record(*a.records[l], a_state.blocks[l].memory.memory);
+    finish_record(*b.records[l], b_state.blocks[l].memory.memory);
     check_close(a.records[l]->loss_before, b.records[l]->loss_before, "loss_before");
     check_close(a.records[l]->loss_after, b.records[l]->loss_after, "loss_after");
     check_close(a.records[l]->lr, b.records[l]->lr, "lr");
@@ -102,7 +103,7 @@ int64_t step_both(const LanguageModel& lm, GraphedStep& graphed, const at::Tenso
         applies ? graphed.step(*lm, token, buffered, detail) : lm->step(token, buffered, 1, detail);
     taken += applies;
     check_close(got.logits, want.logits, "logits");
-    check_same_records(got, want);
+    check_same_records(got, buffered, want, plain);
     check_same_state(buffered, plain);
   }
   return taken;

@@ -2,9 +2,10 @@
 // after the write to finish_record(), which the engine's probes run on their own thread. Finished,
 // the record is Record's bit for bit less the per-weight gradients, which it leaves out (no probe
 // reads them), and the step's output and state are the same either way.
-#include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include <catch2/catch.hpp>
+#include <stdexcept>
 #include <thread>
 
 #include "model/config/preset.h"
@@ -66,16 +67,24 @@ TEST_CASE("a record finished later, on another thread, is the whole record but i
       CHECK(a.record.loss_before.defined());
       CHECK(b.record.loss_after.defined() == !c.defers);
       CHECK(static_cast<bool>(b.record.loss_after_later) == c.defers);
-      // Finished on another thread, where grad mode is on by default, after later steps ran.
+      // Finished on another thread, where grad mode is on by default, from a copy of the weights
+      // after the write (as the engine's probes finish it); or here from the state's own.
       if (t % 2 == 1) {
-        std::thread([&] { finish_record(b.record); }).join();
+        std::vector<at::Tensor> copies;
+        for (const at::Tensor& w : later.memory) copies.push_back(w.clone());
+        if (c.defers && !c.general) {  // the fused MLP step reads them through raw pointers: checked
+          CHECK_THROWS_AS(finish_record(b.record, {copies[0]}), std::invalid_argument);
+          CHECK_THROWS_AS(finish_record(b.record, {copies[0], copies[1].to(at::kDouble)}),
+                          std::invalid_argument);
+        }
+        std::thread([&] { finish_record(b.record, copies); }).join();
       } else {
-        finish_record(b.record);
+        finish_record(b.record, later.memory);
       }
       CHECK_FALSE(static_cast<bool>(b.record.loss_after_later));
       CHECK_FALSE(b.record.loss_after.requires_grad());
       check_same_record(a.record, b.record);
-      finish_record(b.record);  // once: nothing left to do
+      finish_record(b.record, later.memory);  // once: nothing left to do
       check_same_record(a.record, b.record);
     }
   }
