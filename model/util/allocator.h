@@ -8,7 +8,7 @@
 // tokens), one 4 KB page fault at a time. On the PVM virtual machine where this was measured a
 // fault costs 10-25 µs, so the heap grows 64 MB at a time and each growth is advised transparent
 // huge pages (advise_heap_growth): a 2 MB fault per 2 MB instead of 512 (README "Page faults on a
-// PVM VM"). The heap's start-up part is advised too, and its written 2 MB pages collapsed.
+// PVM VM"). The heap's start-up part is advised too.
 #pragma once
 
 namespace memscope::model {
