@@ -10,6 +10,10 @@ namespace memscope::model {
 
 namespace {
 
+// `#pragma GCC ivdep` marks the loops that store into one buffer while reading others, which never
+// overlap: this file is built without the vectoriser's run-time overlap checks (model/CMakeLists.txt),
+// so an unmarked one would stay scalar.
+
 // One head's view of the inputs: row-major [n, d], [n, c, d] and [n, n·c] blocks.
 template <typename T>
 struct Head {
@@ -29,6 +33,7 @@ void for_each_decay(const Head<T>& h, bool before_write, std::vector<T>& running
     for (int64_t t = r; t + shift < h.n; ++t) {
       if (t > r) {
         const T* p = h.keep + t * h.d;
+#pragma GCC ivdep
         for (int64_t f = 0; f < h.d; ++f) running[static_cast<size_t>(f)] *= p[f];
       }
       visit(t + shift, r, running.data());
@@ -44,10 +49,12 @@ void key_query_head(const Head<T>& h, const T* q, const T* phi, T* out, bool bef
   for_each_decay(h, before_write, running, [&](int64_t row, int64_t r, const T* D) {
     if (scaled_for != r) {  // lr[r,f] φ[r,j,f], once per r
       for (int64_t j = 0; j < c; ++j)
+#pragma GCC ivdep
         for (int64_t f = 0; f < d; ++f) scaled[static_cast<size_t>(j * d + f)] = h.lr[r * d + f] * phi[(r * c + j) * d + f];
       scaled_for = r;
     }
     const T* q_row = q + row * d;
+#pragma GCC ivdep
     for (int64_t f = 0; f < d; ++f) rq[static_cast<size_t>(f)] = D[f] * q_row[f];
     T* o = out + row * n * c + r * c;
     for (int64_t j = 0; j < c; ++j) {
@@ -65,12 +72,14 @@ void mixed_read_head(const Head<T>& h, const T* gram, const T* d_o, T* out, bool
   std::vector<T> running(static_cast<size_t>(d)), w(static_cast<size_t>(d));
   for_each_decay(h, before_write, running, [&](int64_t row, int64_t r, const T* D) {
     const T* lr = h.lr + r * d;
+#pragma GCC ivdep
     for (int64_t f = 0; f < d; ++f) w[static_cast<size_t>(f)] = D[f] * lr[f];
     const T* g = gram + row * n * c + r * c;
     T* o = out + row * d;
     for (int64_t j = 0; j < c; ++j) {
       const T* delta = d_o + (r * c + j) * d;
       const T gj = g[j];
+#pragma GCC ivdep
       for (int64_t f = 0; f < d; ++f) o[f] += w[static_cast<size_t>(f)] * gj * delta[f];
     }
   });

@@ -36,6 +36,10 @@ namespace {
 
 constexpr float kLayerNormEps = 1e-5f;  // SPEC §3, as mlp_memory.cpp
 
+// `#pragma GCC ivdep` marks the loops that store into one buffer while reading others, which never
+// overlap: this file is built without the vectoriser's run-time overlap checks (model/CMakeLists.txt),
+// so an unmarked one would stay scalar.
+
 using Buffer = std::vector<float>;
 
 // A thread's scratch for one head of a chunk: buffers handed out in the order run_head asks for
@@ -68,15 +72,18 @@ void normalise_columns(float* o, int64_t d, int64_t count, float* mean, float* s
   std::fill_n(mean, count, 0.0f);
   std::fill_n(stdev, count, 0.0f);
   for (int64_t i = 0; i < d; ++i)
+#pragma GCC ivdep
     for (int64_t k = 0; k < count; ++k) mean[k] += o[i * count + k];
   for (int64_t k = 0; k < count; ++k) mean[k] /= static_cast<float>(d);
   for (int64_t i = 0; i < d; ++i)
+#pragma GCC ivdep
     for (int64_t k = 0; k < count; ++k) {
       const float centred = o[i * count + k] - mean[k];
       stdev[k] += centred * centred;
     }
   for (int64_t k = 0; k < count; ++k) stdev[k] = std::sqrt(stdev[k] / static_cast<float>(d) + kLayerNormEps);
   for (int64_t i = 0; i < d; ++i)
+#pragma GCC ivdep
     for (int64_t k = 0; k < count; ++k) o[i * count + k] = (o[i * count + k] - mean[k]) / stdev[k];
 }
 
@@ -101,12 +108,14 @@ void recurrences(ChunkHead& h, const float* alpha, const float* eta, const float
     h.p_alpha[t] = t == 0 ? alpha[0] : alpha[t] * h.p_alpha[t - 1];
     h.p_beta[t] = t == 0 ? beta[0] : beta[t] * h.p_beta[t - 1];
     h.s[t] = t == 0 ? h.p_beta[0] : alpha[t] * h.s[t - 1] + h.p_beta[t];
+#pragma GCC ivdep
     for (int64_t r = 0; r < t; ++r) {
       d_beta[r] *= beta[t];
       k[r] = alpha[t] * k[r] + d_beta[r];
     }
     d_beta[t] = 1.0f;
     k[t] = 1.0f;
+#pragma GCC ivdep
     for (int64_t r = 0; r <= t; ++r) h.coef[t * n + r] = k[r] * eta[r];
   }
   h.d_beta_last = d_beta;
@@ -163,6 +172,7 @@ void run_head(const ChunkHead& shape, const MlpChunkInputs& in, const std::vecto
   std::fill_n(mean_dn, m, 0.0f);
   std::fill_n(mean_dn_n, m, 0.0f);
   for (int64_t i = 0; i < d; ++i)
+#pragma GCC ivdep
     for (int64_t e = 0; e < m; ++e) {
       const float nhat = n_keys[i * m + e];
       const float dn =
@@ -172,6 +182,7 @@ void run_head(const ChunkHead& shape, const MlpChunkInputs& in, const std::vecto
       mean_dn_n[e] += dn * nhat;
     }
   for (int64_t i = 0; i < d; ++i)
+#pragma GCC ivdep
     for (int64_t e = 0; e < m; ++e)
       delta_o[i * m + e] = (delta_o[i * m + e] - mean_dn[e] / static_cast<float>(d) -
                             n_keys[i * m + e] * mean_dn_n[e] / static_cast<float>(d)) /
@@ -229,6 +240,7 @@ void run_head(const ChunkHead& shape, const MlpChunkInputs& in, const std::vecto
   float* q_t = scratch.take(d * n);
   transpose(queries, n, d, q_t);
   for (int64_t i = 0; i < d; ++i)
+#pragma GCC ivdep
     for (int64_t t = 0; t < n; ++t) {
       q_start[i * n + t] = q_t[i * n + t] * start[t];
       q_moment[i * n + t] = -q_t[i * n + t] * moment[t];
@@ -236,6 +248,7 @@ void run_head(const ChunkHead& shape, const MlpChunkInputs& in, const std::vecto
   // (φ_e·q_t)·(−E[t,e]): [m,n].
   small_gemm(keys, di, 1, q_t, nullptr, products, mi, di, ni, 1.0f, 0.0f);
   for (int64_t e = 0; e < m; ++e)
+#pragma GCC ivdep
     for (int64_t t = 0; t < n; ++t) products[e * n + t] *= -fold[e * n + t];
   small_gemm(w2, di, 1, q_start, nullptr, h_q, hi, di, ni, 1.0f, 0.0f);
   small_gemm(s2, di, 1, q_moment, h_q, h_q, hi, di, ni, 1.0f, 1.0f);
@@ -244,11 +257,13 @@ void run_head(const ChunkHead& shape, const MlpChunkInputs& in, const std::vecto
   // Layer 1: O_q = P·(W_1,0 A_q) − s·(S_1,0 A_q) − Σ_e δo_e (E ⊙ a_e·a_q).
   small_gemm(a_keys, 1, mi, a_q, nullptr, products, mi, hi, ni, 1.0f, 0.0f);
   for (int64_t e = 0; e < m; ++e)
+#pragma GCC ivdep
     for (int64_t t = 0; t < n; ++t) products[e * n + t] *= -fold[e * n + t];
   small_gemm(w1, hi, 1, a_q, nullptr, o_q, di, hi, ni, 1.0f, 0.0f);
   small_gemm(s1, hi, 1, a_q, nullptr, o_s, di, hi, ni, 1.0f, 0.0f);
   small_gemm(delta_o, mi, 1, products, nullptr, o_mix, di, mi, ni, 1.0f, 0.0f);
   for (int64_t i = 0; i < d; ++i)
+#pragma GCC ivdep
     for (int64_t t = 0; t < n; ++t)
       o_q[i * n + t] = start[t] * o_q[i * n + t] - moment[t] * o_s[i * n + t] + o_mix[i * n + t];
   normalise_columns(o_q, d, n, mean, stdev);
@@ -263,11 +278,14 @@ void run_head(const ChunkHead& shape, const MlpChunkInputs& in, const std::vecto
   const float p_end = h.p_alpha[n - 1], s_end = h.s[n - 1], beta_end = h.p_beta[n - 1];
   auto weight_end = [&](const float* w0, const float* s0, const float* delta, int rows, int cols,
                         const float* inputs, float* w_new, float* s_new) {
+#pragma GCC ivdep
     for (int64_t i = 0; i < static_cast<int64_t>(rows) * cols; ++i) w_new[i] = p_end * w0[i] - s_end * s0[i];
     for (int64_t i = 0; i < rows; ++i)
+#pragma GCC ivdep
       for (int64_t e = 0; e < m; ++e) scaled[i * m + e] = delta[i * m + e] * last[e];
     small_gemm(scaled, mi, 1, inputs, w_new, w_new, rows, mi, cols, -1.0f, 1.0f);
     for (int64_t i = 0; i < rows; ++i)
+#pragma GCC ivdep
       for (int64_t e = 0; e < m; ++e) scaled[i * m + e] = delta[i * m + e] * momentum_end[e];
     small_gemm(scaled, mi, 1, inputs, s0, s_new, rows, mi, cols, 1.0f, beta_end);
   };

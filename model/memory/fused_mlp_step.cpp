@@ -36,7 +36,11 @@ constexpr float kLayerNormEps = 1e-5f;  // SPEC §3, as mlp_memory.cpp
 // One head's MLP: d inputs, `hidden` units, LN's affine parameters. The products in the two
 // functions below read the weights in their own row-major layout, each row once for all the inputs:
 // dot products for h = W_2 z and o = W_1 a, axpys for δh and the two gradients. This file is built
-// with reassociation (model/CMakeLists.txt), so the dot products vectorise too.
+// with reassociation (model/CMakeLists.txt), so the dot products vectorise too, and without the
+// vectoriser's run-time overlap checks: a loop that stores through one pointer and reads through
+// another is vectorised only where __restrict says they do not overlap (hence the __restrict
+// below). A checked loop falls back to its scalar copy where they might, and the two copies
+// round differently, so a step's result depended on where malloc had put the scratch.
 struct Head {
   int64_t d, hidden;
   const float* ln_weight;  // [d]
@@ -52,9 +56,12 @@ inline float dot(const float* x, const float* y, int64_t n) {
 // `rows` inputs z [rows,d] through the pass: h, a [rows,hidden]; n, y [rows,d]; σ [rows].
 // w1 = W_1 [d,hidden], w2 = W_2 [hidden,d].
 MEMSCOPE_SIMD_CLONES
-void mlp_forward(const Head& head, const float* z, int64_t rows, const float* w1, const float* w2, float* h,
-                 float* a, float* n, float* stdev, float* y) {
-  const auto [d, hidden, ln_weight, ln_bias] = head;
+void mlp_forward(const Head& head, const float* __restrict z, int64_t rows, const float* __restrict w1,
+                 const float* __restrict w2, float* __restrict h, float* __restrict a, float* __restrict n,
+                 float* __restrict stdev, float* __restrict y) {
+  const int64_t d = head.d, hidden = head.hidden;
+  const float* __restrict ln_weight = head.ln_weight;
+  const float* __restrict ln_bias = head.ln_bias;
   for (int64_t j = 0; j < hidden; ++j)
     for (int64_t r = 0; r < rows; ++r) h[r * hidden + j] = dot(w2 + j * d, z + r * d, d);
   gelu_array(h, a, rows * hidden);
@@ -81,21 +88,21 @@ void mlp_forward(const Head& head, const float* z, int64_t rows, const float* w1
 // and g2 = ∇W_2 [hidden,d]. w1 = W_1 [d,hidden]; z, h, a, n, σ: the input's pass. Scratch:
 // delta_o [d], delta_h [hidden].
 MEMSCOPE_SIMD_CLONES
-void mlp_accumulate_gradient(const Head& head, const float* psi, const float* z, const float* h,
-                             const float* a, const float* n, float stdev, const float* w1, float* delta_o,
-                             float* delta_h, float* g1, float* g2) {
+void mlp_accumulate_gradient(const Head& head, const float* __restrict psi, const float* __restrict z,
+                             const float* __restrict h, const float* __restrict a, const float* __restrict n,
+                             float stdev, const float* __restrict w1, float* __restrict delta_o,
+                             float* __restrict delta_h, float* __restrict g1, float* __restrict g2) {
   const int64_t d = head.d, hidden = head.hidden;
-  const float* ln_weight = head.ln_weight;
-  float mean_dn = 0, mean_dn_n = 0;  // δn = γ_LN·ψ
-  for (int64_t i = 0; i < d; ++i) {
+  const float* __restrict ln_weight = head.ln_weight;
+  float mean_dn = 0, mean_dn_n = 0;
+  for (int64_t i = 0; i < d; ++i) {  // δn = γ_LN·ψ
     const float dn = psi[i] * ln_weight[i];
-    delta_o[i] = dn;
     mean_dn += dn;
     mean_dn_n += dn * n[i];
   }
   mean_dn /= static_cast<float>(d);
   mean_dn_n /= static_cast<float>(d);
-  for (int64_t i = 0; i < d; ++i) delta_o[i] = (delta_o[i] - mean_dn - n[i] * mean_dn_n) / stdev;
+  for (int64_t i = 0; i < d; ++i) delta_o[i] = (psi[i] * ln_weight[i] - mean_dn - n[i] * mean_dn_n) / stdev;
   std::fill_n(delta_h, hidden, 0.0f);
   for (int64_t i = 0; i < d; ++i) {
     const float e = delta_o[i];
@@ -144,6 +151,14 @@ void update_weight(const float* __restrict w, const float* __restrict s, const f
   if (!squares) return;
   squares[0] = sum_of_squares(s_new, nullptr, size);
   if (!muon) squares[1] = sum_of_squares(w_new, w, size);
+}
+
+// Muon's W' = α W − η O over one head's block of a weight; `squares` (a probed step): Σ (W' − W)².
+MEMSCOPE_SIMD_CLONES
+void retain_and_step(const float* __restrict w, const float* __restrict orthogonal, int64_t size, float alpha,
+                     float eta, float* __restrict w_new, double* squares) {
+  for (int64_t i = 0; i < size; ++i) w_new[i] = alpha * w[i] - eta * orthogonal[i];
+  if (squares) *squares = sum_of_squares(w_new, w, size);
 }
 
 // Σ_j w_j·½‖y_j − v_j‖² over the rows with w_j ≠ 0 (a slot before the sequence start adds nothing).
@@ -320,12 +335,10 @@ StepOutput MemoryLayerImpl::fused_mlp_step(const at::Tensor& qkv, const std::vec
       const float* M = m_old[w].data_ptr<float>();
       float* M2 = m_new[w].data_ptr<float>();
       for (int64_t bh = 0; bh < B * H; ++bh) {
-        for (int64_t i = 0; i < weight_size; ++i)
-          M2[bh * weight_size + i] = alpha[static_cast<size_t>(bh)] * M[bh * weight_size + i] -
-                                     eta[static_cast<size_t>(bh)] * O[bh * weight_size + i];
-        if (record)
-          rec.weight_squares[static_cast<size_t>((bh * 2 + w) * 2 + 1)] =
-              sum_of_squares(M2 + bh * weight_size, M + bh * weight_size, weight_size);
+        const int64_t offset = bh * weight_size;
+        const size_t at = static_cast<size_t>(bh);
+        retain_and_step(M + offset, O + offset, weight_size, alpha[at], eta[at], M2 + offset,
+                        record ? rec.weight_squares.data() + (bh * 2 + w) * 2 + 1 : nullptr);
       }
     }
   }
