@@ -67,20 +67,17 @@ void train_served(const ServedTrain& t) {
   }
   if (!t.record.empty()) check_output({"--record", session_dir_for(t.record), FileKind::Session, 64u << 20}, {}, false);
 
-  // The run ends at train.steps by a step breakpoint, not by Step(n): commands queued behind a
-  // Step(n) wait for all n steps, and a viewer's knob must land at the next step. A viewer drives
-  // the run within that budget; a restart would throw the trained steps away.
-  const int budget_breakpoint = 1;  // the engine numbers breakpoints from 1: this one is added first
+  // The run ends at train.steps by the engine's last step, not by Step(n): commands queued behind
+  // a Step(n) wait for all n steps, and a viewer's knob must land at the next step. A viewer drives
+  // the run within it (a Run or Step it posts stops there, whenever it arrives); a restart would
+  // throw the trained steps away.
+  engine.set_last_step(target);
   auto admit = [&](const Command& c) {
-    Command out = c;
-    const int64_t left = target - done();
-    if ((c.kind == Command::Kind::Run || c.kind == Command::Kind::Step) && left <= 0)
+    if ((c.kind == Command::Kind::Run || c.kind == Command::Kind::Step) && done() >= target)
       throw UserError("the run has trained all its " + std::to_string(target) + " steps");
-    if (c.kind == Command::Kind::Step) out.count = std::min(c.count, left);
-    if (c.kind == Command::Kind::RemoveBreakpoint && c.breakpoint.id == budget_breakpoint)
-      throw UserError("that breakpoint ends the run at train.steps = " + std::to_string(target));
-    if (c.kind == Command::Kind::SetKnob && !knob_is_live(c.knob)) throw UserError(c.knob + ": " + kRestartWhy);
-    return out;
+    if (c.kind == Command::Kind::SetKnob && !knob_is_live(c.knob))
+      throw UserError(c.knob + ": " + kRestartWhy);
+    return c;
   };
   const std::string keeps = "a served training run keeps its preset and weights; change live knobs instead";
   const std::map<std::string, std::string> refused = {{kRestartKnob, kRestartWhy},
@@ -97,9 +94,6 @@ void train_served(const ServedTrain& t) {
     if (const std::string error = engine.status().last_error; !error.empty()) throw UserError(error);
   };
   catch_interrupts();
-  Command budget{Command::Kind::AddBreakpoint};
-  budget.breakpoint = parse_breakpoint("step==" + std::to_string(target));
-  post_and_check(budget);
   if (!t.record.empty()) {
     post_and_check(Command::start_recording(t.record));
     progress.message("recording " + engine.status().recording);

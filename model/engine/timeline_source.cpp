@@ -86,6 +86,8 @@ bool TimelineSource::wait_idle_for(double seconds) {
                         [&] { return stopping_ || (queue_.empty() && !busy_ && !running_ && pending_steps_ == 0); });
 }
 
+void TimelineSource::set_last_step(int64_t last) { last_step_ = std::max<int64_t>(0, last); }
+
 void TimelineSource::add_sink(std::shared_ptr<FrameSink> sink) { sinks_.push_back(std::move(sink)); }
 
 void TimelineSource::set_recorder_factory(RecorderFactory factory) { recorder_factory_ = std::move(factory); }
@@ -251,14 +253,19 @@ void TimelineSource::step_all() {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     return;
   }
+  const std::vector<int64_t> now = steps();
   {
     std::lock_guard<std::mutex> lock(state_mutex_);
-    status_.steps = steps();
+    status_.steps = now;
   }
   {
     std::lock_guard<std::mutex> lock(queue_mutex_);
     if (pending_steps_ > 0) --pending_steps_;
   }
+  if (last_step_ > 0 && now.front() >= last_step_)
+    fired.push_back(source_event(now.front(), 0,
+                                 "the run's last step, " + std::to_string(last_step_) + ", is taken",
+                                 EventKind::Breakpoint));
   if (recorder_)
     for (auto& notice : recorder_->take_notices()) emit(std::move(notice));
   if (!fired.empty()) {
@@ -342,6 +349,8 @@ void TimelineSource::execute(const Command& c) {
       case K::Run:
       case K::Pause:
       case K::Step: {
+        if (c.kind != K::Pause && last_step_ > 0 && before.front() >= last_step_)
+          throw UserError("the run has taken all its " + std::to_string(last_step_) + " steps");
         std::lock_guard<std::mutex> lock(queue_mutex_);
         if (c.kind == K::Run) running_ = true;
         if (c.kind == K::Pause) running_ = false, pending_steps_ = 0;

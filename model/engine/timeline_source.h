@@ -78,6 +78,11 @@ class TimelineSource {
   // The same, for at most `seconds`: true when idle (the CLI polls it to notice Ctrl+C).
   virtual bool wait_idle_for(double seconds);
 
+  // Timeline 0 takes no step past `last` (0: no bound), before start(): Run and Step stop there,
+  // whenever they were posted, and are refused once it is reached. A served training run's
+  // train.steps; as a step breakpoint, which fires only at that step, a viewer's Run posted while
+  // the last step ran went on past it for good.
+  void set_last_step(int64_t last);
   void add_sink(std::shared_ptr<FrameSink> sink);  // before start()
   void set_recorder_factory(RecorderFactory factory);  // before start()
 
@@ -134,6 +139,7 @@ class TimelineSource {
   RecorderFactory recorder_factory_;
   std::vector<Breakpoint> breakpoints_;
   int next_breakpoint_id_ = 1;
+  int64_t last_step_ = 0;  // set_last_step; constant once started
 
   mutable std::mutex queue_mutex_;
   std::condition_variable wake_, idle_;

@@ -97,7 +97,10 @@ TEST_CASE("train --serve: a viewer killed mid-stream leaves the run as it is wit
 
 TEST_CASE("train --serve: a viewer's knob and pause reach the run, a restart knob and a wrong token are refused", "[cli]") {
   const fs::path dir = memscope::test::fresh_dir("serve-drive");
-  const Spawned run = spawn(cli({"train", "--steps", "6", "--serve", "127.0.0.1:0", "--token", "t0k"}), dir / "run.log");
+  // 30 steps, so that the viewer's pause lands well before the end on a loaded machine (with 6, one
+  // attached during step 6, and its run, admitted then, had run on past train.steps for good).
+  const Spawned run =
+      spawn(cli({"train", "--steps", "30", "--serve", "127.0.0.1:0", "--token", "t0k"}), dir / "run.log");
   const std::string address = wait_for(dir / "run.log", "on (127\\.0\\.0\\.1:[0-9]+)");
 
   const auto wrong = run_process({MEMSCOPE_CLI_BINARY, "attach", address, "--token", "nope"});
@@ -112,14 +115,14 @@ TEST_CASE("train --serve: a viewer's knob and pause reach the run, a restart kno
   CHECK(viewer.exit_code == 0);
   CHECK(viewer.output.find("\"message\":\"set train.lr = 0.002\"") != std::string::npos);
   CHECK(viewer.output.find("set model.d_model = 32: model.d_model: a restart knob rebuilds the model") != std::string::npos);
-  CHECK(viewer.output.find("the run finished at step 6") != std::string::npos);
+  CHECK(viewer.output.find("the run finished at step 30") != std::string::npos);
   REQUIRE(run.wait(std::chrono::seconds(300)) == 0);
   const std::string log = read_text(dir / "run.log");
   INFO(log);
   // The knob changed the steps after it: the lr the run logged is the new base lr's warmup value.
   const auto last = last_step(log);
-  REQUIRE(last["step"] == 6);
-  CHECK(last["lr"].get<double>() == Approx(0.002 * 6 / 50));
+  REQUIRE(last["step"] == 30);
+  CHECK(last["lr"].get<double>() == Approx(0.002 * 30 / 50));
   fs::remove_all(dir);
 }
 

@@ -285,6 +285,41 @@ TEST_CASE("a step breakpoint stops the run at that step, a restart knob starts o
   CHECK(engine.ring()->latest()->layers == 1);
 }
 
+TEST_CASE("a last step bounds the run: Run and Step stop there whenever posted, and are refused after it",
+          "[engine]") {
+  // A served training run's train.steps (app/cli/train_served.cpp). As a step breakpoint it fired
+  // only at that step: a viewer's Run that arrived while the last step ran went on past it for good.
+  Engine engine(test::small_engine());
+  engine.set_last_step(5);
+  engine.start();
+  engine.post(Command::steps(3));
+  engine.post(Command::run());  // lands after step 3; runs to 5 and stops there
+  engine.wait_idle();
+  CHECK(engine.status().steps.front() == 5);
+  CHECK_FALSE(engine.status().running);
+  CHECK(has_event(engine.events(), EventKind::Breakpoint));
+  for (const Command& late : {Command::run(), Command::steps(2)}) {
+    engine.post(late);
+    engine.wait_idle();
+    CHECK(engine.status().steps.front() == 5);
+    CHECK(engine.status().last_error == "the run has taken all its 5 steps");
+  }
+  // Step(n) from below stops at the last step too, a command between still lands, and a Run
+  // queued while the last step runs (the served run's race) is refused when it lands.
+  Engine other(test::small_engine());
+  other.set_last_step(4);
+  other.start();
+  other.post(Command::steps(2));
+  other.post(Command::set_knob("memory.lr.max", "0.5"));
+  other.post(Command::steps(10));
+  other.post(Command::run());
+  other.wait_idle();
+  CHECK(other.status().steps.front() == 4);
+  CHECK(other.status().preset.memory.max_lr == Approx(0.5));
+  CHECK(other.status().last_error == "the run has taken all its 4 steps");
+  CHECK_FALSE(other.status().running);
+}
+
 TEST_CASE("train and train+inspect modes make train frames and re-step the probe sequence", "[engine]") {
   Engine engine(test::small_engine({"engine.mode=train+inspect", "engine.inspect_every=2", "engine.inspect_tokens=3"}));
   auto log = std::make_shared<FrameLog>();
