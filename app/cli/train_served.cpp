@@ -11,6 +11,7 @@
 #include "model/engine/engine.h"
 #include "model/session/output_check.h"
 #include "model/session/session_writer.h"
+#include "model/train/checkpoint.h"
 #include "model/util/errors.h"
 
 namespace memscope::app {
@@ -58,8 +59,13 @@ void train_served(const ServedTrain& t) {
   options.sets.push_back("engine.mode=train");
   Engine engine(options);
   const Preset preset = engine.status().preset;
+  // As `train`: the trainer stops at train.steps, counted from its first step, not this run's. A
+  // resumed run has its checkpoint's steps already (the engine counts this run's from 0).
   const int64_t target = preset.train.steps;
-  auto done = [&] { return engine.status().steps.front(); };
+  const int64_t trained = t.resume.empty() ? 0 : read_checkpoint(t.resume).step;
+  const int64_t to_take = std::max<int64_t>(0, target - trained);
+  auto done = [&] { return engine.status().steps.front(); };  // this run's steps
+  auto trainer_step = [&] { return trained + done(); };
   if (!t.out.empty()) {
     std::vector<std::filesystem::path> inputs;
     if (!t.resume.empty()) inputs.emplace_back(t.resume);
@@ -71,9 +77,9 @@ void train_served(const ServedTrain& t) {
   // a Step(n) wait for all n steps, and a viewer's knob must land at the next step. A viewer drives
   // the run within it (a Run or Step it posts stops there, whenever it arrives); a restart would
   // throw the trained steps away.
-  engine.set_last_step(target);
+  engine.set_last_step(to_take);  // 0 takes none: then admit refuses every Run and Step
   auto admit = [&](const Command& c) {
-    if ((c.kind == Command::Kind::Run || c.kind == Command::Kind::Step) && done() >= target)
+    if ((c.kind == Command::Kind::Run || c.kind == Command::Kind::Step) && done() >= to_take)
       throw UserError("the run has trained all its " + std::to_string(target) + " steps");
     if (c.kind == Command::Kind::SetKnob && !knob_is_live(c.knob))
       throw UserError(c.knob + ": " + kRestartWhy);
@@ -98,16 +104,16 @@ void train_served(const ServedTrain& t) {
     post_and_check(Command::start_recording(t.record));
     progress.message("recording " + engine.status().recording);
   }
-  if (done() < target) engine.post(Command::run());
+  if (done() < to_take) engine.post(Command::run());
   // Paused by a viewer or a breakpoint, the run waits for the viewer to go on.
   bool said_paused = false;
   while (!interrupted()) {
     const bool idle = engine.wait_idle_for(0.2);
-    if (idle && done() >= target) break;
+    if (idle && done() >= to_take) break;
     if (idle && !said_paused) {
       const std::string error = engine.status().last_error;
-      progress.message("paused at step " + std::to_string(done()) + (error.empty() ? "" : " (" + error + ")") +
-                       "; a viewer resumes it");
+      progress.message("paused at step " + std::to_string(trainer_step()) +
+                       (error.empty() ? "" : " (" + error + ")") + "; a viewer resumes it");
     }
     said_paused = idle;
   }
@@ -115,7 +121,7 @@ void train_served(const ServedTrain& t) {
     engine.post(Command::pause());
     engine.wait_idle();
   }
-  const int64_t at = done();
+  const int64_t at = trainer_step();
   if (!t.out.empty()) {
     Command save{Command::Kind::SaveCheckpoint};
     save.path = t.out;

@@ -126,6 +126,31 @@ TEST_CASE("train --serve: a viewer's knob and pause reach the run, a restart kno
   fs::remove_all(dir);
 }
 
+TEST_CASE("train --serve --resume stops at train.steps counted from the first step, as train does", "[cli]") {
+  // The engine counts a served run's steps from 0; a resumed one had trained train.steps more.
+  const fs::path dir = memscope::test::fresh_dir("serve-resume");
+  const fs::path first = dir / "first.safetensors";
+  REQUIRE(run_process(cli({"train", "--steps", "3", "--out", first.string()})).exit_code == 0);
+  const auto plain = run_process(cli(
+      {"train", "--resume", first.string(), "--steps", "5", "--out", (dir / "plain.safetensors").string()}));
+  REQUIRE(plain.exit_code == 0);
+  const Spawned run = spawn(cli({"train", "--resume", first.string(), "--steps", "5", "--serve", "0", "--out",
+                                 (dir / "served.safetensors").string()}),
+                            dir / "run.log");
+  REQUIRE(run.wait(std::chrono::seconds(300)) == 0);
+  const std::string log = read_text(dir / "run.log");
+  INFO(log);
+  CHECK(last_step(log)["step"] == 5);
+  CHECK(last_step(log)["loss"] == last_step(plain.output)["loss"]);
+  CHECK(memscope::model::read_checkpoint(dir / "served.safetensors").step == 5);
+  // Resumed at or past train.steps: nothing to train.
+  const Spawned done =
+      spawn(cli({"train", "--resume", first.string(), "--steps", "2", "--serve", "0"}), dir / "done.log");
+  REQUIRE(done.wait(std::chrono::seconds(120)) == 0);
+  CHECK(read_text(dir / "done.log").find("\"step\":4") == std::string::npos);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("train --serve: bad input is one line", "[cli]") {
   const auto nproc = run_process(cli({"train", "--steps", "1", "--serve", "0", "--nproc", "2"}));
   CHECK(nproc.exit_code == 1);
