@@ -46,6 +46,7 @@ struct TrainOptions {
   int dist_timeout = 120;     // seconds a rendezvous or a collective waits for the other ranks
   int64_t dist_check_every = 100;  // steps between the parameter checksums (and one at the end)
   ServeFlags serve;                // --serve, --token (issue 22)
+  bool paused = false;             // --paused: a served run waits for a viewer's run or step
 };
 
 // The inputs an output must not overwrite: a preset given as a file, the checkpoint resumed from.
@@ -109,12 +110,14 @@ void train(const TrainOptions& o) {
   }
   if (launch && launch->rank != 0) g_rank_prefix = "rank " + std::to_string(launch->rank) + ": ";
   set_compute_threads(o.threads);  // ATen and OpenBLAS (model/util/compute_threads.h)
+  if (o.paused && !o.serve.serving())
+    throw UserError("train --paused waits for a viewer to run it: it needs --serve");
   if (o.serve.serving()) {
     if (o.nproc > 0 || launch)
       throw UserError("train --serve serves one process's run; it does not combine with --nproc or a launcher's ranks "
                       "(record rank 0 with --record and follow it with memscope --follow DIR)");
     if (o.save_every > 0) throw UserError("train --serve: --save-every does not apply; a viewer saves with its checkpoint command");
-    train_served({o.preset, sets, o.resume, o.out, o.record, o.json, o.force, o.serve});
+    train_served({o.preset, sets, o.resume, o.out, o.record, o.json, o.force, o.paused, o.serve});
     return;
   }
   Trainer trainer = o.resume.empty() ? Trainer(load_preset(o.preset, sets)) : Trainer::resume(o.resume, sets);
@@ -247,6 +250,8 @@ void register_train(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 30));
   add_serve_flags(cmd, o->serve);
+  cmd->add_flag("--paused", o->paused,
+                "With --serve: start paused, so that a viewer attaches before step 1 and runs or steps it");
   cmd->callback([o] { run_train(*o); });
 }
 

@@ -104,7 +104,7 @@ void train_served(const ServedTrain& t) {
     post_and_check(Command::start_recording(t.record));
     progress.message("recording " + engine.status().recording);
   }
-  if (done() < to_take) engine.post(Command::run());
+  if (done() < to_take && !t.paused) engine.post(Command::run());
   // Paused by a viewer or a breakpoint, the run waits for the viewer to go on.
   bool said_paused = false;
   while (!interrupted()) {

@@ -15,11 +15,13 @@ struct ServedTrain {
   std::vector<std::string> sets;  // with train.steps when --steps was given
   std::string resume, out, record;
   bool json = false, force = false;
+  bool paused = false;  // wait for a viewer's run or step before the first step (--paused)
   ServeFlags serve;
 };
 
-// Trains to train.steps unless a viewer pauses it (it then waits for the viewer) or Ctrl+C stops
-// it; writes --out at the end and on Ctrl+C. Throws UserError (one line) for bad input.
+// Trains to train.steps unless a viewer pauses it, or it starts paused (it then waits for the
+// viewer), or Ctrl+C stops it; writes --out at the end and on Ctrl+C. Throws UserError (one line) for bad
+// input.
 void train_served(const ServedTrain& t);
 
 }  // namespace memscope::app

@@ -2,19 +2,18 @@
 // and clicks go in through ImGui's IO between the platform backend and ImGui (AppWindow's input
 // hook), so every widget reacts exactly as it does to a person.
 #pragma once
-#include <catch2/catch.hpp>
+#include <GLFW/glfw3.h>
 #include <imgui.h>
 #include <imgui_internal.h>
+#include <unistd.h>
 
-#include <GLFW/glfw3.h>
-
+#include <catch2/catch.hpp>
+#include <chrono>
 #include <cstdlib>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <string>
-
-#include <unistd.h>
 
 #include "app/gui/gui_app.h"
 #include "gui/png_image.h"
@@ -72,6 +71,17 @@ class AppHarness {
   }
   void frames(int n) {
     for (int i = 0; i < n; ++i) frame();
+  }
+  // Draws frames until `done` holds, for at most `seconds`, not a count of frames: on a loaded
+  // machine the engine's and the viewer's threads may take a while. Returns whether it held.
+  bool frames_until(const std::function<bool()>& done, double seconds = 30) {
+    const auto until =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+    while (!done()) {
+      if (std::chrono::steady_clock::now() > until) return false;
+      frame();
+    }
+    return true;
   }
   // Waits for every run to apply what was posted, then draws until the view has caught up.
   void settle() {

@@ -71,8 +71,7 @@ TEST_CASE("app: an attached run steps, takes live knobs and greys out what it re
 
     // The run ends: the view stays, and the transport says why it is detached.
     server->stop("the run finished at step 2");
-    for (int i = 0; i < 100 && h.app().main().status.connected; ++i) h.frames(1);
-    CHECK_FALSE(h.app().main().status.connected);
+    CHECK(h.frames_until([&] { return !h.app().main().status.connected; }));
     CHECK(h.app().main().status.last_error.find("the run finished at step 2") != std::string::npos);
     CHECK(h.app().main().steps() == 2);
     h.screenshot("attach-detached");

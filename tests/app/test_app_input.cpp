@@ -33,10 +33,9 @@ TEST_CASE("app: Space starts the engine and Space stops it", "[gui]") {
   h.frames(2);
   REQUIRE_FALSE(h.app().main().status.running);
   h.tap(GLFW_KEY_SPACE);
-  for (int i = 0; i < 200 && !h.app().main().status.running; ++i) h.frame();
-  CHECK(h.app().main().status.running);
+  CHECK(h.frames_until([&] { return h.app().main().status.running; }));
   // Let it step a little, then stop it with the same key.
-  for (int i = 0; i < 400 && h.app().main().steps() < 5; ++i) h.frame();
+  CHECK(h.frames_until([&] { return h.app().main().steps() >= 5; }));
   h.tap(GLFW_KEY_SPACE);
   h.settle();
   CHECK_FALSE(h.app().main().status.running);
@@ -124,8 +123,7 @@ TEST_CASE("app: a breakpoint stops a run the GUI paces at a set speed", "[gui]")
   h.settle();
   h.tap(GLFW_KEY_SPACE);
   REQUIRE(h.app().view().playing);
-  for (int i = 0; i < 600 && h.app().view().playing; ++i) h.frame();
-  CHECK_FALSE(h.app().view().playing);
+  CHECK(h.frames_until([&] { return !h.app().view().playing; }));
   h.settle();
   h.frames(30);  // paced steps would have gone on by now
   CHECK(h.app().main().steps() == 5);

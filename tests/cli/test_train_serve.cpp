@@ -63,11 +63,14 @@ TEST_CASE("train --serve: a viewer killed mid-stream leaves the run as it is wit
   INFO(plain.output);
   REQUIRE(plain.exit_code == 0);
 
-  const Spawned run = spawn(cli({"train", "--steps", "8", "--out", (dir / "served.safetensors").string(), "--serve", "0",
-                                 "--token", "t0k"}),
+  // Started paused and run by the viewer, so that the viewer is there before step 1 however slow
+  // its start on a loaded machine (pausing changes no weights).
+  const Spawned run = spawn(cli({"train", "--steps", "8", "--out", (dir / "served.safetensors").string(),
+                                 "--serve", "0", "--token", "t0k", "--paused"}),
                             dir / "run.log");
   const std::string address = wait_for(dir / "run.log", "serving train demo-mqar on (127\\.0\\.0\\.1:[0-9]+)");
-  const Spawned viewer = spawn({MEMSCOPE_CLI_BINARY, "attach", address, "--token", "t0k"}, dir / "viewer.log");
+  const Spawned viewer =
+      spawn({MEMSCOPE_CLI_BINARY, "attach", address, "--token", "t0k", "--post", "run"}, dir / "viewer.log");
   wait_for(dir / "viewer.log", "\"kind\":\"train\"");  // mid-stream: a training frame arrived
   kill(viewer.pid, SIGKILL);
   CHECK(viewer.wait(std::chrono::seconds(10)) == 128 + SIGKILL);
@@ -97,10 +100,11 @@ TEST_CASE("train --serve: a viewer killed mid-stream leaves the run as it is wit
 
 TEST_CASE("train --serve: a viewer's knob and pause reach the run, a restart knob and a wrong token are refused", "[cli]") {
   const fs::path dir = memscope::test::fresh_dir("serve-drive");
-  // 30 steps, so that the viewer's pause lands well before the end on a loaded machine (with 6, one
-  // attached during step 6, and its run, admitted then, had run on past train.steps for good).
+  // Started paused, so that the viewer's commands land before step 1 however slow its start on a
+  // loaded machine (a run left to go had a viewer attach during step 6, and its run went on past it).
   const Spawned run =
-      spawn(cli({"train", "--steps", "30", "--serve", "127.0.0.1:0", "--token", "t0k"}), dir / "run.log");
+      spawn(cli({"train", "--steps", "6", "--serve", "127.0.0.1:0", "--token", "t0k", "--paused"}),
+            dir / "run.log");
   const std::string address = wait_for(dir / "run.log", "on (127\\.0\\.0\\.1:[0-9]+)");
 
   const auto wrong = run_process({MEMSCOPE_CLI_BINARY, "attach", address, "--token", "nope"});
@@ -115,14 +119,15 @@ TEST_CASE("train --serve: a viewer's knob and pause reach the run, a restart kno
   CHECK(viewer.exit_code == 0);
   CHECK(viewer.output.find("\"message\":\"set train.lr = 0.002\"") != std::string::npos);
   CHECK(viewer.output.find("set model.d_model = 32: model.d_model: a restart knob rebuilds the model") != std::string::npos);
-  CHECK(viewer.output.find("the run finished at step 30") != std::string::npos);
+  CHECK(viewer.output.find("the run finished at step 6") != std::string::npos);
   REQUIRE(run.wait(std::chrono::seconds(300)) == 0);
   const std::string log = read_text(dir / "run.log");
   INFO(log);
   // The knob changed the steps after it: the lr the run logged is the new base lr's warmup value.
   const auto last = last_step(log);
-  REQUIRE(last["step"] == 30);
-  CHECK(last["lr"].get<double>() == Approx(0.002 * 30 / 50));
+  REQUIRE(last["step"] == 6);
+  CHECK(last["lr"].get<double>() == Approx(0.002 * 6 / 50));
+  CHECK(log.find("paused at step 0; a viewer resumes it") != std::string::npos);  // --paused
   fs::remove_all(dir);
 }
 
@@ -155,6 +160,10 @@ TEST_CASE("train --serve: bad input is one line", "[cli]") {
   const auto nproc = run_process(cli({"train", "--steps", "1", "--serve", "0", "--nproc", "2"}));
   CHECK(nproc.exit_code == 1);
   CHECK(nproc.output.find("does not combine with --nproc") != std::string::npos);
+  const auto paused = run_process(cli({"train", "--steps", "1", "--paused"}));
+  CHECK(paused.exit_code == 1);
+  CHECK(paused.output.find("train --paused waits for a viewer to run it: it needs --serve") !=
+        std::string::npos);
   const auto address = run_process(cli({"train", "--steps", "1", "--serve", "localhost:http"}));
   CHECK(address.exit_code == 1);
   CHECK(address.output.find("has no port number") != std::string::npos);

@@ -53,6 +53,9 @@ TEST_CASE("a followed session plays the chunks recorded after it opened, then en
 
   // Five more steps than are on disk: the replay waits for them instead of ending.
   follow.post(Command::steps(5));
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);  // the Step(5) taken up
+  while (follow.status().pending_steps != 5 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   std::this_thread::sleep_for(std::chrono::milliseconds(700));
   CHECK(follow.status().steps == std::vector<int64_t>{10});
   CHECK(follow.status().pending_steps == 5);

@@ -217,6 +217,7 @@ TEST_CASE("a failing disk pauses the engine at the first failed write, not after
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   std::filesystem::remove_all(dir);  // the disk goes away
   size_t stopped_at = 0;
+  bool failed = false;  // the writer has tried a chunk and said so
   for (size_t i = 2; i < log->frames.size() && stopped_at == 0; ++i) {
     try {
       writer.on_frame(log->frames[i]);
@@ -224,7 +225,14 @@ TEST_CASE("a failing disk pauses the engine at the first failed write, not after
       CHECK(std::string(e.what()).find("held in memory") != std::string::npos);
       stopped_at = i;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // the writer tries its chunk meanwhile
+    // From the first whole chunk on (frames 3 and 4), the writer tries it before the next frame:
+    // waited for, not slept for, so that a late writer thread on a loaded machine is still in time.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (i >= 3 && !failed && std::chrono::steady_clock::now() < until) {
+      for (const Event& e : writer.take_notices())
+        failed |= e.message.find("retried each second") != std::string::npos;
+      if (!failed) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
   }
   CHECK(stopped_at > 0);
   CHECK(stopped_at <= 6);  // the first failed chunk (frames 3 and 4) stops the next frame
