@@ -77,7 +77,7 @@ void train_served(const ServedTrain& t) {
   // a Step(n) wait for all n steps, and a viewer's knob must land at the next step. A viewer drives
   // the run within it (a Run or Step it posts stops there, whenever it arrives); a restart would
   // throw the trained steps away.
-  engine.set_last_step(to_take);  // 0 takes none: then admit refuses every Run and Step
+  engine.set_last_step(to_take);  // 0 sets no bound, and admit then refuses every Run and Step
   auto admit = [&](const Command& c) {
     if ((c.kind == Command::Kind::Run || c.kind == Command::Kind::Step) && done() >= to_take)
       throw UserError("the run has trained all its " + std::to_string(target) + " steps");

@@ -19,9 +19,9 @@ struct ServedTrain {
   ServeFlags serve;
 };
 
-// Trains to train.steps unless a viewer pauses it, or it starts paused (it then waits for the
-// viewer), or Ctrl+C stops it; writes --out at the end and on Ctrl+C. Throws UserError (one line) for bad
-// input.
+// Trains to train.steps unless a viewer pauses it or it starts paused (it then waits for the
+// viewer), or Ctrl+C stops it; writes --out at the end and on Ctrl+C. Throws UserError (one line)
+// for bad input.
 void train_served(const ServedTrain& t);
 
 }  // namespace memscope::app
