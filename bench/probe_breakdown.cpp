@@ -110,8 +110,13 @@ int main(int argc, char** argv) {
     Detectors detectors(preset.detect);
     for (int64_t i = 0; i < tokens; ++i) {
       fresh(i, state);
-      std::vector<std::vector<at::Tensor>> before;
-      for (const auto& b : state.blocks) before.push_back(b.memory.memory);
+      std::vector<std::vector<at::Tensor>>
+          before;  // as the engine's: a hope block's self-modifying weights too
+      for (const auto& b : state.blocks) {
+        std::vector<at::Tensor> weights = b.memory.memory;
+        for (const auto& w : b.selfmod.weights) weights.insert(weights.end(), w.begin(), w.end());
+        before.push_back(std::move(weights));
+      }
       auto start = Clock::now();
       LmStepOutput out = model->step(token(i), state, 1, StepDetail::RecordLater);  // as the engine
       total[ProbedStep] += micros_since(start);
