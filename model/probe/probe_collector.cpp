@@ -80,7 +80,11 @@ std::vector<double> collect_probes_general(Frame& frame, const ProbeInputs& in, 
   std::vector<at::Tensor> spectra;
   auto add_spectra = [&spectra](const at::Tensor& full, const at::Tensor& small, const at::Tensor& known = {}) {
     if (full.size(-2) == small.size(-2) && full.size(-1) == small.size(-1)) return;
-    const at::Tensor sigma = known.defined() ? known : at::linalg_svdvals(at::nan_to_num(full, 0.0, 0.0, 0.0));
+    // Batched for float matrices on the CPU with a short side of 64 or less (small_singular_values.h).
+    const at::Tensor sigma = known.defined()
+                                 ? known
+                                 : small_singular_values(at::nan_to_num(full, 0.0, 0.0, 0.0).flatten(0, -3))
+                                       .unflatten(0, full.sizes().slice(0, full.dim() - 2));
     const at::Tensor entries = full.flatten(-2).to(at::kFloat);  // [N, r·c]
     const at::Tensor bad = at::logical_not(at::isfinite(entries));
     const double inf = std::numeric_limits<double>::infinity();

@@ -405,7 +405,7 @@ void singular_values_of_group(const float* source, int64_t first, int64_t lanes,
 at::Tensor small_singular_values(const at::Tensor& matrices) {
   TORCH_CHECK(matrices.dim() == 3, "small_singular_values: expected [N, r, c], got ", matrices.sizes());
   const int64_t count = matrices.size(0), r = matrices.size(1), c = matrices.size(2);
-  if (!matrices.device().is_cpu() || matrices.scalar_type() != at::kFloat || std::max(r, c) > kSmallSingularValueSide)
+  if (!matrices.device().is_cpu() || matrices.scalar_type() != at::kFloat || std::min(r, c) > kSmallSingularValueSide)
     return at::linalg_svdvals(matrices);
   const at::Tensor source = matrices.contiguous();
   const int64_t m = std::min(r, c);

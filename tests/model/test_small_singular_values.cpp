@@ -39,7 +39,10 @@ TEST_CASE("small singular values equal LAPACK's: square, wide, tall, partial gro
                                                       {17, 64, 64},
                                                       {16, 16, 64},
                                                       {9, 64, 16},
-                                                      {12, 30, 50}}) {
+                                                      {12, 30, 50},
+                                                      {10, 64, 256},  // HOPE's self-modifying W1
+                                                      {10, 256, 64},  // and W2
+                                                      {3, 16, 200}}) {
     INFO("shape " << torch::IntArrayRef(shape));
     CHECK(worst_error(torch::randn(shape)) < 5e-7);  // measured ≤ 6e-8: the float output's own rounding
   }
