@@ -62,7 +62,7 @@ void train_served(const ServedTrain& t) {
   // As `train`: the trainer stops at train.steps, counted from its first step, not this run's. A
   // resumed run has its checkpoint's steps already (the engine counts this run's from 0).
   const int64_t target = preset.train.steps;
-  const int64_t trained = t.resume.empty() ? 0 : read_checkpoint(t.resume).step;
+  const int64_t trained = t.resume.empty() ? 0 : checkpoint_step(t.resume);  // the engine has read it whole
   const int64_t to_take = std::max<int64_t>(0, target - trained);
   auto done = [&] { return engine.status().steps.front(); };  // this run's steps
   auto trainer_step = [&] { return trained + done(); };

@@ -68,6 +68,11 @@ int64_t checkpoint_world_size(const std::filesystem::path& path) {
   return meta.count("world_size") ? metadata_int(meta, "world_size", path.string()) : 1;
 }
 
+int64_t checkpoint_step(const std::filesystem::path& path) {
+  const SafetensorsFile file(path.string());
+  return metadata_int(file.header().metadata, "step", path.string());
+}
+
 void load_parameters(LanguageModel& model, const Checkpoint& checkpoint) {
   at::NoGradGuard no_grad;
   const auto parameters = model->named_parameters();

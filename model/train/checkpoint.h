@@ -35,6 +35,8 @@ Checkpoint read_checkpoint(const std::filesystem::path& path);
 
 // The world size a checkpoint records, from its header alone (1 for checkpoints before issue 21).
 int64_t checkpoint_world_size(const std::filesystem::path& path);
+// The training steps a checkpoint has completed, from its header alone.
+int64_t checkpoint_step(const std::filesystem::path& path);
 
 // Copies the checkpoint's parameters into `model`. A parameter missing from the file, one the
 // model does not have, or one of another shape is a UserError naming it.
