@@ -6,7 +6,9 @@
 // One JSON line per configuration with tokens/s and the overhead against probes off, in percent:
 // the median (and quartiles) over repetitions of each repetition's time against that repetition's
 // "off" time. Repetitions are interleaved (off, default, all, off, …) so machine noise hits them alike.
-// minor_faults_per_1000_steps: page faults (every thread) in the timed steps, per 1000 steps.
+// minor_faults_per_1000_steps: page faults (every thread) in the timed steps, per 1000 steps;
+// resident_kb_per_step and ring_kb_per_step: how much the process's resident memory and the
+// timeline's frame ring grew per step (bench_timing.h's resident_bytes: first touches are dear).
 // Flags: --preset P (demo-mqar), --mode inspect|train, --steps N per repetition, --reps R,
 // --threads T, --set K=V (repeatable), --only NAME (repeatable: just these configurations, with
 // "off" always first; for profiling one of them).
@@ -40,6 +42,7 @@ namespace {
 using memscope::bench::median;
 using memscope::bench::minor_faults;
 using memscope::bench::process_cpu_seconds;
+using memscope::bench::resident_bytes;
 
 struct Config {
   const char* name;
@@ -93,6 +96,7 @@ int main(int argc, char** argv) {
   }
   std::vector<std::vector<double>> seconds(configs.size()), cpu(configs.size());
   std::vector<int64_t> faults(configs.size(), 0);
+  std::vector<double> resident_growth(configs.size(), 0), ring_growth(configs.size(), 0);
   for (auto& t : timelines)
     for (auto& b : t) b->advance(events);  // warm-up: allocations, first sequence
   for (int64_t r = 0; r < reps; ++r)
@@ -100,9 +104,13 @@ int main(int argc, char** argv) {
       const auto start = std::chrono::steady_clock::now();
       const double cpu_start = process_cpu_seconds();
       const int64_t faults_start = minor_faults();
+      const double resident_start = resident_bytes();
+      const auto ring_start = timelines[c][0]->ring()->bytes();
       for (int64_t s = 0; s < steps; ++s)
         for (auto& b : timelines[c]) b->advance(events);
       faults[c] += minor_faults() - faults_start;
+      resident_growth[c] += resident_bytes() - resident_start;
+      ring_growth[c] += static_cast<double>(timelines[c][0]->ring()->bytes() - ring_start);
       seconds[c].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       cpu[c].push_back(process_cpu_seconds() - cpu_start);
     }
@@ -135,6 +143,10 @@ int main(int argc, char** argv) {
                                 {"overhead_q1_pct", 100.0 * (ratio_quantile(seconds, c, 0.25) - 1.0)},
                                 {"overhead_q3_pct", 100.0 * (ratio_quantile(seconds, c, 0.75) - 1.0)},
                                 {"cpu_overhead_pct", 100.0 * (ratio_quantile(cpu, c, 0.5) - 1.0)},
+                                {"resident_kb_per_step",
+                                 resident_growth[c] / 1024.0 / static_cast<double>(reps * steps)},
+                                {"ring_kb_per_step",
+                                 ring_growth[c] / 1024.0 / static_cast<double>(reps * steps)},
                                 {"minor_faults_per_1000_steps",
                                  1000.0 * static_cast<double>(faults[c]) / static_cast<double>(reps * steps)}}
                      .dump()

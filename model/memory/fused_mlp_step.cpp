@@ -175,9 +175,10 @@ float window_loss(const float* y, const float* v, const float* weights, int64_t 
 
 // L_t(M_t), the record's loss after the write (SPEC §8): every head's window, as the step gathered
 // it, through the weights after the write. A probed step's record computes it at once; the engine's
-// (StepDetail::RecordLater) leaves it to finish_record(), on the probes' thread: for Titans-MLP one
-// more row through each head's MLP, for Atlas-MLP c more. So it holds its own copy of the window,
-// and takes the weights after the write when it runs: the state's, or the probes' copy of them.
+// (StepDetail::RecordLater) leaves it to finish_record(): for Titans-MLP one more row through each
+// head's MLP, for Atlas-MLP c more. So it holds its own copy of the window, and takes the weights
+// after the write when it runs. The engine runs it on the stepping thread right after the step
+// (StepRecord::finish_where_stepped).
 struct WindowLossAfter {
   struct Sizes {
     int64_t heads, d, hidden, window;
@@ -367,6 +368,7 @@ StepOutput MemoryLayerImpl::fused_mlp_step(const at::Tensor& qkv, const std::vec
         loss_after(weights, slot.data_ptr<float>());
         return slot;
       };
+      rec.finish_where_stepped = true;
     } else {
       loss_after(m_new, rec.loss_after.data_ptr<float>());
     }

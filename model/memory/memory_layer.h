@@ -69,6 +69,12 @@ struct StepRecord {
   // StepDetail::RecordLater: what computes loss_after from the weights after the write (M_t),
   // which finish_record() runs and clears.
   std::function<at::Tensor(const std::vector<at::Tensor>& memory_after)> loss_after_later;
+  // loss_after_later costs about what the step's own pass over its rows did (the fused MLP step's:
+  // c rows a head), so the thread that stepped finishes it at once, from the weights still in its
+  // cache. Run on the probes' thread, it read those weights from the other core and slowed the
+  // stepping core's next step by more than it spared it (README "The loss after the write, where
+  // the step ran"). The general step's (a whole pass of the window, 80 µs a Titans-MLP layer) waits.
+  bool finish_where_stepped = false;
   std::vector<at::Tensor> gradient;  // g_t per memory weight (state.names order); empty with RecordLater
   std::vector<at::Tensor> ns_output;       // NS_k(S_t) per weight (muon only, else empty)
   // With grad mode on, a view of S_t that only the NS call reads: the gradient at it is the part
@@ -98,10 +104,11 @@ struct StepOutput {
 enum class StepDetail { Record, RecordLater, OutputOnly };
 
 // Computes what a RecordLater step left for later (loss_after), once; nothing for a whole record.
-// `memory_after` is M_t, the step's new state.memory, or a copy of it: the engine's probes pass
-// their own copy, made on the stepping thread, so that their thread never reads the lines that the
-// next step reads (README "The probes read copies"). The record's other tensors are its own, so
-// this may run on another thread than the step, once the step has returned.
+// `memory_after` is M_t, the step's new state.memory, or a copy of it: the engine finishes a record
+// that says finish_where_stepped on the stepping thread from the state, and any other on the
+// probes' thread from their own copy, made on the stepping thread, so that their thread never reads
+// the lines that the next step reads (README "The probes read copies"). The record's other tensors
+// are its own, so this may run on another thread than the step, once the step has returned.
 void finish_record(StepRecord& record, const std::vector<at::Tensor>& memory_after);
 
 // Everything per token, [B,T,H,…], for traces and tests (forward with record = true).

@@ -1,5 +1,6 @@
 // StepDetail::RecordLater (model/memory/memory_layer.h): the general step leaves its record's loss
-// after the write to finish_record(), which the engine's probes run on their own thread. Finished,
+// after the write to finish_record(), which the engine's probes run on their own thread (the fused
+// MLP step's, the engine finishes on the stepping thread). Finished,
 // the record is Record's bit for bit less the per-weight gradients, which it leaves out (no probe
 // reads them), and the step's output and state are the same either way.
 #include <torch/torch.h>
@@ -67,6 +68,9 @@ TEST_CASE("a record finished later, on another thread, is the whole record but i
       CHECK(a.record.loss_before.defined());
       CHECK(b.record.loss_after.defined() == !c.defers);
       CHECK(static_cast<bool>(b.record.loss_after_later) == c.defers);
+      // The fused MLP step's is about its own pass over the window, which the engine finishes on
+      // the stepping thread; the general step's is a whole pass more, left to the probes' thread.
+      CHECK(b.record.finish_where_stepped == (c.defers && !c.general));
       // Finished on another thread, where grad mode is on by default, from a copy of the weights
       // after the write (as the engine's probes finish it); or here from the state's own.
       if (t % 2 == 1) {
