@@ -162,6 +162,7 @@ StepOutput MemoryLayerImpl::fused_step(const at::Tensor& x_t, MemoryState& state
     rec = allocate_fused_record(B, H, d, 1, x_t.options(), gradients ? WeightShapes{{d, d}} : WeightShapes{});
     // c = 1: γ is the position weight alone.
     std::fill_n(rec.gamma.data_ptr<float>(), B * H, position_weights_float_[0]);
+    rec.weight_squares.resize(static_cast<size_t>(B * H * 2));  // [B,H,1 weight,2]
   }
   std::vector<float> phi_k(static_cast<size_t>(d)), phi_q(static_cast<size_t>(d)), psi(static_cast<size_t>(d));
   for (int64_t b = 0; b < B; ++b)
@@ -237,6 +238,8 @@ StepOutput MemoryLayerImpl::fused_step(const at::Tensor& x_t, MemoryState& state
       if (record) {
         rec.loss_before.data_ptr<float>()[bh] = 0.5f * scale * loss_before;
         rec.loss_after.data_ptr<float>()[bh] = 0.5f * scale * loss_after;
+        rec.weight_squares[static_cast<size_t>(bh * 2)] = sum_of_squares(momentum ? S2 : S, nullptr, d * d);
+        rec.weight_squares[static_cast<size_t>(bh * 2 + 1)] = sum_of_squares(M2, M, d * d);
       }
     }
   return finish_fused_step(state, {m_new}, {s_new}, y, std::move(rec));

@@ -122,17 +122,6 @@ void mlp_accumulate_gradient(const Head& head, const float* __restrict psi, cons
   }
 }
 
-// Σ (x − y)² (y = nullptr: Σ x²) in double, for the record's weight_squares.
-[[gnu::always_inline]] inline double sum_of_squares(const float* __restrict x, const float* __restrict y,
-                                                    int64_t size) {
-  double sum = 0;
-  for (int64_t i = 0; i < size; ++i) {
-    const double v = static_cast<double>(x[i]) - (y ? static_cast<double>(y[i]) : 0.0);
-    sum += v * v;
-  }
-  return sum;
-}
-
 // SPEC §5 for one weight of one head: gd with momentum S' = β S + η g, W' = α W − S'; Muon
 // S' = β S + g (W' once Newton–Schulz has run over every head). A probed step's `squares` get
 // Σ S'² and (gd) Σ (W' − W)², over the block just written, still in this core's L1.

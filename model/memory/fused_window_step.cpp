@@ -56,6 +56,7 @@ StepOutput MemoryLayerImpl::fused_window_step(const at::Tensor& qkv, const std::
     rec = allocate_fused_record(B, H, d, c, options, gradients ? WeightShapes{{d, d}} : WeightShapes{});
     windows_phi.resize(static_cast<size_t>(B * H * c * d));
     windows_v.resize(windows_phi.size());
+    rec.weight_squares.resize(static_cast<size_t>(B * H * 2));  // [B,H,1 weight,2]
   }
   // φ(q) of every head: the record's own piece when there is a record.
   const at::Tensor phi_queries = record ? rec.phi_q : at::empty({B, H, d}, options);
@@ -143,9 +144,13 @@ StepOutput MemoryLayerImpl::fused_window_step(const at::Tensor& qkv, const std::
       y.data_ptr<float>()[bh * d + r] = sum;
     }
   }
-  if (record)  // the loss after the write, over the same window
+  if (record)  // the loss after the write, over the same window; Σ S_t², Σ (M_t − M_{t−1})²
     for (int64_t bh = 0; bh < B * H; ++bh) {
       const float* M = m_new.data_ptr<float>() + bh * d * d;
+      rec.weight_squares[static_cast<size_t>(bh * 2)] =
+          sum_of_squares(s_new.data_ptr<float>() + bh * d * d, nullptr, d * d);
+      rec.weight_squares[static_cast<size_t>(bh * 2 + 1)] =
+          sum_of_squares(M, m_old.data_ptr<float>() + bh * d * d, d * d);
       float loss_after = 0;
       for (int64_t j = 0; j < c; ++j) {
         const float weight = rec.gamma.data_ptr<float>()[bh * c + j] * scale;  // as above: γ_j·s

@@ -145,15 +145,25 @@ TEST_CASE("fused probes equal the general path: Muon, gd with momentum, dgd, ret
   }
 }
 
-TEST_CASE("the fused MLP step's record sums S_t² and (M_t − M_{t−1})² of every weight as the tensors do",
+TEST_CASE("the fused steps' records sum S_t² and (M_t − M_{t−1})² of every weight as the tensors do",
           "[probe]") {
-  for (const std::string memory : {"titans-lmm", "atlas"}) {  // gd with momentum; Muon, an Omega window
-    INFO(memory);
+  const std::vector<std::pair<std::string, std::vector<std::string>>> models{
+      {"titans-lmm", {}},  // the fused MLP step: gd with momentum
+      {"atlas", {}},       // and Muon, an Omega window
+      // The fused linear step (fused_linear_step.cpp): gd with momentum.
+      {"titans-lmm", {"memory.structure=linear", "memory.feature_map.kind=identity"}},
+      // The fused window step (fused_window_step.cpp): Atlas's linear memory, as demo-mqar's.
+      {"atlas", {"memory.structure=linear", "memory.window.c=4"}},
+  };
+  for (const auto& [memory, sets] : models) {
+    std::string name = memory;
+    for (const auto& s : sets) name += " " + s;
+    INFO(name);
     torch::manual_seed(5);
-    MemoryLayer layer(load_preset(memory).memory, MemoryLayerOptions{32, 2, 0});
+    MemoryLayer layer(load_preset(memory, sets).memory, MemoryLayerOptions{32, 2, 0});
     layer->set_fused_step(true);
     torch::NoGradGuard no_grad;
-    const int64_t B = 2, H = 2, weights = 2;
+    const int64_t B = 2, H = 2, weights = static_cast<int64_t>(layer->initial_state(1).memory.size());
     const at::Tensor x = torch::randn({B, 5, 32});
     MemoryState state = layer->initial_state(B);
     for (int64_t t = 0; t < 5; ++t) {
