@@ -39,7 +39,7 @@ inline int64_t minor_faults() {
 // The process's resident memory now, bytes (/proc/self/statm; 0 where there is none). Its growth
 // over a run is the memory touched for the first time: on the PVM VMs that run CI a first touch
 // writes 0.35-0.8 GB/s against ~20 GB/s for a memset of memory already touched, so a probed token
-// that keeps 24 KB more (a Titans-MLP frame and its share of a snapshot) pays 30-70 µs for it
+// that keeps 27 KB more (a Titans-MLP frame and its share of a snapshot) pays 30-70 µs for it
 // until the frame ring is full.
 inline double resident_bytes() {
   long pages = 0, resident = 0;

@@ -81,8 +81,9 @@ struct StepRecord {
   // of ∂L/∂S_t that flows through this token's NS (inner_backward.h). Muon only.
   std::vector<at::Tensor> ns_input;
   // The fused steps' (MLP, linear, window), summed as they write them, in double: Σ S_t² and
-  // Σ (M_t − M_{t−1})² of each weight, [B,H,weights,2] (empty for the general step). The probes read ‖S‖ and ‖ΔM‖ here instead of S_t
-  // and M_{t−1}, whose lines the stepping core has just written (fused_probes.cpp).
+  // Σ (M_t − M_{t−1})² of each weight, [B,H,weights,2] (empty for the general step). The probes
+  // read ‖S‖ and ‖ΔM‖ here instead of S_t and M_{t−1}, whose lines the stepping core has just
+  // written (fused_probes.cpp).
   std::vector<double> weight_squares;
 };
 

@@ -1,8 +1,8 @@
 // StepDetail::RecordLater (model/memory/memory_layer.h): the general step leaves its record's loss
 // after the write to finish_record(), which the engine's probes run on their own thread (the fused
-// MLP step's, the engine finishes on the stepping thread). Finished,
-// the record is Record's bit for bit less the per-weight gradients, which it leaves out (no probe
-// reads them), and the step's output and state are the same either way.
+// MLP step's, the engine finishes on the stepping thread). Finished, the record is Record's bit for
+// bit less the per-weight gradients, which it leaves out (no probe reads them), and the step's
+// output and state are the same either way.
 #include <torch/torch.h>
 
 #include <catch2/catch.hpp>
