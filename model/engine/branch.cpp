@@ -141,16 +141,11 @@ SteppedToken step_token(const LanguageModel& model, LmState state, const at::Ten
   const auto start = std::chrono::steady_clock::now();
   // Records only for probed steps (issue 20): an unprobed step skips the inner losses. The loss
   // after the write of a general (MLP) step is left to the probes, which finish the record on
-  // their own thread (SideJob::Probes) while this one steps the next token; the fused MLP step's
-  // is finished here, where its weights are (StepRecord::finish_where_stepped), as probe work: not
-  // in the step's seconds.
+  // their own thread (SideJob::Probes) while this one steps the next token.
   const StepDetail detail = probe ? StepDetail::RecordLater : StepDetail::OutputOnly;
   s.graphed = graphed && GraphedStep::applies(*model, state, chunk);
   s.out = s.graphed ? graphed->step(*model, token, state, detail) : model->step(token, state, chunk, detail);
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  for (size_t l = 0; l < s.out.records.size() && l < state.blocks.size(); ++l)
-    if (auto& record = s.out.records[l]; record && record->finish_where_stepped)
-      finish_record(*record, state.blocks[l].memory.memory);
   if (probe && copies) s.probed = copy_for_probes(state, s.out.records);
   s.state = std::move(state);
   return s;

@@ -162,47 +162,6 @@ float window_loss(const float* y, const float* v, const float* weights, int64_t 
   return loss;
 }
 
-// L_t(M_t), the record's loss after the write (SPEC §8): every head's window, as the step gathered
-// it, through the weights after the write. A probed step's record computes it at once; the engine's
-// (StepDetail::RecordLater) leaves it to finish_record(): for Titans-MLP one more row through each
-// head's MLP, for Atlas-MLP c more. So it holds its own copy of the window, and takes the weights
-// after the write when it runs. The engine runs it on the stepping thread right after the step
-// (StepRecord::finish_where_stepped).
-struct WindowLossAfter {
-  struct Sizes {
-    int64_t heads, d, hidden, window;
-  };
-  at::Tensor ln_weight, ln_bias;  // [H,d] float
-  Sizes sizes;
-  std::vector<float> keys, values, loss_weights;  // [B,H,c,d], [B,H,c,d], [B,H,c]: s·γ_j
-
-  // Into out [B,H], from `weights`: W_1, W_2 after the write, [B,H,d,hidden], [B,H,hidden,d] float,
-  // contiguous.
-  void operator()(const std::vector<at::Tensor>& weights, float* out) const {
-    const auto [heads, d, hidden, rows] = sizes;
-    const int64_t weight_size = d * hidden, count = static_cast<int64_t>(loss_weights.size()) / rows;
-    // Read through raw pointers below: a caller's wrong tensors would read past them.
-    const bool fits =
-        weights.size() == 2 && std::all_of(weights.begin(), weights.end(), [&](const at::Tensor& w) {
-          return w.defined() && w.is_cpu() && w.scalar_type() == at::kFloat && w.is_contiguous() &&
-                 w.numel() == count * weight_size;
-        });
-    if (!fits) throw std::invalid_argument("finish_record: memory_after is not this MLP step's W_1, W_2");
-    std::vector<float> h(static_cast<size_t>(rows * hidden)), a(h.size()), n(static_cast<size_t>(rows * d)),
-        y(n.size()), stdev(static_cast<size_t>(rows));
-    for (int64_t bh = 0; bh < count; ++bh) {
-      const int64_t head = bh % heads;
-      const Head mlp{d, hidden, ln_weight.data_ptr<float>() + head * d, ln_bias.data_ptr<float>() + head * d};
-      const float* z = keys.data() + bh * rows * d;
-      mlp_forward(mlp, z, rows, weights[0].data_ptr<float>() + bh * weight_size,
-                  weights[1].data_ptr<float>() + bh * weight_size, h.data(), a.data(), n.data(), stdev.data(),
-                  y.data());
-      out[bh] =
-          window_loss(y.data(), values.data() + bh * rows * d, loss_weights.data() + bh * rows, rows, d);
-    }
-  }
-};
-
 }  // namespace
 
 StepOutput MemoryLayerImpl::fused_mlp_step(const at::Tensor& qkv, const std::vector<float>& alpha,
@@ -344,24 +303,20 @@ StepOutput MemoryLayerImpl::fused_mlp_step(const at::Tensor& qkv, const std::vec
     std::copy_n(y_rows.data(), d, y.data_ptr<float>() + bh * d);
   }
   window.commit(state);
-  if (record) {
-    WindowLossAfter loss_after{ln_w, ln_b, {H, d, hidden, c}};
-    loss_after.keys = std::move(windows_phi);
-    loss_after.values = std::move(windows_v);
-    loss_after.loss_weights = std::move(windows_weight);
-    if (detail == StepDetail::RecordLater) {
-      // Filled in its slot of the record's slab, which the record holds meanwhile: until then the
-      // record has no loss_after, as the general step's has none.
-      rec.loss_after_later = [loss_after = std::move(loss_after), slot = std::exchange(rec.loss_after, {})](
-                                 const std::vector<at::Tensor>& weights) {
-        loss_after(weights, slot.data_ptr<float>());
-        return slot;
-      };
-      rec.finish_where_stepped = true;
-    } else {
-      loss_after(m_new, rec.loss_after.data_ptr<float>());
+  // L_t(M_t), the record's loss after the write (SPEC §8): every head's window, as the step gathered
+  // it, through the weights after the write. RecordLater's too, at once: it costs what the step's own
+  // pass over the window did (the general step leaves its own, a whole pass more, to the probes'
+  // thread). Left to the probes' thread, it read these weights from the other core and slowed the
+  // next step by more than it spared it (README "The loss after the write, where the step ran").
+  if (record)
+    for (int64_t bh = 0; bh < B * H; ++bh) {
+      mlp_forward(head(bh % H), windows_phi.data() + bh * c * d, c,
+                  m_new[0].data_ptr<float>() + bh * weight_size,
+                  m_new[1].data_ptr<float>() + bh * weight_size, h.data(), a.data(), n.data(), stdev.data(),
+                  y_rows.data());
+      rec.loss_after.data_ptr<float>()[bh] =
+          window_loss(y_rows.data(), windows_v.data() + bh * c * d, windows_weight.data() + bh * c, c, d);
     }
-  }
   return finish_fused_step(state, m_new, s_new, y, std::move(rec), chunk, gradient_point);
 }
 

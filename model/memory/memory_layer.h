@@ -69,12 +69,6 @@ struct StepRecord {
   // StepDetail::RecordLater: what computes loss_after from the weights after the write (M_t),
   // which finish_record() runs and clears.
   std::function<at::Tensor(const std::vector<at::Tensor>& memory_after)> loss_after_later;
-  // loss_after_later costs about what the step's own pass over its rows did (the fused MLP step's:
-  // c rows a head), so the thread that stepped finishes it at once, from the weights still in its
-  // cache. Run on the probes' thread, it read those weights from the other core and slowed the
-  // stepping core's next step by more than it spared it (README "The loss after the write, where
-  // the step ran"). The general step's (a whole pass of the window, 80 µs a Titans-MLP layer) waits.
-  bool finish_where_stepped = false;
   std::vector<at::Tensor> gradient;  // g_t per memory weight (state.names order); empty with RecordLater
   std::vector<at::Tensor> ns_output;       // NS_k(S_t) per weight (muon only, else empty)
   // With grad mode on, a view of S_t that only the NS call reads: the gradient at it is the part
@@ -96,20 +90,20 @@ struct StepOutput {
 // (forward_sequential without a trace, an unprobed inspect step) skips the inner losses before
 // and after the write, and the record's copies: issue 20's "records only for probed steps".
 // RecordLater is the engine's record, for its probes: Record with the loss after the write left for
-// finish_record() by the general step and the fused MLP step (for an MLP memory that is one more
-// pass of the window through the memory: 80 µs a layer of Titans-MLP's general step, c rows a head
-// of the fused one; the engine's probes then compute it on their own thread instead of the
-// stepping one; the fused linear steps' is a few multiply-adds and stays), and without the per-weight
-// gradients (`gradient` left empty): no probe reads them, and the fused MLP step's copy of them was half its
-// record's cost (64 KB a Titans-MLP token; 13-16 -> 8 µs a record, AMD VM).
+// finish_record() by the general step (for an MLP memory that is one more pass of the window
+// through the memory, 80 µs a layer of Titans-MLP's general step: the engine's probes compute it on
+// their own thread instead of the stepping one), and without the per-weight gradients (`gradient`
+// left empty): no probe reads them, and the fused MLP step's copy of them was half its record's
+// cost (64 KB a Titans-MLP token; 13-16 -> 8 µs a record, AMD VM). The fused steps compute their
+// loss after at once: the linear ones' is a few multiply-adds, and the MLP one's (c rows a head)
+// cost the engine more when left to the probes' thread than when done here (fused_mlp_step.cpp).
 enum class StepDetail { Record, RecordLater, OutputOnly };
 
 // Computes what a RecordLater step left for later (loss_after), once; nothing for a whole record.
-// `memory_after` is M_t, the step's new state.memory, or a copy of it: the engine finishes a record
-// that says finish_where_stepped on the stepping thread from the state, and any other on the
-// probes' thread from their own copy, made on the stepping thread, so that their thread never reads
-// the lines that the next step reads (README "The probes read copies"). The record's other tensors
-// are its own, so this may run on another thread than the step, once the step has returned.
+// `memory_after` is M_t, the step's new state.memory, or a copy of it: the engine's probes pass
+// their own copy, made on the stepping thread, so that their thread never reads the lines that the
+// next step reads (README "The probes read copies"). The record's other tensors are its own, so
+// this may run on another thread than the step, once the step has returned.
 void finish_record(StepRecord& record, const std::vector<at::Tensor>& memory_after);
 
 // Everything per token, [B,T,H,…], for traces and tests (forward with record = true).
