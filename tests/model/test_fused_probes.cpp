@@ -26,6 +26,13 @@ struct Stepped {
 
 // A 2-layer model of `memory` stepped 7 tokens (past demo windows' fill), keeping the memories
 // before the last token, as the engine does.
+// "preset set set…", for INFO.
+std::string model_name(const std::string& preset, const std::vector<std::string>& sets) {
+  std::string name = preset;
+  for (const auto& s : sets) name += " " + s;
+  return name;
+}
+
 Stepped step_seven(const std::string& memory, std::vector<std::string> sets) {
   torch::NoGradGuard no_grad;
   sets.insert(sets.begin(), {"model.d_model=32", "model.layers=2", "model.memory_heads=2", "model.attention_heads=2",
@@ -104,9 +111,7 @@ TEST_CASE("fused probes equal the general path: Muon, gd with momentum, dgd, ret
       {"atlas", {"memory.window.c=1", "memory.retention=none"}},
   };
   for (const auto& [memory, sets] : models) {
-    std::string name = memory;
-    for (const auto& s : sets) name += " " + s;
-    INFO(name);
+    INFO(model_name(memory, sets));
     Stepped s = step_seven(memory, sets);
     ProbeInputs in;
     in.model = &s.lm;
@@ -156,9 +161,7 @@ TEST_CASE("the fused steps' records sum S_t² and (M_t − M_{t−1})² of every
       {"atlas", {"memory.structure=linear", "memory.window.c=4"}},
   };
   for (const auto& [memory, sets] : models) {
-    std::string name = memory;
-    for (const auto& s : sets) name += " " + s;
-    INFO(name);
+    INFO(model_name(memory, sets));
     torch::manual_seed(5);
     MemoryLayer layer(load_preset(memory, sets).memory, MemoryLayerOptions{32, 2, 0});
     layer->set_fused_step(true);
