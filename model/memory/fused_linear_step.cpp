@@ -238,8 +238,8 @@ StepOutput MemoryLayerImpl::fused_step(const at::Tensor& x_t, MemoryState& state
       if (record) {
         rec.loss_before.data_ptr<float>()[bh] = 0.5f * scale * loss_before;
         rec.loss_after.data_ptr<float>()[bh] = 0.5f * scale * loss_after;
-        rec.weight_squares[static_cast<size_t>(bh * 2)] = sum_of_squares(momentum ? S2 : S, nullptr, d * d);
-        rec.weight_squares[static_cast<size_t>(bh * 2 + 1)] = sum_of_squares(M2, M, d * d);
+        rec.weight_squares[static_cast<size_t>(bh * 2)] = squares_of(momentum ? S2 : S, d * d);
+        rec.weight_squares[static_cast<size_t>(bh * 2 + 1)] = squares_of_difference(M2, M, d * d);
       }
     }
   return finish_fused_step(state, {m_new}, {s_new}, y, std::move(rec));

@@ -138,8 +138,8 @@ void update_weight(const float* __restrict w, const float* __restrict s, const f
     }
   }
   if (!squares) return;
-  squares[0] = sum_of_squares(s_new, nullptr, size);
-  if (!muon) squares[1] = sum_of_squares(w_new, w, size);
+  squares[0] = squares_of(s_new, size);
+  if (!muon) squares[1] = squares_of_difference(w_new, w, size);
 }
 
 // Muon's W' = α W − η O over one head's block of a weight; `squares` (a probed step): Σ (W' − W)².
@@ -147,7 +147,7 @@ MEMSCOPE_SIMD_CLONES
 void retain_and_step(const float* __restrict w, const float* __restrict orthogonal, int64_t size, float alpha,
                      float eta, float* __restrict w_new, double* squares) {
   for (int64_t i = 0; i < size; ++i) w_new[i] = alpha * w[i] - eta * orthogonal[i];
-  if (squares) *squares = sum_of_squares(w_new, w, size);
+  if (squares) *squares = squares_of_difference(w_new, w, size);
 }
 
 // Σ_j w_j·½‖y_j − v_j‖² over the rows with w_j ≠ 0 (a slot before the sequence start adds nothing).

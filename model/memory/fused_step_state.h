@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/memory/memory_layer.h"  // StepOutput, MemoryState
+#include "model/util/sum_of_squares.h"  // the records' weight_squares
 #include "model/util/tensor_slab.h"
 
 namespace memscope::model {
@@ -33,19 +34,6 @@ inline StepRecord allocate_fused_record(int64_t B, int64_t H, int64_t d, int64_t
   for (const auto& [rows, columns] : weights) r.gradient.push_back(slab.take({B, H, rows, columns}));
   for (at::Tensor* t : {&r.delta, &r.token_gamma}) std::fill_n(t->data_ptr<float>(), B * H, 1.0f);
   return r;
-}
-
-// Σ (x − y)² (y = nullptr: Σ x²) in double, for the record's weight_squares: the fused steps sum
-// S_t² and (M_t − M_{t−1})² of each head's block just written, still in the stepping core's L1, so
-// that the probes' thread reads neither S_t nor M_{t−1} (fused_probes.cpp).
-[[gnu::always_inline]] inline double sum_of_squares(const float* __restrict x, const float* __restrict y,
-                                                    int64_t size) {
-  double sum = 0;
-  for (int64_t i = 0; i < size; ++i) {
-    const double v = static_cast<double>(x[i]) - (y ? static_cast<double>(y[i]) : 0.0);
-    sum += v * v;
-  }
-  return sum;
 }
 
 // The new memory and momentum (one tensor per weight), one more token, and the anchor.

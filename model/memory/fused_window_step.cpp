@@ -148,9 +148,9 @@ StepOutput MemoryLayerImpl::fused_window_step(const at::Tensor& qkv, const std::
     for (int64_t bh = 0; bh < B * H; ++bh) {
       const float* M = m_new.data_ptr<float>() + bh * d * d;
       rec.weight_squares[static_cast<size_t>(bh * 2)] =
-          sum_of_squares(s_new.data_ptr<float>() + bh * d * d, nullptr, d * d);
+          squares_of(s_new.data_ptr<float>() + bh * d * d, d * d);
       rec.weight_squares[static_cast<size_t>(bh * 2 + 1)] =
-          sum_of_squares(M, m_old.data_ptr<float>() + bh * d * d, d * d);
+          squares_of_difference(M, m_old.data_ptr<float>() + bh * d * d, d * d);
       float loss_after = 0;
       for (int64_t j = 0; j < c; ++j) {
         const float weight = rec.gamma.data_ptr<float>()[bh * c + j] * scale;  // as above: γ_j·s

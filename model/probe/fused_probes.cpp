@@ -11,6 +11,7 @@
 #include "model/probe/hope_probes.h"
 #include "model/probe/small_singular_values.h"
 #include "model/util/simd_clones.h"
+#include "model/util/sum_of_squares.h"
 
 namespace memscope::model {
 
@@ -20,10 +21,9 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 // These loops run over every entry of every weight each frame (an MLP memory's W1 and W2 are 1,024
 // entries a head): written so that they vectorise, and built for AVX-512 and AVX2 beside the
-// portable copy (built for SSE2 alone, the sums below ran one double at a time: 8–9 µs of an
-// overlapped Titans-MLP token's probes, AMD VM). x − x is 0 exactly when x is finite.
-constexpr int kPartialSums = 8;  // independent double sums: one vector register, no add waiting on the last
-
+// portable copy (built for SSE2 alone, the sums of squares, now model/util/sum_of_squares.h, ran
+// one double at a time: 8–9 µs of an overlapped Titans-MLP token's probes, AMD VM). x − x is 0
+// exactly when x is finite.
 MEMSCOPE_SIMD_CLONES
 bool all_finite(const float* x, int64_t n) {
   int bad = 0;
@@ -55,33 +55,6 @@ bool copy_finite_transposed(const float* __restrict from, int64_t rows, int64_t 
       bad |= static_cast<int>(!finite);
     }
   return bad == 0;
-}
-
-// Σ (x − y)² (Difference) or Σ x² in double, in kPartialSums sums added in order at the end: the
-// same sum, bit for bit, whichever copy runs (x − 0 would be x).
-template <bool Difference>
-[[gnu::always_inline]] inline double sum_of_squares(const float* __restrict x, const float* __restrict y,
-                                                    int64_t n) {
-  double sums[kPartialSums] = {};
-  int64_t i = 0;
-  for (; i + kPartialSums <= n; i += kPartialSums)
-    for (int j = 0; j < kPartialSums; ++j) {
-      const double v = static_cast<double>(x[i + j]) - (Difference ? static_cast<double>(y[i + j]) : 0.0);
-      sums[j] += v * v;
-    }
-  for (; i < n; ++i) {
-    const double v = static_cast<double>(x[i]) - (Difference ? static_cast<double>(y[i]) : 0.0);
-    sums[0] += v * v;
-  }
-  double squares = 0;
-  for (double part : sums) squares += part;
-  return squares;
-}
-MEMSCOPE_SIMD_CLONES
-double squares_of(const float* __restrict x, int64_t n) { return sum_of_squares<false>(x, nullptr, n); }
-MEMSCOPE_SIMD_CLONES
-double squares_of_difference(const float* __restrict x, const float* __restrict y, int64_t n) {
-  return sum_of_squares<true>(x, y, n);
 }
 
 // ‖x − y‖_F (y = nullptr: ‖x‖_F).
