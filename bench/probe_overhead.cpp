@@ -18,6 +18,14 @@
 // steps the next inspect token (SideJob::Probes, model/engine/branch.h), or the other way round
 // (SideJob::NextToken: with forks, and in default_next_token_aside): wall time
 // then hides much of the probes, CPU time (cpu_overhead_pct, both threads) does not.
+// side_spin_slowdown_pct and side_busy_slowdown_pct: how much a second thread spinning, or
+// computing, slowed this one, measured after each repetition (bench/core_sharing.h), median: about
+// 0 where the VM's two vCPUs were two cores, 75-100 where they shared one; side_round_trip_ns, a
+// number's trip to the other thread and back (two cache lines crossing), median. The overlapped
+// probes' overhead reads very differently between the two (README "The two vCPUs, shared or not").
+// --busy-threads N: N more threads spin through the repetitions, as other programs on a busy
+// machine would; overlap_back_offs and tokens_probed_in_line: how often the engine found the
+// overlap not paying and measured the probes in line instead (model/engine/overlap_gauge.h).
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -28,12 +36,13 @@
 
 #include "bench/bench_flags.h"
 #include "bench/bench_timing.h"
-#include "model/util/allocator.h"
-#include "model/util/small_block_cache.h"
-#include "model/util/compute_threads.h"
+#include "bench/core_sharing.h"
 #include "model/config/preset.h"
 #include "model/data/task.h"
 #include "model/engine/branch.h"
+#include "model/util/allocator.h"
+#include "model/util/compute_threads.h"
+#include "model/util/small_block_cache.h"
 
 using namespace memscope::model;
 
@@ -58,11 +67,12 @@ int main(int argc, char** argv) {
   std::string preset = "demo-mqar", mode = "inspect";
   int64_t steps = 64, reps = 5;
   int threads = 1;
-  int64_t forks = 0;
+  int64_t forks = 0, busy_threads = 0;
   std::vector<std::string> sets, only;
   memscope::bench::BenchFlags flags("probe_overhead");
   flags.add("--preset", preset).add("--mode", mode).add("--steps", steps).add("--reps", reps);
   flags.add("--threads", threads).add("--set", sets).add("--only", only).add("--forks", forks);
+  flags.add("--busy-threads", busy_threads);
   if (!flags.parse(argc, argv)) return 2;
   memscope::model::set_compute_threads(threads);  // ATen and OpenBLAS
   std::vector<Config> configs{
@@ -99,7 +109,14 @@ int main(int argc, char** argv) {
   std::vector<double> resident_growth(configs.size(), 0), ring_growth(configs.size(), 0);
   for (auto& t : timelines)
     for (auto& b : t) b->advance(events);  // warm-up: allocations, first sequence
-  for (int64_t r = 0; r < reps; ++r)
+  memscope::bench::CoreSharing core_sharing;
+  memscope::bench::BusyThreads busy(static_cast<int>(busy_threads));
+  std::vector<double> spin_ratios, busy_ratios, round_trips;
+  for (int64_t r = 0; r < reps; ++r) {
+    const memscope::bench::CoreSharing::Round sharing = core_sharing.measure();
+    spin_ratios.push_back(sharing.spin_ratio);
+    busy_ratios.push_back(sharing.busy_ratio);
+    round_trips.push_back(sharing.round_trip_ns);
     for (size_t c = 0; c < configs.size(); ++c) {
       const auto start = std::chrono::steady_clock::now();
       const double cpu_start = process_cpu_seconds();
@@ -114,6 +131,7 @@ int main(int argc, char** argv) {
       seconds[c].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       cpu[c].push_back(process_cpu_seconds() - cpu_start);
     }
+  }
   // Each repetition's time against the same repetition's "off" run, then the median and quartiles
   // of those ratios: a slow drift of the machine (these VMs swing by 10-20% over seconds) moves
   // both halves of a pair alike.
@@ -147,6 +165,12 @@ int main(int argc, char** argv) {
                                  resident_growth[c] / 1024.0 / static_cast<double>(reps * steps)},
                                 {"ring_kb_per_step",
                                  ring_growth[c] / 1024.0 / static_cast<double>(reps * steps)},
+                                {"side_spin_slowdown_pct", 100.0 * (median(spin_ratios) - 1.0)},
+                                {"side_busy_slowdown_pct", 100.0 * (median(busy_ratios) - 1.0)},
+                                {"side_round_trip_ns", median(round_trips)},
+                                {"busy_threads", busy_threads},
+                                {"overlap_back_offs", timelines[c][0]->overlap_gauge().back_offs()},
+                                {"tokens_probed_in_line", timelines[c][0]->overlap_gauge().tokens_in_line()},
                                 {"minor_faults_per_1000_steps",
                                  1000.0 * static_cast<double>(faults[c]) / static_cast<double>(reps * steps)}}
                      .dump()

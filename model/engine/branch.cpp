@@ -391,8 +391,10 @@ std::shared_ptr<Frame> Branch::inspect_frame(std::vector<Event>& events) {
     // SideJob::Probes: the side thread measures them while this thread steps the next token, whose
     // step keeps this thread's caches and allocations (README "The probes' own cost on AVX2, and
     // the probes on the side thread"). Nothing here writes what `measure` reads until it is done,
-    // and nothing leaves this scope before it is: `measure` holds references into it.
-    if (!next_token_aside && can_step_ahead() && side_->try_run(measure)) {
+    // and nothing leaves this scope before it is: `measure` holds references into it. Measured here
+    // instead while the overlap does not pay: the side thread is not run when handed its job (a
+    // busy machine, a VM's second vCPU held back by its host; model/engine/overlap_gauge.h).
+    if (!next_token_aside && can_step_ahead() && overlap_gauge_.overlap_next() && side_->try_run(measure)) {
       const auto from = std::chrono::steady_clock::now();
       try {
         step_ahead_here();
@@ -405,8 +407,11 @@ std::shared_ptr<Frame> Branch::inspect_frame(std::vector<Event>& events) {
         }
         throw;
       }
+      const auto waiting = std::chrono::steady_clock::now();
       side_->wait();
-      next_step = std::chrono::duration<double>(std::chrono::steady_clock::now() - from).count() - probes_took;
+      const auto done = std::chrono::steady_clock::now();
+      overlap_gauge_.overlapped(std::chrono::duration<double>(done - waiting).count(), probes_took);
+      next_step = std::chrono::duration<double>(done - from).count() - probes_took;
     } else {
       measure();
       prepare_snapshots();

@@ -19,6 +19,7 @@
 #include "model/config/preset.h"
 #include "model/engine/command.h"
 #include "model/engine/frame_ring.h"
+#include "model/engine/overlap_gauge.h"
 #include "model/nn/language_model.h"
 #include "model/probe/detectors.h"
 #include "model/probe/event.h"
@@ -125,6 +126,10 @@ class Branch {
   size_t keyframes() const { return keyframes_.size(); }
   // Inspect tokens stepped ahead and taken so far, on either thread (engine.overlap), for tests and benches.
   int64_t tokens_stepped_ahead() const { return stepped_ahead_; }
+  // Whether overlapping the probes has paid lately, and the probed tokens measured in line since it
+  // did not (model/engine/overlap_gauge.h), for tests and benches.
+  const OverlapGauge& overlap_gauge() const { return overlap_gauge_; }
+  OverlapGauge& overlap_gauge() { return overlap_gauge_; }
   // Inspect tokens replayed through a CUDA graph (engine.cuda_graph), for tests and the status line.
   int64_t tokens_graphed() const { return graphed_tokens_; }
 
@@ -196,6 +201,7 @@ class Branch {
   int64_t stepped_ahead_ = 0;
   int64_t graphed_tokens_ = 0;
   std::unique_ptr<SideThread> side_;  // made on first use
+  OverlapGauge overlap_gauge_;        // SideJob::Probes: whether the side thread is there when handed a job
   // A CUDA model's inspect step as a CUDA graph (engine.cuda_graph); made on first use, dropped by
   // anything that changes what a step computes (a command, a training step, a restore).
   std::unique_ptr<GraphedStep> graphed_;

@@ -47,6 +47,7 @@ Script run_script(bool overlap, SideJob job = SideJob::Probes) {
                                      "engine.inspect_every=3", "probe.every=1"});
   Branch branch(0, load_preset(options.preset, options.sets));
   branch.set_side_job(job);
+  branch.overlap_gauge().set_adapts(false);  // every probed token overlapped: the counts below are exact
   Script out;
   auto steps = [&](int n) {
     for (int i = 0; i < n; ++i) out.frames.push_back(*branch.advance(out.events));
@@ -126,6 +127,7 @@ TEST_CASE("engine.overlap: with the probes aside a new sequence's first token is
         test::small_engine({std::string("engine.overlap=") + (overlap ? "true" : "false"), "probe.every=1"});
     Branch branch(0, load_preset(options.preset, options.sets));
     branch.set_side_job(job);
+    branch.overlap_gauge().set_adapts(false);  // as in run_script
     std::vector<Frame> frames;
     std::vector<Event> events;
     for (int i = 0; i < 40; ++i) frames.push_back(*branch.advance(events));
@@ -163,6 +165,7 @@ TEST_CASE("engine.overlap: MLP-memory and HOPE models step ahead to the same fra
       auto options = test::small_engine({std::string("engine.overlap=") + overlap});
       Branch branch(0, load_preset(preset, options.sets));
       if (runs.size() == 2) branch.set_side_job(SideJob::NextToken);
+      branch.overlap_gauge().set_adapts(false);  // as in run_script
       std::vector<Frame> frames;
       std::vector<Event> events;
       auto steps = [&](int n) {
@@ -181,6 +184,51 @@ TEST_CASE("engine.overlap: MLP-memory and HOPE models step ahead to the same fra
       if (steps_ahead_here()) CHECK(ahead[run] >= 6);
       REQUIRE(runs[0].size() == runs[run].size());
       for (size_t i = 0; i < runs[0].size(); ++i) CHECK(test::same_frame(runs[0][i], runs[run][i]));
+    }
+  }
+}
+
+TEST_CASE(
+    "engine.overlap: probed tokens measured in line while the overlap does not pay give the same frames",
+    "[engine]") {
+  // The side thread late for half a window of tokens (as on a busy machine; fed to the gauge here,
+  // so that the test knows when): the next kFirstBackOff probed tokens are measured on the engine
+  // thread and not stepped ahead, then the overlap resumes. The frames are the engine thread's alone.
+  auto run = [](bool overlap, bool late, int64_t* ahead, int64_t* in_line) {
+    auto options =
+        test::small_engine({std::string("engine.overlap=") + (overlap ? "true" : "false"), "probe.every=1"});
+    Branch branch(0, load_preset(options.preset, options.sets));
+    std::vector<Frame> frames;
+    std::vector<Event> events;
+    auto steps = [&](int n) {
+      for (int i = 0; i < n; ++i) frames.push_back(*branch.advance(events));
+    };
+    steps(5);
+    if (late)  // until a window's verdict: the tokens so far had started a window
+      while (!branch.overlap_gauge().backing_off()) branch.overlap_gauge().overlapped(1e-3, 1e-4);
+    branch.overlap_gauge().set_adapts(false);  // no verdicts from this machine's own timings
+    steps(static_cast<int>(OverlapGauge::kFirstBackOff) + 15);
+    *ahead = branch.tokens_stepped_ahead();
+    *in_line = branch.overlap_gauge().tokens_in_line();
+    return frames;
+  };
+  int64_t ahead = 0, in_line = 0;
+  const std::vector<Frame> alone = run(false, false, &ahead, &in_line);
+  CHECK(ahead == 0);
+  for (bool late : {false, true}) {
+    INFO((late ? "backing off" : "overlapping"));
+    const std::vector<Frame> overlapped = run(true, late, &ahead, &in_line);
+    REQUIRE(overlapped.size() == alone.size());
+    for (size_t i = 0; i < alone.size(); ++i) {
+      INFO("frame " << i << ", step " << alone[i].step);
+      CHECK(test::same_frame(overlapped[i], alone[i]));
+    }
+    if (steps_ahead_here()) {
+      CHECK(in_line == (late ? OverlapGauge::kFirstBackOff : 0));
+      // Every token but the first is stepped ahead, but for the kFirstBackOff tokens that each
+      // follow a token whose probes were measured in line.
+      const int64_t tokens = 5 + OverlapGauge::kFirstBackOff + 15;
+      CHECK(ahead == (late ? tokens - 1 - OverlapGauge::kFirstBackOff : tokens - 1));
     }
   }
 }
