@@ -472,6 +472,7 @@ SteppedToken& Branch::start_token_ahead() {
 void Branch::step_ahead_here() {
   SteppedToken& out = start_token_ahead();
   ahead_in_hand_ = true;
+  ahead_aside_ = false;
   try {
     const LanguageModel& model = trainer_->model();
     const bool first = cursor_.token_index == 0;  // of the next sequence (can_step_ahead)
@@ -485,7 +486,9 @@ void Branch::step_ahead_here() {
 }
 
 void Branch::step_ahead_aside() {
-  if (!can_step_ahead()) return;
+  // Stepped at its turn instead, on this thread, while the side thread has been late (as the
+  // probes are measured in line with SideJob::Probes; model/engine/overlap_gauge.h).
+  if (!can_step_ahead() || !overlap_gauge_.overlap_next()) return;
   SteppedToken& out = start_token_ahead();
   const bool probe = due(preset().probe.every, out.step);
   // The state is copied there, not here: the copy (9 µs of a 600 µs demo step on a slow VM) is on
@@ -504,18 +507,25 @@ void Branch::step_ahead_aside() {
     return;
   }
   ahead_in_hand_ = true;
+  ahead_aside_ = true;
 }
 
 std::optional<SteppedToken> Branch::take_stepped_ahead(int64_t step) {
   if (!ahead_in_hand_) return std::nullopt;
   ahead_in_hand_ = false;
+  const bool aside = std::exchange(ahead_aside_, false);
   std::exception_ptr error = std::exchange(ahead_error_, nullptr);  // stepped here (SideJob::Probes)
+  const auto waiting = std::chrono::steady_clock::now();
   try {
     side_->wait();  // stepped there (SideJob::NextToken); idle otherwise
   } catch (...) {
     error = std::current_exception();
   }
   std::optional<SteppedToken> out = std::exchange(ahead_, std::nullopt);  // its step, sequence and token are set
+  // Stepped aside: how long this thread waited for the step against how long the step took there.
+  if (aside && !error)
+    overlap_gauge_.overlapped(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - waiting).count(), out->seconds);
   if (out->step != step || out->sequence != cursor_.sequence || out->token_index != cursor_.token_index)
     return std::nullopt;  // not this step's token: how it went does not matter
   if (error) std::rethrow_exception(error);  // a step that threw ahead throws now, as it would have then
@@ -526,6 +536,7 @@ std::optional<SteppedToken> Branch::take_stepped_ahead(int64_t step) {
 void Branch::drop_stepped_ahead() {
   if (!ahead_in_hand_) return;
   ahead_in_hand_ = false;
+  ahead_aside_ = false;
   try {
     side_->wait();
   } catch (...) {

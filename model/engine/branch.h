@@ -197,11 +197,12 @@ class Branch {
   std::optional<SteppedToken> ahead_;
   std::exception_ptr ahead_error_;
   bool ahead_in_hand_ = false;
+  bool ahead_aside_ = false;  // the token in hand was stepped by the side thread (SideJob::NextToken)
   std::shared_ptr<SteppedToken> spent_;  // the last token's, until the next token ahead drops it
   int64_t stepped_ahead_ = 0;
   int64_t graphed_tokens_ = 0;
   std::unique_ptr<SideThread> side_;  // made on first use
-  OverlapGauge overlap_gauge_;        // SideJob::Probes: whether the side thread is there when handed a job
+  OverlapGauge overlap_gauge_;        // whether the side thread is there when handed a job, either job
   // A CUDA model's inspect step as a CUDA graph (engine.cuda_graph); made on first use, dropped by
   // anything that changes what a step computes (a command, a training step, a restore).
   std::unique_ptr<GraphedStep> graphed_;

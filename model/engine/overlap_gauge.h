@@ -1,20 +1,22 @@
-// Whether measuring a probed token's probes on the side thread still pays (engine.overlap,
-// SideJob::Probes). The overlap assumes a second core that runs the side thread when it is handed
-// a job. On a machine that is busy with something else, or a VM whose second vCPU the host runs
-// only now and then, that core is not there: the side thread waits its turn for milliseconds, and
-// the engine thread waits for it after every step. With one busy process beside it on the 2-vCPU
-// CI VM, demo-mqar with its probes stepped 1,325 tokens/s overlapped against 5,223 with the probes
-// measured in line (README "The two vCPUs, shared or not").
+// Whether handing the side thread its job still pays (engine.overlap): a probed token's probes
+// (SideJob::Probes), or the next token's step (SideJob::NextToken). The overlap assumes a second
+// core that runs the side thread when it is handed a job. On a machine that is busy with something
+// else, or a VM whose second vCPU the host runs only now and then, that core is not there: the
+// side thread waits its turn for milliseconds, and the engine thread waits for it after every
+// step. With one busy process beside it on the 2-vCPU CI VM, demo-mqar with its probes stepped
+// 970-1,070 tokens/s overlapped against 3,337-3,588 with the probes measured in line (README "The
+// two vCPUs, shared or not").
 //
 // So the engine keeps score. After each overlapped token it tells the gauge how long it waited for
-// the side thread once its own step was done, and how long the side's job itself ran. Measured in
-// line, the probes would cost about the job's time, so a token whose wait is longer was late: the
-// side thread had not even started its job when the engine had stepped the next token. When half
+// the side thread once its own part was done, and how long the side's job itself ran. Done on the
+// engine thread, the job would cost about its own time, so a token whose wait is longer was late:
+// the side thread had not even started its job when the engine was done with its part. When half
 // the tokens of a window are late, the overlap is losing (one late token is a hiccup that no
-// back-off would have spared). Then the probes are measured in line for a while (kFirstBackOff
-// probed tokens, doubling each time the overlap loses again, up to kMaxBackOff), then a few tokens
-// are overlapped again to see; each whole window that pays halves the next back-off. The side thread is given
-// no job meanwhile, so it soon sleeps (SideThread's spin budget) and leaves the core to whoever has it.
+// back-off would have spared). Then the engine thread does the job itself for a while
+// (kFirstBackOff probed tokens, doubling each time the overlap loses again, up to kMaxBackOff),
+// then a few tokens are overlapped again to see; each whole window that pays halves the next
+// back-off. The side thread is given no job meanwhile, so it soon sleeps (SideThread's spin
+// budget) and leaves the core to whoever has it.
 //
 // Plain arithmetic, no clock: the branch measures and passes the times in (tests feed their own).
 #pragma once
