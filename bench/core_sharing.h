@@ -1,16 +1,17 @@
 // What a second thread does to this thread's speed: the reading every two-thread figure needs on a
 // VM. The engine's overlapped probes (engine.overlap) run on a second core while the engine thread
-// steps; they are nearly free where the two vCPUs are two cores, and cost as much as running them
-// in line where the host puts both vCPUs on one physical core (SMT siblings, or one core shared in
-// time). The CI VMs switch between the two within the hour (README "The two vCPUs, shared or
-// not"), so probe_overhead measures which it had, beside each repetition, with this.
+// steps. They are nearly free where the two vCPUs are two cores that share a last-level cache, cost
+// more where the cores share none (every line handed over crosses between them), and cost as much
+// as running them in line where the host puts both vCPUs on one physical core (SMT siblings, or
+// one core shared in time). The CI VMs switch between these within the hour (README "The two
+// vCPUs, shared or not"), so probe_overhead measures which it had, beside each repetition.
 //
-// One round times a fixed kernel (a 64×64 float matrix product, about 0.1 ms, in the caller's core's
-// L1) with the other thread asleep, spinning on a flag with cpu_relax() (as SideThread waits for
-// its next job), and computing the same kernel; each against asleep. Then it times a number's round
-// trip to the other thread and back through two cache lines: the price of every line the engine
-// hands to the probes' thread and gets back (tens of ns where the two vCPUs share a last-level
-// cache, a few hundred where they do not).
+// One round times a fixed kernel (a 64×64 float matrix product in the caller's core's L1) with the
+// other thread asleep, spinning on a flag with cpu_relax() (as SideThread waits for its next job),
+// and computing the same kernel; each against asleep. Then it times a number's round trip to the
+// other thread and back through two cache lines: the price of each line the engine hands to the
+// probes' thread and gets back (108-129 ns on the CI VM where its cores share a cache, 466-560 ns
+// where they do not).
 #pragma once
 
 #include <atomic>
@@ -29,8 +30,8 @@ class CoreSharing {
  public:
   struct Round {
     double spin_ratio = 1, busy_ratio = 1;  // the kernel's time with the other thread spinning, computing
-    double round_trip_ns =
-        0;  // a flag written here and answered there: two cache lines' trips between the cores
+    // A number written here and echoed there: two cache lines' trips between the cores.
+    double round_trip_ns = 0;
   };
 
   CoreSharing() : other_([this] { loop(); }) {}
