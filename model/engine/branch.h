@@ -126,8 +126,8 @@ class Branch {
   size_t keyframes() const { return keyframes_.size(); }
   // Inspect tokens stepped ahead and taken so far, on either thread (engine.overlap), for tests and benches.
   int64_t tokens_stepped_ahead() const { return stepped_ahead_; }
-  // Whether overlapping the probes has paid lately, and the probed tokens measured in line since it
-  // did not (model/engine/overlap_gauge.h), for tests and benches.
+  // Whether handing the side thread its job has paid lately, and the probed tokens whose job this
+  // thread did itself while it did not (model/engine/overlap_gauge.h), for tests and benches.
   const OverlapGauge& overlap_gauge() const { return overlap_gauge_; }
   OverlapGauge& overlap_gauge() { return overlap_gauge_; }
   // Inspect tokens replayed through a CUDA graph (engine.cuda_graph), for tests and the status line.

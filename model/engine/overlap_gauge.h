@@ -41,11 +41,11 @@ class OverlapGauge {
     return false;
   }
 
-  // After an overlapped token: seconds the engine waited for the side thread after its own step,
+  // After an overlapped token: seconds the engine waited for the side thread after its own part,
   // and seconds the side thread's job ran.
   void overlapped(double waited, double job) {
     if (!adapts_) return;
-    late_ += waited > job;  // the side thread had not even started this token's probes when the step was done
+    late_ += waited > job;  // the side thread had not even started its job when the engine was done
     if (++samples_ < (retrying_ ? kRetryWindow : kWindow)) return;
     const bool losing = 2 * late_ >= samples_;
     samples_ = late_ = 0;
@@ -65,7 +65,7 @@ class OverlapGauge {
   // which tokens are overlapped.
   void set_adapts(bool on) { adapts_ = on; }
 
-  int64_t tokens_in_line() const { return in_line_; }  // probed tokens measured in line by a back-off
+  int64_t tokens_in_line() const { return in_line_; }  // probed tokens whose job the engine did, backing off
   int64_t back_offs() const { return back_offs_; }
   bool backing_off() const { return back_off_left_ > 0; }
 
