@@ -40,6 +40,10 @@ at::Tensor SlidingWindowAttentionImpl::fused_step(const at::Tensor& x, KvCache& 
   const at::Tensor old_k = cache.k.contiguous(), old_v = cache.v.contiguous();
   const at::Tensor old_positions = cache.positions.contiguous();
   const int64_t old = old_k.size(2), next = cache.next;
+  // A padded cache (graphed_step.h) starts with keys at negative positions, which no query sees:
+  // they are skipped, so the arithmetic is that of the cache without them, bit for bit.
+  int64_t padding = 0;
+  while (padding < old && old_positions.data_ptr<int64_t>()[padding] < 0) ++padding;
 
   // RoPE at this position, as rope_angles(): angles in float64, then rounded to float.
   std::vector<float> cos_of(static_cast<size_t>(half)), sin_of(static_cast<size_t>(half));
@@ -78,8 +82,10 @@ at::Tensor SlidingWindowAttentionImpl::fused_step(const at::Tensor& x, KvCache& 
       auto key = [&](int64_t j) { return j < P ? pk + j * D + h * d : j < P + old ? cached_k + (j - P) * d : k.data(); };
       auto value = [&](int64_t j) { return j < P ? pv + j * D + h * d : j < P + old ? cached_v + (j - P) * d : v; };
       const int64_t n = P + old + 1;
+      auto padded = [&](int64_t j) { return j >= P && j < P + padding; };
       float largest = -std::numeric_limits<float>::infinity();
       for (int64_t j = 0; j < n; ++j) {
+        if (padded(j)) continue;
         const float* kj = key(j);
         float dot = 0;
         for (int64_t i = 0; i < d; ++i) dot += q[static_cast<size_t>(i)] * kj[i];
@@ -87,10 +93,12 @@ at::Tensor SlidingWindowAttentionImpl::fused_step(const at::Tensor& x, KvCache& 
         largest = std::max(largest, weights[static_cast<size_t>(j)]);
       }
       float total = 0;
-      for (int64_t j = 0; j < n; ++j) total += (weights[static_cast<size_t>(j)] = std::exp(weights[static_cast<size_t>(j)] - largest));
+      for (int64_t j = 0; j < n; ++j)
+        if (!padded(j)) total += (weights[static_cast<size_t>(j)] = std::exp(weights[static_cast<size_t>(j)] - largest));
       float* out = mixed.data_ptr<float>() + b * D + h * d;
       std::fill(out, out + d, 0.0f);
       for (int64_t j = 0; j < n; ++j) {
+        if (padded(j)) continue;
         const float w = weights[static_cast<size_t>(j)] / total;
         const float* vj = value(j);
         for (int64_t i = 0; i < d; ++i) out[i] += w * vj[i];

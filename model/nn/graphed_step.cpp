@@ -3,6 +3,7 @@
 #include <iostream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #ifdef MEMSCOPE_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -136,18 +137,43 @@ bool GraphedStep::applies(const LanguageModelImpl& model, const LmState& state, 
       for (int g = 0; g < kGateCount; ++g)
         if (block->memory->override_of(static_cast<Gate>(g)).mode != GateOverride::Mode::Off) return false;
     if (block->attention) {
-      // A full cache keeps its shape. Window 1 keeps no key, and the token's position would then
-      // come from the host, fixed by the capture (sliding_window_attention.cpp).
+      // A full cache keeps its shape, and a shorter one that holds the whole stream is padded to
+      // it (pad_caches). Window 1 keeps no key, and the token's position would then come from the
+      // host, fixed by the capture (sliding_window_attention.cpp).
       const KvCache& cache = state.blocks[static_cast<size_t>(l)].attention;
       const int64_t window = block->attention->options().window;
-      if (window < 2 || !cache.k.defined() || cache.k.size(2) != window - 1) return false;
+      if (window < 2 || !cache.k.defined()) return false;
+      const int64_t keys = cache.k.size(2);
+      if (keys > window - 1 || (keys < window - 1 && keys != cache.next)) return false;
     }
   }
   return true;
 }
 
+void GraphedStep::pad_caches(const LanguageModelImpl& model, LmState& state) {
+  for (int64_t l = 0; l < model.layers() && l < static_cast<int64_t>(state.blocks.size()); ++l) {
+    const Block& block = model.block(l);
+    KvCache& cache = state.blocks[static_cast<size_t>(l)].attention;
+    if (!block->attention || !cache.k.defined()) continue;
+    const int64_t full = block->attention->options().window - 1, keys = cache.k.size(2);
+    if (keys >= full) continue;
+    if (keys != cache.next)
+      throw std::logic_error("graphed step: a cache short of its window that does not hold the whole stream");
+    auto zeros = [&](const at::Tensor& like) {
+      std::vector<int64_t> sizes = like.sizes().vec();
+      sizes[2] = full - keys;
+      return at::zeros(sizes, like.options());
+    };
+    // New tensors: a state's tensors are replaced, never edited (a frame may still view them).
+    cache.k = at::cat({zeros(cache.k), cache.k}, 2);
+    cache.v = at::cat({zeros(cache.v), cache.v}, 2);
+    cache.positions = at::cat({at::arange(keys - full, 0, cache.positions.options()), cache.positions});
+  }
+}
+
 LmStepOutput GraphedStep::step(const LanguageModelImpl& model, const at::Tensor& token, LmState& state,
                                StepDetail detail) {
+  pad_caches(model, state);  // a sequence's first tokens: the shape of a full cache
   // Which buffer set the token reads: the one the last token wrote, or S0 for any other state.
   int parity = 0;
   if (!buffers_[0].blocks.empty() && is_buffer_set(state, buffers_[1])) {

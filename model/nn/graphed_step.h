@@ -13,9 +13,10 @@
 // - a state that is not one of the two buffer sets (a new sequence, a rewind, a reset) is copied
 //   into S0 first.
 //
-// What the capture fixes, and so what must not change between replays: every tensor's shape (the
-// attention caches must be full: the first window−1 tokens of a sequence step eagerly), the live
-// rule and its knobs, the gate overrides, the parameters' addresses. reset() drops the graphs;
+// What the capture fixes, and so what must not change between replays: every tensor's shape, the
+// live rule and its knobs, the gate overrides, the parameters' addresses. An attention cache grows
+// over a sequence's first window−1 tokens, so it is padded to its full length first (pad_caches):
+// one graph then takes every token from the first. reset() drops the graphs;
 // the engine calls it on any command, training step or rewind, and the next step captures again.
 //
 // Without CUDA (or with capture off) the same buffers are stepped eagerly: the CPU tests check
@@ -42,9 +43,17 @@ class GraphedStep {
   static bool capture_available();
 
   // Whether step() can take this token: chunk 1; no MAC, HOPE or CMS block (their steps branch on
-  // the stream position on the host); every attention cache full; no gate override in force (an
-  // override's values are copied from the host at every step); on CUDA when capturing.
+  // the stream position on the host); every attention cache full or holding every token since the
+  // stream began (pad_caches); no gate override in force (an override's values are copied from the
+  // host at every step); on CUDA when capturing.
   static bool applies(const LanguageModelImpl& model, const LmState& state, int64_t chunk);
+
+  // Pads each attention cache of `state` that holds fewer than window−1 keys, all of them since the
+  // stream began, to window−1: zero keys and values at the positions before the stream's start,
+  // which no query sees (sliding_window_attention.cpp). Positions stay consecutive, so the next
+  // token's position is still the last key's plus one. The step's outputs are the same (on the
+  // CPU's fused step the same bits); only the cache's shape is that of a full one.
+  static void pad_caches(const LanguageModelImpl& model, LmState& state);
 
   // model.step(token, state, 1, detail), on the buffers (see above). `state` becomes the state
   // after the token, whose tensors are one buffer set.

@@ -64,8 +64,10 @@ at::Tensor SlidingWindowAttentionImpl::forward(const at::Tensor& x, KvCache& cac
   at::Tensor k = at::cat(ks, 2), v = at::cat(vs, 2), key_pos = at::cat(ps, 0);
 
   // visible[t, j]: key j is at most W−1 tokens behind query t, not ahead, and (MAC) in its segment.
+  // A key at a negative position is padding: a cache padded to its full length before the stream
+  // has filled it (graphed_step.h), so that a CUDA graph of the step fixes one shape for all tokens.
   at::Tensor qp = pos.unsqueeze(1), kp = key_pos.unsqueeze(0);
-  at::Tensor visible = (kp <= qp) & (kp > qp - W);
+  at::Tensor visible = (kp <= qp) & (kp > qp - W) & (kp >= 0);
   if (S > 0) visible = visible & (at::floor_divide(kp, S) == at::floor_divide(qp, S));
 
   at::Tensor keys = k, values = v;

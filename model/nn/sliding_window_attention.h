@@ -18,7 +18,7 @@ namespace memscope::model {
 
 struct KvCache {
   at::Tensor k, v;       // [B,H,n,d] keys (rotated) and values still visible to future queries
-  at::Tensor positions;  // [n] int64 stream positions of those keys
+  at::Tensor positions;  // [n] int64 stream positions of those keys (negative: padding no query sees)
   int64_t next = 0;      // stream position of the next token
 
   KvCache detached() const;

@@ -66,8 +66,17 @@ void check_same_state(const LmState& a, const LmState& b) {
     check_close(x.ring_gamma, y.ring_gamma, layer + "ring_gamma");
     check_close(x.conv, y.conv, layer + "conv");
     check_close(x.latent, y.latent, layer + "latent");
-    const KvCache &p = a.blocks[l].attention, &q = b.blocks[l].attention;
+    KvCache p = a.blocks[l].attention;
+    const KvCache& q = b.blocks[l].attention;
     CHECK(p.next == q.next);
+    if (p.k.defined() && q.k.defined() && p.k.size(2) > q.k.size(2)) {
+      // `a`'s cache padded to its window (GraphedStep::pad_caches): the padding lies at negative
+      // positions, before the keys `b` holds.
+      const int64_t padding = p.k.size(2) - q.k.size(2);
+      CHECK(p.positions.narrow(0, 0, padding).max().item<int64_t>() < 0);
+      p = {p.k.narrow(2, padding, q.k.size(2)), p.v.narrow(2, padding, q.k.size(2)),
+           p.positions.narrow(0, padding, q.k.size(2)), p.next};
+    }
     check_close(p.k, q.k, layer + "keys");
     check_close(p.v, q.v, layer + "values");
     check_close(p.positions, q.positions, layer + "positions");
@@ -130,8 +139,7 @@ TEST_CASE("graphed step: every token equals the plain step, state and records in
       GraphedStep graphed(capturing());
       LmState plain = lm->initial_state(1), buffered = lm->initial_state(1);
       const int64_t taken = step_both(lm, graphed, stream(20), plain, buffered, detail);
-      const int64_t window = lm->config().has_attention() ? lm->config().window : 1;
-      CHECK(taken == 20 - (window - 1));  // every token once the caches are full
+      CHECK(taken == 20);  // every token from the first: the growing caches padded to their window
       if (capturing()) {
         CHECK(graphed.captures() == 2);  // one per parity
         CHECK(graphed.replays() == taken);
@@ -181,9 +189,18 @@ TEST_CASE("graphed step: where the shapes or the inputs are not fixed, it does n
   torch::NoGradGuard no_grad;
   LanguageModel mag = model_of("demo-mqar");
   LmState s = mag->initial_state(1);
-  CHECK_FALSE(GraphedStep::applies(*mag, s, 1));  // an empty attention cache grows
+  CHECK(GraphedStep::applies(*mag, s, 1));  // an empty cache is padded to its window
   const at::Tensor tokens = stream(8);
-  for (int64_t t = 0; t < mag->config().window - 1; ++t)
+  for (int64_t t = 0; t < 3; ++t) mag->step(tokens.narrow(0, t, 1), s, 1, StepDetail::OutputOnly);
+  CHECK(GraphedStep::applies(*mag, s, 1));  // so is one that holds the stream's first tokens
+  {
+    // A short cache that lacks the stream's first keys cannot be padded at positions no query sees.
+    LmState missing = s;
+    KvCache& cache = missing.blocks[0].attention;
+    cache = {cache.k.narrow(2, 1, 2), cache.v.narrow(2, 1, 2), cache.positions.narrow(0, 1, 2), cache.next};
+    CHECK_FALSE(GraphedStep::applies(*mag, missing, 1));
+  }
+  for (int64_t t = 3; t < mag->config().window - 1; ++t)
     mag->step(tokens.narrow(0, t, 1), s, 1, StepDetail::OutputOnly);
   CHECK(GraphedStep::applies(*mag, s, 1));
   CHECK_FALSE(GraphedStep::applies(*mag, s, 4));  // the chunked step branches on the stream position
@@ -199,5 +216,38 @@ TEST_CASE("graphed step: where the shapes or the inputs are not fixed, it does n
     LmState fresh = lm->initial_state(1);
     for (int64_t t = 0; t < 8; ++t) lm->step(tokens.narrow(0, t, 1), fresh, 1, StepDetail::OutputOnly);
     CHECK_FALSE(GraphedStep::applies(*lm, fresh, 1));
+  }
+}
+
+TEST_CASE("graphed step: a cache padded to its window steps as the cache itself, on both attention paths",
+          "[nn][graph]") {
+  // The padding's keys lie at negative positions, which no query sees. The CPU's fused one-token
+  // step skips them: the same bits. forward()'s general path (grad mode on, and every path on
+  // CUDA) masks them: the same to rounding, as the softmax and the products sum over more slots.
+  for (const bool general : {false, true}) {
+    CAPTURE(general);
+    const LanguageModel lm = model_of("demo-mqar", {"model.block=mal", "model.persistent=0"});
+    const at::Tensor tokens = stream(lm->config().window + 4, 13);
+    LmState plain = lm->initial_state(1);
+    {
+      torch::NoGradGuard no_grad;
+      for (int64_t t = 0; t < 3; ++t) lm->step(tokens.narrow(0, t, 1), plain, 1, StepDetail::OutputOnly);
+    }
+    LmState padded = plain;
+    GraphedStep::pad_caches(*lm, padded);
+    REQUIRE(padded.blocks[0].attention.k.size(2) == lm->config().window - 1);
+    for (int64_t t = 3; t < tokens.size(0); ++t) {  // across the point where the cache fills
+      CAPTURE(t);
+      torch::AutoGradMode grad(general);
+      const at::Tensor want = lm->step(tokens.narrow(0, t, 1), plain, 1, StepDetail::OutputOnly).logits.detach();
+      const at::Tensor got = lm->step(tokens.narrow(0, t, 1), padded, 1, StepDetail::OutputOnly).logits.detach();
+      const bool same_bits = !general && !memscope::test::test_device().is_cuda();
+      if (same_bits)
+        CHECK(torch::equal(got, want));
+      else
+        CHECK((got - want).abs().max().item<double>() <= 1e-5 * std::max(1.0, want.abs().max().item<double>()));
+      torch::NoGradGuard no_grad;
+      if (same_bits) check_same_state(padded, plain);  // the next layers' memories see the rounding
+    }
   }
 }
