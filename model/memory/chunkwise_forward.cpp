@@ -18,6 +18,7 @@
 #include "model/memory/newton_schulz.h"
 #include "model/memory/retention.h"
 #include "model/memory/small_matmul.h"
+#include "model/util/autocast.h"
 
 namespace memscope::model {
 
@@ -411,6 +412,14 @@ bool fused_chunkwise_applies(const MemoryRule& r, const at::Tensor& x, const Mem
          (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble);
 }
 
+// The projected tokens in `dtype`: under train.bf16_autocast project()'s products come out in
+// bfloat16, and the recurrence takes them in the state's dtype.
+void cast_to(ProjectedTokens& p, at::ScalarType dtype) {
+  for (at::Tensor* t : {&p.phi_k, &p.phi_q, &p.v, &p.retain, &p.lr, &p.momentum, &p.gamma, &p.delta,
+                        &p.retain_feature, &p.lr_feature})
+    if (t->defined() && t->scalar_type() != dtype) *t = t->to(dtype);
+}
+
 }  // namespace
 
 ForwardOutput MemoryLayerImpl::forward(const at::Tensor& x, MemoryState& state, int64_t chunk, bool record) const {
@@ -428,6 +437,11 @@ ForwardOutput MemoryLayerImpl::forward(const at::Tensor& x, MemoryState& state, 
     return result;
   }
   ProjectedTokens p = project(x, state);
+  // train.bf16_autocast: the projections above are its matrix products. The recurrence below runs
+  // in the state's float32, as chunk kernels keep their state (FLA's): autocast would cast both
+  // inputs of each small product and round the writes, chunk after chunk.
+  const AutocastOff state_precision(x.device().type());
+  if (state_precision.was_on() && !state.memory.empty()) cast_to(p, state.memory.front().scalar_type());
   const int64_t T = x.size(1);
   auto heads_first = [](const at::Tensor& t) { return t.transpose(1, 2); };  // [B,T,H,…] → [B,H,T,…]
   const MemoryRule& r = rule_;

@@ -50,4 +50,12 @@ Bf16Autocast::~Bf16Autocast() {
   set_dtype(device_, was_dtype_);
 }
 
+AutocastOff::AutocastOff(c10::DeviceType device) : device_(device), was_enabled_(enabled(device)) {
+  if (was_enabled_) set_enabled(device_, false);
+}
+
+AutocastOff::~AutocastOff() {
+  if (was_enabled_) set_enabled(device_, true);
+}
+
 }  // namespace memscope::model

@@ -20,4 +20,21 @@ class Bf16Autocast {
   c10::ScalarType was_dtype_;
 };
 
+// Autocast off for a scope on one device type, where it was on: the memory's recurrence
+// (chunkwise_forward.cpp), whose small products on float32 state would each cast both inputs to
+// bfloat16, two more kernels a product, and round what they add to the state.
+class AutocastOff {
+ public:
+  explicit AutocastOff(c10::DeviceType device);
+  ~AutocastOff();
+  AutocastOff(const AutocastOff&) = delete;
+  AutocastOff& operator=(const AutocastOff&) = delete;
+
+  bool was_on() const { return was_enabled_; }
+
+ private:
+  c10::DeviceType device_;
+  bool was_enabled_;
+};
+
 }  // namespace memscope::model

@@ -5,6 +5,7 @@
 
 #include "memory_test_support.h"
 #include "model/memory/newton_schulz.h"
+#include "model/util/autocast.h"
 
 using namespace memscope::model;
 using namespace memscope::test;
@@ -407,4 +408,35 @@ TEST_CASE("memory: the MLP dgd form's decayed contractions (loops) equal its ATe
           CHECK(max_abs_diff(y_loops, y_aten) > 0);  // the loops ran: their sums go in another order
           for (size_t i = 0; i < 2; ++i) CHECK(max_abs_diff(loops.memory[i], aten.memory[i]) < tolerance * scale_of(aten.memory[i]));
         }
+}
+
+TEST_CASE("memory: under bf16 autocast the recurrence runs in float32, beside bf16 projections", "[model]") {
+  // train.bf16_autocast: project()'s products in bfloat16, then the chunkwise recurrence on the
+  // float32 state with autocast off (chunkwise_forward.cpp). Its read and its state stay float32,
+  // and the output is off the float32 run's by about what rounding the input to bf16 does: at most
+  // 3× that here (1.2–2.2× measured), where the recurrence in bf16 was 3.7–12×. The MLP memory
+  // (with conv), a linear one through the ATen form and one through the CPU's fused form.
+  for (const auto& name : {"titans-lmm", "atlas-linear", "deltanet"}) {
+    CAPTURE(name);
+    auto layer = make_layer(load_memory_rule(name), 16, 2, torch::kFloat32);
+    auto x = make_input(2, 48, 16, torch::kFloat32);
+    MemoryState fp32 = layer->initial_state(2), bf16 = layer->initial_state(2), rounded = layer->initial_state(2);
+    const at::Tensor want = layer->forward(x, fp32, 16).y;
+    const at::Tensor rounded_input = layer->forward(x.to(at::kBFloat16).to(at::kFloat), rounded, 16).y;
+    at::Tensor got;
+    {
+      Bf16Autocast autocast(test_device().type());
+      got = layer->forward(x, bf16, 16).y;
+      CHECK(at::matmul(x, x.transpose(1, 2)).scalar_type() == at::kBFloat16);  // still on after the call
+    }
+    CHECK(got.scalar_type() == at::kFloat);
+    for (size_t i = 0; i < bf16.memory.size(); ++i) {
+      CHECK(bf16.memory[i].scalar_type() == at::kFloat);
+      CHECK(relative_error(bf16.memory[i], fp32.memory[i]) <= 3 * relative_error(rounded.memory[i], fp32.memory[i]));
+    }
+    const double error = relative_error(got, want), floor = relative_error(rounded_input, want);
+    CAPTURE(error, floor);
+    CHECK(error > 0);  // the projections did run in bf16
+    CHECK(error <= 3 * floor);
+  }
 }
