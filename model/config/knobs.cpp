@@ -362,8 +362,8 @@ std::vector<Knob> probe_detect_engine_record_knobs() {
                         "measure this inspect token's probes on a second thread while the next token steps; with forks the other way round (CPU; same frames)",
                         KNOB_FIELD(p.engine.overlap)));
   k.push_back(bool_knob("engine.cuda_graph", Live,
-                        "replay a CUDA model's inspect step as a CUDA graph once its shapes are fixed "
-                        "(re-captured after any change; CUDA only)",
+                        "replay a CUDA model's inspect step and training pass as CUDA graphs once their "
+                        "shapes are fixed (re-captured after any change; CUDA only)",
                         KNOB_FIELD(p.engine.cuda_graph)));
 
   // Recording (DESIGN "Sessions"): read when a recording starts, never by the model, so all live.

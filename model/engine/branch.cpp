@@ -11,6 +11,7 @@
 #include "model/data/rng.h"
 #include "model/engine/train_frame.h"
 #include "model/nn/graphed_step.h"
+#include "model/nn/state_clone.h"
 #include "model/probe/inner_backward.h"
 #include "model/probe/probe_collector.h"
 #include "model/probe/token_score.h"
@@ -26,27 +27,6 @@ constexpr uint64_t kProbeStream = 0x70'72'6f'62'65'00'00'00ull;  // "probe"
 constexpr double kMiB = 1024.0 * 1024.0;
 
 int64_t budget_bytes(double mb) { return static_cast<int64_t>(mb * kMiB); }
-
-// A deep copy: later steps (and in-place edits such as NaN injection) cannot reach it.
-LmState clone_state(const LmState& state) {
-  LmState out;
-  out.position = state.position;
-  for (const auto& b : state.blocks) {
-    BlockState c;
-    if (!b.memory.memory.empty()) c.memory = b.memory.clone();
-    if (b.attention.k.defined()) {
-      c.attention.k = b.attention.k.clone();
-      c.attention.v = b.attention.v.clone();
-      c.attention.positions = b.attention.positions.clone();
-    }
-    c.attention.next = b.attention.next;
-    for (const auto& r : b.retrieval) c.retrieval.push_back(r.clone());
-    if (!b.selfmod.weights[0].empty()) c.selfmod = b.selfmod.clone();
-    c.cms = b.cms.clone();
-    out.blocks.push_back(std::move(c));
-  }
-  return out;
-}
 
 int64_t state_bytes(const LmState& state) {
   int64_t total = 0;

@@ -22,8 +22,8 @@ struct EngineConfig {
   bool overlap = true;               // engine.overlap: measure this inspect token's probes on a second thread
                                      // while the next token steps; with forks the other way round (CPU
                                      // models; the frames are the same; branch.h's SideJob)
-  bool cuda_graph = true;            // engine.cuda_graph: replay a CUDA model's inspect step as a CUDA graph
-                                     // where its shapes are fixed (model/nn/graphed_step.h)
+  bool cuda_graph = true;            // engine.cuda_graph: a CUDA model's inspect step and training pass as CUDA
+                                     // graphs (model/nn/graphed_step.h, model/train/graphed_train_pass.h)
 };
 
 }  // namespace memscope::model

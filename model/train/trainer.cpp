@@ -3,11 +3,14 @@
 #include <chrono>
 #include <cmath>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 
 #include "model/data/rng.h"
 #include "model/dist/data_parallel.h"
+#include "model/nn/state_clone.h"
 #include "model/train/checkpoint.h"
+#include "model/train/graphed_train_pass.h"
 #include "model/train/lr_schedule.h"
 #include "model/train/task_loss.h"
 #include "model/util/autocast.h"
@@ -28,6 +31,25 @@ NamedTensors named_parameters(const LanguageModel& model) {
 
 AdamWOptions adamw_options(const TrainConfig& c) { return {c.beta1, c.beta2, c.eps, c.weight_decay}; }
 
+// What a training pass's graph fixes at its capture, besides the batch's shape and the live rule
+// (apply_live drops the graph): the host's choices that the pass reads.
+std::string graph_key(const Preset& preset, const LanguageModel& model, int64_t chunk) {
+  const TrainConfig& c = preset.train;
+  std::ostringstream key;
+  key << "chunk " << chunk << " bf16 " << c.bf16_autocast << " bptt " << c.bptt << " norms " << c.module_norms
+      << " aux " << std::hexfloat << preset.model.hope_aux_weight;
+  for (int64_t l = 0; l < model->layers(); ++l) {
+    if (!model->block(l)->memory) continue;
+    for (int g = 0; g < kGateCount; ++g) {
+      const GateOverride& o = model->block(l)->memory->override_of(static_cast<Gate>(g));
+      if (o.mode == GateOverride::Mode::Off) continue;
+      key << " layer " << l << " gate " << g << " mode " << static_cast<int>(o.mode);
+      for (const double v : o.values) key << ' ' << v;
+    }
+  }
+  return key.str();
+}
+
 }  // namespace
 
 LanguageModel build_model(const Preset& preset, int64_t vocab) {
@@ -43,6 +65,10 @@ Trainer::Trainer(Preset preset) : preset_(std::move(preset)), task_(make_task(pr
   model_ = build_model(preset_, task_->vocab_size());
   optimiser_ = std::make_unique<AdamW>(named_parameters(model_), adamw_options(preset_.train));
 }
+
+Trainer::~Trainer() = default;
+Trainer::Trainer(Trainer&&) = default;
+Trainer& Trainer::operator=(Trainer&&) = default;
 
 Trainer Trainer::resume(const std::filesystem::path& path, const std::vector<std::string>& overrides) {
   const Checkpoint checkpoint = read_checkpoint(path);
@@ -105,52 +131,69 @@ TrainStepResult Trainer::train_step() {
   QueryScore score;
   score.total = batch.query_mask.sum().item<int64_t>();
   const at::Tensor row_tokens = batch.tokens[0].contiguous(), row_targets = batch.targets[0].contiguous();
-  batch = batch.to(device());
 
-  // Losses and hits stay on the device until one transfer after the backward (on a GPU, a host
-  // read stalls the queue of kernels).
-  optimiser_->zero_grad();
-  LmState state = model_->initial_state(rows);
-  at::Tensor loss_total, hits;
-  std::vector<at::Tensor> row_loss;  // row 0's token losses, segment by segment
-  for (int64_t t = 0; t < T; t += segment) {
-    const int64_t length = std::min(segment, T - t);
-    const at::Tensor targets_here = batch.targets.narrow(1, t, length);
-    at::Tensor logits, loss;
-    {
-      // train.bf16_autocast: the forward's matrix products in bfloat16, which autocast keeps out of
-      // softmax, norms and the loss; the backward follows the forward's casts.
-      std::optional<Bf16Autocast> bf16;
-      if (c.bf16_autocast) bf16.emplace(device().type());
-      logits = model_->forward(batch.tokens.narrow(1, t, length), state, chunk);
-      loss = summed_cross_entropy(logits, targets_here);
+  // The pass: forward, loss and backward, and the sums the host needs, left on the device for one
+  // transfer after the backward (on a GPU, a host read stalls the queue of kernels). It reads the
+  // batch and the target count it is given, fixed buffers when it is a CUDA graph's, and nothing
+  // else that changes from one step to the next (graph_key).
+  const TrainPassFn pass = [&](const Batch& on_device, const at::Tensor& target_count) {
+    LmState state = model_->initial_state(rows);
+    at::Tensor loss_total, hits;
+    std::vector<at::Tensor> row_loss;  // row 0's token losses, segment by segment
+    for (int64_t t = 0; t < T; t += segment) {
+      const int64_t length = std::min(segment, T - t);
+      const at::Tensor targets_here = on_device.targets.narrow(1, t, length);
+      at::Tensor logits, loss;
+      {
+        // train.bf16_autocast: the forward's matrix products in bfloat16, which autocast keeps out
+        // of softmax, norms and the loss; the backward follows the forward's casts.
+        std::optional<Bf16Autocast> bf16;
+        if (c.bf16_autocast) bf16.emplace(device().type());
+        logits = model_->forward(on_device.tokens.narrow(1, t, length), state, chunk);
+        loss = summed_cross_entropy(logits, targets_here);
+      }
+      if (logits.scalar_type() != at::kFloat && logits.scalar_type() != at::kDouble)
+        logits = logits.to(at::kFloat);
+      // The mean over the whole sequence, one segment at a time.
+      at::Tensor objective = data_parallel_ ? loss * scale / target_count : loss / target_count;
+      // HOPE: the auxiliary retrieval loss, per token and sequence, so that M_k and M_v train.
+      const at::Tensor aux = model_->take_aux_loss(state);
+      if (aux.defined())
+        objective = objective + preset_.model.hope_aux_weight * scale * aux / static_cast<double>(c.batch * T);
+      // One segment: the gradients' all-reduce can start during the backward (bucket by bucket).
+      if (data_parallel_ && length == T) data_parallel_->arm_gradient_overlap(parameter_tensors());
+      objective.backward();
+      const at::Tensor segment_loss = loss.detach().to(at::kDouble);
+      const at::Tensor segment_hits = query_hits(logits, targets_here, on_device.query_mask.narrow(1, t, length));
+      loss_total = loss_total.defined() ? loss_total + segment_loss : segment_loss;
+      hits = hits.defined() ? hits + segment_hits : segment_hits;
+      row_loss.push_back(token_losses(logits[0].detach(), targets_here[0]));
+      state = state.detached();  // truncated BPTT: carry the state, not its history
     }
-    if (logits.scalar_type() != at::kFloat && logits.scalar_type() != at::kDouble)
-      logits = logits.to(at::kFloat);
-    at::Tensor objective = data_parallel_ ? loss * scale / targets : loss / targets;  // the mean over the whole sequence, one segment at a time
-    // HOPE: the auxiliary retrieval loss, per token and sequence, so that M_k and M_v train.
-    const at::Tensor aux = model_->take_aux_loss(state);
-    if (aux.defined())
-      objective = objective + preset_.model.hope_aux_weight * scale * aux / static_cast<double>(c.batch * T);
-    // One segment: the gradients' all-reduce can start during the backward (bucket by bucket).
-    if (data_parallel_ && length == T) data_parallel_->arm_gradient_overlap(parameter_tensors());
-    objective.backward();
-    const at::Tensor segment_loss = loss.detach().to(at::kDouble);
-    const at::Tensor segment_hits = query_hits(logits, targets_here, batch.query_mask.narrow(1, t, length));
-    loss_total = loss_total.defined() ? loss_total + segment_loss : segment_loss;
-    hits = hits.defined() ? hits + segment_hits : segment_hits;
-    row_loss.push_back(token_losses(logits[0].detach(), targets_here[0]));
-    state = state.detached();  // truncated BPTT: carry the state, not its history
+    // The loss, the hits and the squared gradient norm. The per-module probes bring their norms
+    // over themselves; data-parallel, the norm is taken after the averaging below. Row 0's token
+    // losses ride along after the scalars.
+    std::vector<at::Tensor> sums{loss_total, hits.to(at::kDouble)};
+    if (!c.module_norms && !data_parallel_) {
+      const at::Tensor squared_norm = gradient_norm_squared(optimiser_->parameters());
+      if (squared_norm.defined()) sums.push_back(squared_norm);
+    }
+    return TrainPass{at::cat({at::stack(sums), at::cat(row_loss)}), std::move(state)};
+  };
+  // engine.cuda_graph on a GPU: the pass as one CUDA graph (graphed_train_pass.h).
+  GraphedTrainPass* graphed = graphed_pass_for_step();
+  TrainPass passed;
+  if (graphed) {
+    passed = graphed->run(pass, batch, targets, graph_key(preset_, model_, chunk), optimiser_->parameters(), device());
+  } else {
+    optimiser_->zero_grad();
+    passed = pass(batch.to(device()), at::scalar_tensor(targets, at::kFloat));
   }
+  const bool graph_owned = graphed && graphed->replays_graph();  // its tensors: the next replay rewrites them
 
-  // The one host transfer: the loss, the hits and the squared gradient norm. The per-module probes
-  // bring their norms over themselves; data-parallel, the norm is taken after the averaging below.
-  std::vector<at::Tensor> to_host{loss_total, hits.to(at::kDouble)};
-  const at::Tensor squared_norm =
-      c.module_norms || data_parallel_ ? at::Tensor() : gradient_norm_squared(optimiser_->parameters());
-  if (squared_norm.defined()) to_host.push_back(squared_norm);
-  // Row 0's token losses ride along in the same transfer, after the scalars.
-  const at::Tensor host = at::cat({at::stack(to_host), at::cat(row_loss)}).cpu();
+  // The one host transfer.
+  const at::Tensor host = passed.summary.cpu();
+  const int64_t scalars = host.numel() - T;
   double loss_sum = host[0].item<double>();
   score.correct = static_cast<int64_t>(host[1].item<double>());
 
@@ -176,17 +219,16 @@ TrainStepResult Trainer::train_step() {
   r.row_targets.assign(row_targets.data_ptr<int64_t>(), row_targets.data_ptr<int64_t>() + row_targets.numel());
   for (auto& target : r.row_targets)
     if (target == kIgnoreIndex) target = -1;
-  const int64_t scalars = static_cast<int64_t>(to_host.size());
   const double* losses = host.data_ptr<double>() + scalars;
   r.row_loss.assign(losses, losses + (host.numel() - scalars));
   // The gradient norm before clipping, measured once: with the per-module probes, by them.
   std::vector<at::Tensor> before;
   if (c.module_norms) r.modules = module_gradient_norms(optimiser_->parameters(), &before, &r.grad_norm);
-  else if (squared_norm.defined()) r.grad_norm = std::sqrt(host[2].item<double>());
+  else if (scalars == 3) r.grad_norm = std::sqrt(host[2].item<double>());
   else r.grad_norm = gradient_norm(optimiser_->parameters());
   clip_gradients(optimiser_->parameters(), r.grad_norm, c.clip);
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
-    optimiser_->zero_grad();
+    if (!graph_owned) optimiser_->zero_grad();  // a graph's next replay writes its own again
     throw std::runtime_error("step " + std::to_string(step_ + 1) + ": " +
                              (!std::isfinite(r.loss) ? "loss" : "gradient norm") +
                              " is not finite; the parameters were not updated");
@@ -194,7 +236,7 @@ TrainStepResult Trainer::train_step() {
   optimiser_->step(lr);
   if (c.module_norms) module_update_ratios(r.modules, optimiser_->parameters(), before);
   ++step_;
-  last_state_ = std::move(state);
+  last_state_ = graph_owned ? clone_state(passed.state) : std::move(passed.state);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   r.seconds = seconds;
   r.tokens_per_s = static_cast<double>(c.batch * T) / std::max(seconds, 1e-9);  // the whole batch's, on any rank
@@ -249,6 +291,22 @@ void Trainer::save(const std::filesystem::path& path) const {
   write_checkpoint(path, preset_, model_, *optimiser_, step_, data_parallel_ ? data_parallel_->world_size() : 1);
 }
 
+void Trainer::use_graphed_pass(bool capture) {
+  graphed_pass_ = std::make_unique<GraphedTrainPass>(capture);
+  graphed_pass_forced_ = true;
+}
+
+GraphedTrainPass* Trainer::graphed_pass_for_step() {
+  const bool on = graphed_pass_forced_ || (preset_.engine.cuda_graph && device().is_cuda() &&
+                                           GraphedTrainPass::capture_available());
+  if (!on || data_parallel_) {                  // data-parallel: its collectives run inside the backward
+    if (graphed_pass_) graphed_pass_->reset();  // the plain step drops the gradients a graph made
+    return nullptr;
+  }
+  if (!graphed_pass_) graphed_pass_ = std::make_unique<GraphedTrainPass>(/*capture=*/true);
+  return graphed_pass_.get();
+}
+
 std::vector<at::Tensor> Trainer::parameter_tensors() const {
   std::vector<at::Tensor> out;
   for (const auto& [name, p] : optimiser_->parameters()) out.push_back(p);
@@ -301,6 +359,7 @@ void Trainer::restore(const TrainerSnapshot& s) {
 }
 
 void Trainer::apply_live(const Preset& preset) {
+  if (graphed_pass_) graphed_pass_->reset();  // the graph fixed the rule it was captured with
   preset_ = preset;
   optimiser_->set_options(adamw_options(preset_.train));
   model_->set_live_rule(preset_.memory);

@@ -21,7 +21,8 @@
 
 namespace memscope::model {
 
-class DataParallel;  // model/dist/data_parallel.h
+class DataParallel;      // model/dist/data_parallel.h
+class GraphedTrainPass;  // model/train/graphed_train_pass.h
 
 struct TrainStepResult {
   int64_t step = 0;       // the step just completed, counting from 1
@@ -64,6 +65,9 @@ class Trainer {
  public:
   // A fresh run: the model is initialised from train.seed.
   explicit Trainer(Preset preset);
+  ~Trainer();
+  Trainer(Trainer&&);
+  Trainer& operator=(Trainer&&);
 
   // Continues the run saved in `checkpoint`, with `overrides` on its stored preset (e.g. more steps).
   static Trainer resume(const std::filesystem::path& checkpoint, const std::vector<std::string>& overrides = {});
@@ -100,6 +104,12 @@ class Trainer {
   // schedule, AdamW's options and the memory rule change from the next step on.
   void apply_live(const Preset& preset);
 
+  // The pass of each step (forward, loss, backward) through fixed buffers, recorded and replayed as
+  // a CUDA graph when `capture` (graphed_train_pass.h). By default a CUDA model with
+  // engine.cuda_graph on gets one, unless data-parallel; tests force the buffers on the CPU.
+  void use_graphed_pass(bool capture);
+  const GraphedTrainPass* graphed_pass() const { return graphed_pass_.get(); }
+
   // Fault injection (issue 19's corrupt batch): the next training step's batch is replaced by
   // uniformly random tokens and targets at the same positions, as a corrupt data shard would be.
   void corrupt_next_batch() { corrupt_next_ = true; }
@@ -124,8 +134,12 @@ class Trainer {
   bool corrupt_next_ = false;
   LmState last_state_;
   std::shared_ptr<DataParallel> data_parallel_;
+  std::unique_ptr<GraphedTrainPass> graphed_pass_;  // engine.cuda_graph on a GPU (use_graphed_pass)
+  bool graphed_pass_forced_ = false;
 
   std::vector<at::Tensor> parameter_tensors() const;  // in the optimiser's (the model's) order
+  // The graphed pass this step takes, or null for the plain one (then any graph is dropped).
+  GraphedTrainPass* graphed_pass_for_step();
 };
 
 // The model a preset describes, with its vocabulary taken from the preset's task.
