@@ -20,7 +20,11 @@
 //        for bench/eager/trace_summary.py), --fused-memory 0 (train: the memory's ATen forms even
 //        on the CPU, where the fused ones apply: the path CUDA takes, for counting its calls),
 //        --chunk-scan 0|1 (train: the linear memory's whole chunks one by one, or all at once,
-//        linear_chunk_scan.h; by default at once off the CPU only).
+//        linear_chunk_scan.h; by default at once off the CPU only), --dtype all|float32|bf16
+//        (train: float32, then bf16 autocast on CUDA only (all, the default), or just the one,
+//        on any device: bf16 on the CPU counts the calls that autocast adds), --graph all|on|off
+//        (train on CUDA: the training pass as a CUDA graph (engine.cuda_graph,
+//        model/train/graphed_train_pass.h) and without, or just the one; elsewhere no graph).
 #include <torch/torch.h>
 
 #include <iostream>
@@ -34,6 +38,7 @@
 #include "model/memory/memory_layer.h"
 #include "model/memory/memory_rule.h"
 #include "model/nn/graphed_step.h"
+#include "model/train/graphed_train_pass.h"
 #include "model/train/trainer.h"
 #include "model/util/allocator.h"
 #include "model/util/compute_threads.h"
@@ -128,7 +133,9 @@ void bench_chunkwise(int64_t tokens, int64_t reps) {
 // One stream of `tokens` tokens (ids i mod V, as bench/eager/eager_lm.py steps them), batch 1,
 // token by token: unprobed and probed (a whole record), then the same through GraphedStep where it
 // applies (the engine's inspect path on CUDA, engine.cuda_graph). `steady` times the tokens after
-// the attention caches are full, the ones a graph takes; the first window − 1 step eagerly.
+// the attention caches are full. Before 2026-11-28's sixth session the first window − 1 tokens
+// stepped eagerly; now the graph takes them too, on caches padded to the window (`replays` counts
+// the tokens it took, over all repetitions and the warm-up).
 void bench_model(const std::string& name, const Preset& preset, int64_t tokens, int64_t reps) {
   Trainer trainer(preset);
   const LanguageModel& model = trainer.model();
@@ -169,6 +176,7 @@ void bench_model(const std::string& name, const Preset& preset, int64_t tokens, 
                 {"us_per_token", 1e6 / tps},
                 {"steady_us_per_token", 1e6 * median(steady) / static_cast<double>(tokens - warm)},
                 {"captures", graphed.captures()},
+                {"replays", graphed.replays()},
                 {"d_model", config.d_model},
                 {"layers", config.layers}});
       std::cout << j.dump() << std::endl;
@@ -205,66 +213,86 @@ double training_flops_per_token(const Trainer& trainer, int64_t chunk) {
   return 6 * weights + 12.0 * m.layers * m.d_model * m.window + 3.0 * m.layers * memory;
 }
 
-// Training the larger model at T = 2048 in float32, then (on CUDA) with train.bf16_autocast.
-// --profile PREFIX: one more step of each dtype under the profiler, saved as PREFIX-<dtype>.json.
-void bench_train(int64_t batch, int64_t steps, const std::string& profile, bool fused_memory,
-                 int64_t chunk_scan) {
-  for (const bool bf16 : {false, true}) {
-    if (bf16 && !device.is_cuda()) continue;
-    std::vector<std::string> sets = large_model_sets();
-    for (const char* s : {"task.kind=copy", "task.seq_len=2048", "task.values=64", "task.copy_tokens=64",
-                          "train.chunk=64", "train.module_norms=false"})
-      sets.push_back(s);
-    sets.push_back("train.batch=" + std::to_string(batch));
-    sets.push_back(std::string("train.bf16_autocast=") + (bf16 ? "true" : "false"));
-    Trainer trainer(load_preset("demo-mqar-titans", sets));
-    LanguageModel model = trainer.model();
-    for (int64_t i = 0; i < model->layers(); ++i)
-      if (model->block(i)->memory) {
-        model->block(i)->memory->set_fused_step(fused_memory);
-        if (chunk_scan >= 0) model->block(i)->memory->set_chunk_scan(chunk_scan == 1);
-      }
-    double loss = 0;
-    const double seconds = median_step_seconds(trainer, steps, &loss);
-    // One more step's ATen calls: the kernel launches that bound it on a GPU (aten_call_count.h).
-    const AtenCalls calls = aten_calls([&] {
+// One configuration of bench_train, one JSON line (and a profiled step with --profile).
+void bench_train_once(int64_t batch, int64_t steps, const std::string& profile, bool fused_memory,
+                      int64_t chunk_scan, bool bf16, bool graph) {
+  std::vector<std::string> sets = large_model_sets();
+  for (const char* s : {"task.kind=copy", "task.seq_len=2048", "task.values=64", "task.copy_tokens=64",
+                        "train.chunk=64", "train.module_norms=false"})
+    sets.push_back(s);
+  sets.push_back("train.batch=" + std::to_string(batch));
+  sets.push_back(std::string("train.bf16_autocast=") + (bf16 ? "true" : "false"));
+  sets.push_back(std::string("engine.cuda_graph=") + (graph ? "true" : "false"));
+  Trainer trainer(load_preset("demo-mqar-titans", sets));
+  LanguageModel model = trainer.model();
+  for (int64_t i = 0; i < model->layers(); ++i)
+    if (model->block(i)->memory) {
+      model->block(i)->memory->set_fused_step(fused_memory);
+      if (chunk_scan >= 0) model->block(i)->memory->set_chunk_scan(chunk_scan == 1);
+    }
+  double loss = 0;
+  const double seconds = median_step_seconds(trainer, steps, &loss);
+  // One more step's ATen calls: the kernel launches that bound it on a GPU (aten_call_count.h).
+  const AtenCalls calls = aten_calls([&] {
+    trainer.train_step();
+    sync();
+  });
+  const double tokens = static_cast<double>(batch) * 2048;
+  const double tps = tokens / seconds;
+  const double flops = training_flops_per_token(trainer, 64);
+  auto j = line("train/large");
+  j.update({{"batch", batch},
+            {"seq_len", 2048},
+            {"tokens_per_s", tps},
+            {"step_ms", 1e3 * seconds},
+            {"flops_per_token", flops},
+            {"tflops", tps * flops / 1e12},
+            {"loss", loss},
+            {"aten_calls", calls.top_level},
+            {"aten_calls_nested", calls.all},
+            {"memory_form",
+             std::string(fused_memory ? "default" : "aten") + (chunk_scan == 1   ? ", chunk scan"
+                                                               : chunk_scan == 0 ? ", chunk by chunk"
+                                                                                 : "")},
+            {"dtype", bf16 ? "bf16-autocast" : "float32"},
+            {"graph", graph}});
+  if (const GraphedTrainPass* g = trainer.graphed_pass()) {
+    j["captures"] = g->captures();
+    j["replays"] = g->replays();
+    if (!g->failure().empty()) j["graph_failure"] = g->failure();
+  }
+  std::cout << j.dump() << std::endl;
+  if (!profile.empty()) {
+    const std::string path =
+        profile + "-" + j["dtype"].get<std::string>() + (graph ? "-graph" : "") + ".json";
+    const std::string error = memscope::bench::save_kineto_trace(path, [&] {
       trainer.train_step();
       sync();
     });
-    const double tokens = static_cast<double>(batch) * 2048;
-    const double tps = tokens / seconds;
-    const double flops = training_flops_per_token(trainer, 64);
-    auto j = line("train/large");
-    j.update({{"batch", batch},
-              {"seq_len", 2048},
-              {"tokens_per_s", tps},
-              {"step_ms", 1e3 * seconds},
-              {"flops_per_token", flops},
-              {"tflops", tps * flops / 1e12},
-              {"loss", loss},
-              {"aten_calls", calls.top_level},
-              {"aten_calls_nested", calls.all},
-              {"memory_form",
-               std::string(fused_memory ? "default" : "aten") + (chunk_scan == 1   ? ", chunk scan"
-                                                                 : chunk_scan == 0 ? ", chunk by chunk"
-                                                                                   : "")},
-              {"dtype", bf16 ? "bf16-autocast" : "float32"}});
-    std::cout << j.dump() << std::endl;
-    if (!profile.empty()) {
-      const std::string path = profile + "-" + j["dtype"].get<std::string>() + ".json";
-      const std::string error = memscope::bench::save_kineto_trace(path, [&] {
-        trainer.train_step();
-        sync();
-      });
-      auto p = line("train/large profile");
-      p["dtype"] = j["dtype"];
-      if (error.empty()) p["trace"] = path;
-      else p["error"] = error;
-      std::cout << p.dump() << std::endl;
-    }
+    auto p = line("train/large profile");
+    p["dtype"] = j["dtype"];
+    p["graph"] = graph;
+    if (error.empty())
+      p["trace"] = path;
+    else
+      p["error"] = error;
+    std::cout << p.dump() << std::endl;
   }
 }
 
+// Training the larger model at T = 2048 in float32, then (on CUDA) with train.bf16_autocast; on
+// CUDA each with the training pass as a CUDA graph, then without.
+// --profile PREFIX: one more step of each under the profiler, saved as PREFIX-<dtype>[-graph].json.
+void bench_train(int64_t batch, int64_t steps, const std::string& profile, bool fused_memory,
+                 int64_t chunk_scan, const std::string& dtype, const std::string& graphs) {
+  const bool can_graph = device.is_cuda() && GraphedTrainPass::capture_available();
+  for (const bool bf16 : {false, true})
+    for (const bool graph : {true, false}) {
+      if (dtype == "all" ? bf16 && !device.is_cuda() : bf16 != (dtype == "bf16")) continue;
+      if (graph ? !can_graph || graphs == "off" : can_graph && graphs == "on") continue;
+      bench_train_once(batch, steps, profile, fused_memory, chunk_scan, bf16, graph);
+    }
+}
 // demo-mqar-titans's own training step, module norms off (the eager step computes none).
 void bench_train_demo(int64_t steps) {
   Trainer trainer(load_preset("demo-mqar-titans", {"train.module_norms=false"}));
@@ -289,8 +317,18 @@ int main(int argc, char** argv) {
   flags.add("--train-batch", train_batch).add("--train-steps", train_steps);
   std::string profile;
   int64_t fused_memory = 1, chunk_scan = -1;
+  std::string dtype = "all", graphs = "all";
   flags.add("--profile", profile).add("--fused-memory", fused_memory).add("--chunk-scan", chunk_scan);
+  flags.add("--dtype", dtype).add("--graph", graphs);
   if (!flags.parse(argc, argv)) return 2;
+  if (dtype != "all" && dtype != "float32" && dtype != "bf16") {
+    std::cerr << "device_bench: --dtype must be all, float32 or bf16, not '" << dtype << "'\n";
+    return 2;
+  }
+  if (graphs != "all" && graphs != "on" && graphs != "off") {
+    std::cerr << "device_bench: --graph must be all, on or off, not '" << graphs << "'\n";
+    return 2;
+  }
   device = pick_device(device_name);
   set_default_device(device);
   if (device.is_cpu()) set_compute_threads(1);  // as the eager side runs (ATen and OpenBLAS)
@@ -306,7 +344,7 @@ int main(int argc, char** argv) {
     }
   }
   if (only.empty() || only == "train")
-    bench_train(train_batch, train_steps, profile, fused_memory != 0, chunk_scan);
+    bench_train(train_batch, train_steps, profile, fused_memory != 0, chunk_scan, dtype, graphs);
   if (only == "train-demo") bench_train_demo(train_steps);
   return 0;
 }

@@ -4,12 +4,20 @@
 #
 #   run: bench/gpu_lease.sh    carry: .devdeps .gl .guideps    timeout_s: 560
 #
+# All stages take more than one call's 600 s. With 15 device minutes, two calls back to back (the
+# machine keeps build-gpu while it stays warm, 30 s):
+#   run: LEASE_STAGES="build tests model" bench/gpu_lease.sh    timeout_s: 360
+#   run: LEASE_STAGES="train gui" bench/gpu_lease.sh            timeout_s: 480
+#
 # Stages (LEASE_STAGES picks some, default all, in this order):
 #   build   headless build-gpu: the CLI, the model and engine tests, device_bench (~170 s on 16 cores)
 #   tests   the CUDA cases changed since their last GPU run: the CPU-pinned fused and allocator cases,
-#           the chunk scan's, the trainer's and AdamW's (~30 s)
-#   train   memscope against eager PyTorch, training d512×8 at T = 2048, with one profiled step of
-#           each and their trace summaries; then memscope with the chunk scan off, for its A/B (~150 s)
+#           the chunk scan's, the trainer's and AdamW's, both graphs', bf16's (~40 s)
+#   model   memscope's per-token step against eager PyTorch, with and without the graph, which
+#           now takes a sequence's first window−1 tokens too (padded caches): 256 tokens (~90 s)
+#   train   memscope against eager PyTorch, training d512×8 at T = 2048, memscope's pass as a CUDA
+#           graph (graphed_train_pass.h) and without, with one profiled step of each and their trace
+#           summaries; then memscope with the chunk scan off and no graph, for its A/B (~200 s)
 #   gui     bench/gpu_gui.sh: the app under Xvfb, its screenshot and which way drew it (~60 s)
 #
 # At most 8 files come back from $OUT: lease.log (everything said), bench.jsonl (every JSON line),
@@ -27,33 +35,18 @@ say() { echo "$*" | tee -a "$LOG"; }
 stage_time() { say "== $1 done at $(( $(date +%s) - T0 )) s"; }
 # Everything that bench/gpu.sh and gpu_gui.sh write goes to $R; only the summaries go to $FINAL.
 export OUT=$R JOBS=${JOBS:-$(nproc)}
-stages=${LEASE_STAGES:-build tests train gui}
+stages=${LEASE_STAGES:-build tests model train gui}
 say "== gpu_lease $(date -u +%FT%TZ): $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
 
-for stage in $stages; do
-  case $stage in
-    build)
-      GPU_TARGETS="memscope-cli memscope_tests_model memscope_tests_engine bench_device_bench" \
-        timeout 300 bench/gpu.sh build 2>&1 | tail -5 | tee -a "$LOG"
-      tail -c 20000 "$R/build.log" >"$FINAL/build_tail.log" 2>/dev/null
-      ;;
-    tests)
-      MEMSCOPE_TEST_DEVICE=cuda timeout 150 ctest --test-dir build-gpu -j8 --timeout 120 --output-on-failure \
-        -R 'fused chunkwise|fused MLP chunkwise|decayed contractions|small-block cache|linear chunk scan|AdamW|training|graphed|cuda_graph' \
-        >"$FINAL/ctest.log" 2>&1
-      grep -E "tests passed|\*\*\*Failed|Timeout" "$FINAL/ctest.log" | tee -a "$LOG"
-      ;;
-    train)
-      PYTHONUNBUFFERED=1 timeout 240 python3 bench/eager/gpu_compare.py --memscope build-gpu --only train \
-        --profile "$R/prof" >>"$FINAL/bench.jsonl" 2>"$R/train.err"
-      timeout 90 build-gpu/bench/device_bench --device cuda --only train --train-steps 3 --chunk-scan 0 2>&1 |
-        grep '^{' >>"$FINAL/bench.jsonl"
-      python3 - "$FINAL/bench.jsonl" <<'PY' | tee -a "$LOG"
+# The JSON lines in one line each: the ratios, the traces' kernel counts, the A/B's ATen calls.
+summarise() {
+  python3 - "$FINAL/bench.jsonl" <<'PY' | tee -a "$LOG"
 import json, sys
 for line in open(sys.argv[1]):
     r = json.loads(line)
     if r.get("bench") == "gpu_compare":
-        print(r["case"], "ratio", r["ratio"], "memscope", r["memscope_tokens_per_s"], "eager", r["eager_tokens_per_s"])
+        print(r["case"], "ratio", r["ratio"], "memscope", r["memscope_tokens_per_s"], "eager", r["eager_tokens_per_s"],
+              "steady_us", r.get("memscope_steady_us_per_token", ""))
     elif r.get("bench") == "trace_summary":
         print(r["trace"].split("/")[-1], "span_ms", r.get("span_ms"), "gpu_busy", r.get("gpu_busy_share"),
               "kernels", r.get("kernels"))
@@ -64,6 +57,31 @@ for line in open(sys.argv[1]):
     elif r.get("bench") == "error":
         print("error", r.get("cmd"), r.get("stderr", "")[-300:])
 PY
+}
+
+for stage in $stages; do
+  case $stage in
+    build)
+      GPU_TARGETS="memscope-cli memscope_tests_model memscope_tests_engine bench_device_bench" \
+        timeout 300 bench/gpu.sh build 2>&1 | tail -5 | tee -a "$LOG"
+      tail -c 20000 "$R/build.log" >"$FINAL/build_tail.log" 2>/dev/null
+      ;;
+    tests)
+      MEMSCOPE_TEST_DEVICE=cuda timeout 150 ctest --test-dir build-gpu -j8 --timeout 120 --output-on-failure \
+        -R 'fused chunkwise|fused MLP chunkwise|decayed contractions|small-block cache|linear chunk scan|AdamW|training|graphed|cuda_graph|bf16' \
+        >"$FINAL/ctest.log" 2>&1
+      grep -E "tests passed|\*\*\*Failed|Timeout" "$FINAL/ctest.log" | tee -a "$LOG"
+      ;;
+    model)
+      PYTHONUNBUFFERED=1 timeout 150 python3 bench/eager/gpu_compare.py --memscope build-gpu --only model \
+        --model-tokens 256 >>"$FINAL/bench.jsonl" 2>"$R/model.err"
+      ;;
+    train)
+      PYTHONUNBUFFERED=1 timeout 300 python3 bench/eager/gpu_compare.py --memscope build-gpu --only train \
+        --profile "$R/prof" >>"$FINAL/bench.jsonl" 2>"$R/train.err"
+      timeout 90 build-gpu/bench/device_bench --device cuda --only train --train-steps 3 --chunk-scan 0 \
+        --dtype float32 --graph off 2>&1 |
+        grep '^{' >>"$FINAL/bench.jsonl"
       ;;
     gui)
       timeout 240 bash bench/gpu_gui.sh >"$R/gui_run.log" 2>&1
@@ -74,5 +92,6 @@ PY
   esac
   stage_time "$stage"
 done
+[ -s "$FINAL/bench.jsonl" ] && summarise
 tar czf "$FINAL/logs.tgz" --exclude='*.json' -C /tmp lease gui-logs 2>/dev/null
 say "== gpu_lease done at $(( $(date +%s) - T0 )) s"

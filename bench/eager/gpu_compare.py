@@ -161,14 +161,17 @@ def compare_training(args, bench, cli, peak):
     if traces:
         lines([sys.executable, os.path.join(HERE, "trace_summary.py")] + traces)
     for dtype in ("float32", "bf16-autocast"):
-        m = [r for r in ours if r["dtype"] == dtype]
-        e = [r for r in theirs if r["dtype"] == dtype]
-        if m and e:
-            pair_row(f"train/large {dtype}", m, e, {"flops_per_token": m[0]["flops_per_token"],
-                                                     "memscope_tflops": round(m[0]["tflops"], 3)})
+        for graph in (True, False):  # the training pass as a CUDA graph (graphed_train_pass.h), and without
+            m = [r for r in ours if r["dtype"] == dtype and r.get("graph", False) == graph]
+            e = [r for r in theirs if r["dtype"] == dtype]
+            if m and e:
+                pair_row(f"train/large {dtype}{' graph' if graph else ''}", m, e,
+                         {"flops_per_token": m[0]["flops_per_token"], "memscope_tflops": round(m[0]["tflops"], 3),
+                          "captures": m[0].get("captures"), "graph_failure": m[0].get("graph_failure")})
     for row in ours:
         if peak:
-            print(json.dumps({"bench": "gpu_mfu", "case": row["case"], "dtype": row["dtype"], "tflops": round(row["tflops"], 2),
+            print(json.dumps({"bench": "gpu_mfu", "case": row["case"], "dtype": row["dtype"], "graph": row.get("graph", False),
+                              "tflops": round(row["tflops"], 2),
                               "bf16_peak_tflops": peak.get("bf16"),
                               "fp32_peak_tflops": peak.get("fp32"), "tf32_peak_tflops": peak.get("tf32"),
                               "mfu_of_fp32": round(row["tflops"] / peak["fp32"], 4)}), flush=True)
