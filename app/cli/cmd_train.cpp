@@ -19,6 +19,7 @@
 #include "model/probe/detectors.h"
 #include "model/session/session_writer.h"
 #include "model/train/checkpoint.h"
+#include "model/train/graphed_train_pass.h"
 #include "model/train/trainer.h"
 #include "model/util/device.h"
 #include "model/util/compute_threads.h"
@@ -213,6 +214,12 @@ void train(const TrainOptions& o) {
                       (o.out.empty() ? "" : "; checkpoint " + o.out) + (recording ? "; recorded " + recording->path() : ""));
   }
   if (lead) progress.eval(trainer.step(), trainer.evaluate(c.eval_batches));
+  if (const GraphedTrainPass* graph = trainer.graphed_pass(); lead && graph) {  // a CUDA model (engine.cuda_graph)
+    progress.message(graph->failure().empty()
+                         ? "engine.cuda_graph: " + std::to_string(graph->replays()) + " training passes replayed from " +
+                               std::to_string(graph->captures()) + " captures"
+                         : "engine.cuda_graph: trained without the graph after a failed capture: " + graph->failure());
+  }
   save();
   if (recording) {
     recording->close();

@@ -130,12 +130,9 @@ void GraphedStep::reset() {
 bool GraphedStep::applies(const LanguageModelImpl& model, const LmState& state, int64_t chunk) {
   const LmConfig& c = model.config();
   if (chunk != 1 || c.block == BlockKind::Mac || c.block == BlockKind::Hope || c.uses_cms()) return false;
-  if (static_cast<int64_t>(state.blocks.size()) != model.layers()) return false;
+  if (static_cast<int64_t>(state.blocks.size()) != model.layers() || gate_override_in_force(model)) return false;
   for (int64_t l = 0; l < model.layers(); ++l) {
     const Block& block = model.block(l);
-    if (block->memory)
-      for (int g = 0; g < kGateCount; ++g)
-        if (block->memory->override_of(static_cast<Gate>(g)).mode != GateOverride::Mode::Off) return false;
     if (block->attention) {
       // A full cache keeps its shape, and a shorter one that holds the whole stream is padded to
       // it (pad_caches). Window 1 keeps no key, and the token's position would then come from the
@@ -148,6 +145,16 @@ bool GraphedStep::applies(const LanguageModelImpl& model, const LmState& state, 
     }
   }
   return true;
+}
+
+bool GraphedStep::gate_override_in_force(const LanguageModelImpl& model) {
+  for (int64_t l = 0; l < model.layers(); ++l) {
+    const Block& block = model.block(l);
+    if (block->memory)
+      for (int g = 0; g < kGateCount; ++g)
+        if (block->memory->override_of(static_cast<Gate>(g)).mode != GateOverride::Mode::Off) return true;
+  }
+  return false;
 }
 
 void GraphedStep::pad_caches(const LanguageModelImpl& model, LmState& state) {

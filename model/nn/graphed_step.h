@@ -48,6 +48,11 @@ class GraphedStep {
   // host at every step); on CUDA when capturing.
   static bool applies(const LanguageModelImpl& model, const LmState& state, int64_t chunk);
 
+  // Whether any memory layer has a gate override in force. Its values are copied from the host at
+  // every step, which a graph can neither repeat nor capture; the training pass's graph
+  // (model/train/graphed_train_pass.h) steps aside for it too.
+  static bool gate_override_in_force(const LanguageModelImpl& model);
+
   // Pads each attention cache of `state` that holds fewer than window−1 keys, all of them since the
   // stream began, to window−1: zero keys and values at the positions before the stream's start,
   // which no query sees (sliding_window_attention.cpp). Positions stay consecutive, so the next

@@ -11,8 +11,10 @@
 //   them, and every replay writes them again. Nothing may set them to none between replays
 //   (AdamW::zero_grad): the clip, AdamW and the host transfer run outside the graph, as before, on
 //   those gradients, and update the parameters in place, where the next replay reads them;
-// - the host's choices at capture: the chunk size, bf16 autocast, the live memory rule, gate
-//   overrides, the batch's shape. The trainer names them in `key`; a new key captures again.
+// - the host's choices at capture: the chunk size, bf16 autocast, the live memory rule, the
+//   batch's shape. The trainer names them in `key`, and drops the graph when a live knob changes;
+//   with a gate override in force it takes the plain step (the override's values come from the
+//   host at every step).
 //
 // Without CUDA (or with capture off, or after a capture failed) the same buffers are run eagerly,
 // with the gradients set to none first as the plain step does: the CPU tests check the plumbing

@@ -8,6 +8,7 @@
 
 #include "model/data/rng.h"
 #include "model/dist/data_parallel.h"
+#include "model/nn/graphed_step.h"
 #include "model/nn/state_clone.h"
 #include "model/train/checkpoint.h"
 #include "model/train/graphed_train_pass.h"
@@ -32,21 +33,13 @@ NamedTensors named_parameters(const LanguageModel& model) {
 AdamWOptions adamw_options(const TrainConfig& c) { return {c.beta1, c.beta2, c.eps, c.weight_decay}; }
 
 // What a training pass's graph fixes at its capture, besides the batch's shape and the live rule
-// (apply_live drops the graph): the host's choices that the pass reads.
-std::string graph_key(const Preset& preset, const LanguageModel& model, int64_t chunk) {
+// (apply_live drops the graph): the host's choices that the pass reads. Gate overrides are not
+// graphed at all (graphed_pass_for_step).
+std::string graph_key(const Preset& preset, int64_t chunk) {
   const TrainConfig& c = preset.train;
   std::ostringstream key;
   key << "chunk " << chunk << " bf16 " << c.bf16_autocast << " bptt " << c.bptt << " norms " << c.module_norms
       << " aux " << std::hexfloat << preset.model.hope_aux_weight;
-  for (int64_t l = 0; l < model->layers(); ++l) {
-    if (!model->block(l)->memory) continue;
-    for (int g = 0; g < kGateCount; ++g) {
-      const GateOverride& o = model->block(l)->memory->override_of(static_cast<Gate>(g));
-      if (o.mode == GateOverride::Mode::Off) continue;
-      key << " layer " << l << " gate " << g << " mode " << static_cast<int>(o.mode);
-      for (const double v : o.values) key << ' ' << v;
-    }
-  }
   return key.str();
 }
 
@@ -184,7 +177,7 @@ TrainStepResult Trainer::train_step() {
   GraphedTrainPass* graphed = graphed_pass_for_step();
   TrainPass passed;
   if (graphed) {
-    passed = graphed->run(pass, batch, targets, graph_key(preset_, model_, chunk), optimiser_->parameters(), device());
+    passed = graphed->run(pass, batch, targets, graph_key(preset_, chunk), optimiser_->parameters(), device());
   } else {
     optimiser_->zero_grad();
     passed = pass(batch.to(device()), at::scalar_tensor(targets, at::kFloat));
@@ -299,7 +292,11 @@ void Trainer::use_graphed_pass(bool capture) {
 GraphedTrainPass* Trainer::graphed_pass_for_step() {
   const bool on = graphed_pass_forced_ || (preset_.engine.cuda_graph && device().is_cuda() &&
                                            GraphedTrainPass::capture_available());
-  if (!on || data_parallel_) {                  // data-parallel: its collectives run inside the backward
+  // Data-parallel, the collectives run inside the backward; a gate override's values are copied
+  // from the host at every step (the inspect step's graph steps aside for them too); MAC's segment
+  // attention picks the keys it keeps with nonzero(), a read of the device from the host.
+  if (!on || data_parallel_ || GraphedStep::gate_override_in_force(*model_) ||
+      model_->config().block == BlockKind::Mac) {
     if (graphed_pass_) graphed_pass_->reset();  // the plain step drops the gradients a graph made
     return nullptr;
   }
