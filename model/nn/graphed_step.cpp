@@ -5,12 +5,7 @@
 #include <string>
 #include <vector>
 
-#ifdef MEMSCOPE_CUDA
-#include <ATen/cuda/CUDAEvent.h>
-#include <ATen/cuda/CUDAGraph.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
+#include "model/util/cuda_graph.h"
 
 namespace memscope::model {
 
@@ -104,18 +99,11 @@ LmState advanced(const LmState& state, const LmState& buffers) {
 
 }  // namespace
 
-#ifdef MEMSCOPE_CUDA
 struct GraphedStep::Graph {
-  at::cuda::CUDAGraph graph;
+  CudaGraph graph;
   LmStepOutput out;  // in the graph's memory pool: rewritten at each replay
 };
-bool GraphedStep::capture_available() { return true; }
-#else
-struct GraphedStep::Graph {
-  LmStepOutput out;
-};
-bool GraphedStep::capture_available() { return false; }
-#endif
+bool GraphedStep::capture_available() { return CudaGraph::available(); }
 
 GraphedStep::GraphedStep(bool capture) : capture_(capture && capture_available()) {}
 GraphedStep::~GraphedStep() = default;
@@ -226,56 +214,30 @@ LmStepOutput GraphedStep::step(const LanguageModelImpl& model, const at::Tensor&
 
 LmStepOutput GraphedStep::replay(const LanguageModelImpl& model, const LmState& state, int parity,
                                  StepDetail detail) {
-#ifdef MEMSCOPE_CUDA
   const LmState& from = buffers_[static_cast<size_t>(parity)];
   LmState& to = buffers_[static_cast<size_t>(1 - parity)];
   std::unique_ptr<Graph>& graph = graphs_[static_cast<size_t>(parity)][static_cast<size_t>(detail)];
   if (!graph) {
-    // Captured on a side stream (CUDA graphs cannot be captured on the legacy default stream),
-    // after one warm-up step there that makes the lazy cuBLAS handles and workspaces outside the
-    // graph. The warm-up's state is thrown away; the buffers are only read by it.
-    const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream();
-    const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
-    at::cuda::CUDAEvent ready;
-    ready.record(current);
-    ready.block(side);
     auto made = std::make_unique<Graph>();
-    {
-      c10::cuda::CUDAStreamGuard on_side(side);
-      {
-        LmState warm = rebound(state, from);
-        model.step(token_, warm, 1, detail);
-      }
-      made->graph.capture_begin();
-      try {
-        // The host fields it reads are this token's; a replay keeps them. None that a graphable
-        // model's step reads on a GPU changes from token to token (applies()).
-        LmState work = rebound(state, from);
-        made->out = model.step(token_, work, 1, detail);
-        copy_tensors(work, to);
-      } catch (...) {
-        try {
-          made->graph.capture_end();  // leaves the stream out of capture mode
-        } catch (...) {
-          // The capture's own failure is the one to report.
-        }
-        throw;
-      }
-      made->graph.capture_end();
-    }
-    at::cuda::CUDAEvent captured;
-    captured.record(side);
-    captured.block(current);
+    made->graph.capture(
+        [&] {
+          // The warm-up's state is thrown away; the buffers are only read by it.
+          LmState warm = rebound(state, from);
+          model.step(token_, warm, 1, detail);
+        },
+        [&] {
+          // The host fields it reads are this token's; a replay keeps them. None that a graphable
+          // model's step reads on a GPU changes from token to token (applies()).
+          LmState work = rebound(state, from);
+          made->out = model.step(token_, work, 1, detail);
+          copy_tensors(work, to);
+        });
     graph = std::move(made);
     ++captures_;
   }
   graph->graph.replay();  // on the current stream
   ++replays_;
   return graph->out;  // a copy: the caller's finish_record() must not edit the captured record
-#else
-  (void)model, (void)state, (void)parity, (void)detail;
-  throw std::logic_error("graphed step: this build has no CUDA graphs");
-#endif
 }
 
 }  // namespace memscope::model

@@ -1,15 +1,9 @@
 #include "model/train/graphed_train_pass.h"
 
 #include <iostream>
-#include <stdexcept>
 #include <string>
 
-#ifdef MEMSCOPE_CUDA
-#include <ATen/cuda/CUDAEvent.h>
-#include <ATen/cuda/CUDAGraph.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
+#include "model/util/cuda_graph.h"
 
 namespace memscope::model {
 
@@ -28,18 +22,11 @@ bool same_shapes(const Batch& a, const Batch& b) {
 
 }  // namespace
 
-#ifdef MEMSCOPE_CUDA
 struct GraphedTrainPass::Graph {
-  at::cuda::CUDAGraph graph;
+  CudaGraph graph;
   TrainPass out;  // in the graph's memory pool: rewritten at each replay
 };
-bool GraphedTrainPass::capture_available() { return true; }
-#else
-struct GraphedTrainPass::Graph {
-  TrainPass out;
-};
-bool GraphedTrainPass::capture_available() { return false; }
-#endif
+bool GraphedTrainPass::capture_available() { return CudaGraph::available(); }
 
 GraphedTrainPass::GraphedTrainPass(bool capture) : capture_(capture && capture_available()) {}
 GraphedTrainPass::~GraphedTrainPass() = default;
@@ -85,13 +72,9 @@ TrainPass GraphedTrainPass::run(const TrainPassFn& pass, const Batch& batch, dou
       return run_eagerly(pass, parameters);
     }
   }
-#ifdef MEMSCOPE_CUDA
   graph_->graph.replay();  // on the current stream, after the copies above
   ++replays_;
   return graph_->out;
-#else
-  throw std::logic_error("graphed training pass: this build has no CUDA graphs");
-#endif
 }
 
 TrainPass GraphedTrainPass::run_eagerly(const TrainPassFn& pass, const NamedTensors& parameters) {
@@ -100,45 +83,23 @@ TrainPass GraphedTrainPass::run_eagerly(const TrainPassFn& pass, const NamedTens
 }
 
 void GraphedTrainPass::capture(const TrainPassFn& pass, const NamedTensors& parameters) {
-#ifdef MEMSCOPE_CUDA
-  // On a side stream (CUDA graphs cannot be captured on the legacy default stream), after one
-  // eager pass there, as PyTorch's whole-network capture does: cuBLAS's handles and workspaces and
-  // the autograd engine's per-device state are made outside the graph. The warm-up's gradients
-  // are dropped, so that the capture's backward makes the graph's own.
-  const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream();
-  const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
-  at::cuda::CUDAEvent ready;
-  ready.record(current);
-  ready.block(side);
+  // One eager pass first, as PyTorch's whole-network capture does. Its gradients are dropped, so
+  // that the capture's backward makes the graph's own.
   auto made = std::make_unique<Graph>();
-  {
-    c10::cuda::CUDAStreamGuard on_side(side);
-    drop_gradients(parameters);
-    pass(inputs_, targets_);
-    drop_gradients(parameters);
-    made->graph.capture_begin();
-    try {
-      made->out = pass(inputs_, targets_);
-    } catch (...) {
-      try {
-        made->graph.capture_end();  // leaves the stream out of capture mode
-      } catch (...) {
-        // The capture's own failure is the one to report.
-      }
-      drop_gradients(parameters);
-      throw;
-    }
-    made->graph.capture_end();
+  try {
+    made->graph.capture(
+        [&] {
+          drop_gradients(parameters);
+          pass(inputs_, targets_);
+          drop_gradients(parameters);
+        },
+        [&] { made->out = pass(inputs_, targets_); });
+  } catch (...) {
+    drop_gradients(parameters);  // half-made: the eager pass after the failure makes its own
+    throw;
   }
-  at::cuda::CUDAEvent captured;
-  captured.record(side);
-  captured.block(current);
   graph_ = std::move(made);
   ++captures_;
-#else
-  (void)pass, (void)parameters;
-  throw std::logic_error("graphed training pass: this build has no CUDA graphs");
-#endif
 }
 
 }  // namespace memscope::model

@@ -1,0 +1,67 @@
+#include "model/util/cuda_graph.h"
+
+#include <stdexcept>
+
+#ifdef MEMSCOPE_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace memscope::model {
+
+#ifdef MEMSCOPE_CUDA
+struct CudaGraph::Impl {
+  at::cuda::CUDAGraph graph;
+};
+bool CudaGraph::available() { return true; }
+#else
+struct CudaGraph::Impl {};
+bool CudaGraph::available() { return false; }
+#endif
+
+CudaGraph::CudaGraph() : impl_(std::make_unique<Impl>()) {}
+CudaGraph::~CudaGraph() = default;
+
+void CudaGraph::capture(const std::function<void()>& warm_up, const std::function<void()>& body) {
+#ifdef MEMSCOPE_CUDA
+  const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream();
+  const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+  at::cuda::CUDAEvent ready;
+  ready.record(current);
+  ready.block(side);
+  {
+    c10::cuda::CUDAStreamGuard on_side(side);
+    warm_up();
+    impl_->graph.capture_begin();
+    try {
+      body();
+    } catch (...) {
+      try {
+        impl_->graph.capture_end();  // leaves the stream out of capture mode
+      } catch (...) {
+        // The capture's own failure is the one to report.
+      }
+      throw;
+    }
+    impl_->graph.capture_end();
+  }
+  at::cuda::CUDAEvent captured;
+  captured.record(side);
+  captured.block(current);
+#else
+  (void)warm_up, (void)body;
+  throw std::logic_error("this build has no CUDA graphs");
+#endif
+}
+
+void CudaGraph::replay() {
+#ifdef MEMSCOPE_CUDA
+  impl_->graph.replay();
+#else
+  throw std::logic_error("this build has no CUDA graphs");
+#endif
+}
+
+}  // namespace memscope::model

@@ -1,0 +1,35 @@
+// One CUDA graph, for the engine's inspect step (model/nn/graphed_step.h) and the training pass
+// (model/train/graphed_train_pass.h): captured on a side stream, replayed on the current one.
+// Without CUDA in this build, available() is false, and capture() and replay() throw.
+#pragma once
+#include <functional>
+#include <memory>
+
+namespace memscope::model {
+
+class CudaGraph {
+ public:
+  CudaGraph();
+  ~CudaGraph();
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+
+  // Whether this build can capture CUDA graphs.
+  static bool available();
+
+  // Records the kernels `body` launches. CUDA graphs cannot be captured on the legacy default
+  // stream, so this runs on a side stream, after the current stream's work and before its next.
+  // `warm_up` runs first, eagerly, on the same side stream: cuBLAS's handles and workspaces and
+  // the autograd engine's per-device state are made there, outside the graph. What `body` throws
+  // is rethrown, with the stream out of capture mode.
+  void capture(const std::function<void()>& warm_up, const std::function<void()>& body);
+
+  // Launches the captured kernels on the current stream.
+  void replay();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace memscope::model
