@@ -109,7 +109,7 @@ TEST_CASE("graphed training pass: every step equals the plain step, parameters a
   }
 }
 
-TEST_CASE("graphed training pass: a live knob or a new chunk size captures again; a gate override steps aside",
+TEST_CASE("graphed training pass: a live knob or a new chunk size captures again, and a gate override steps aside",
           "[train][graph]") {
   const std::vector<std::string> sets{"train.chunk=4", "train.chunk_final=8", "train.final_fraction=0.5"};
   Trainer plain(small_preset("demo-mqar-titans", sets)), graphed(small_preset("demo-mqar-titans", sets));
