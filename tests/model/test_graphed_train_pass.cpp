@@ -11,22 +11,18 @@
 #include "model/config/preset.h"
 #include "model/train/graphed_train_pass.h"
 #include "model/train/trainer.h"
+#include "support/small_preset.h"
 #include "support/test_device.h"
 
 namespace {
 
 using namespace memscope::model;
 
-// demo-mqar shrunk to run in about a second per few steps (test_trainer.cpp's), `extra` on top;
-// the per-module norms off, as the GPU bench trains: the squared gradient norm is then the pass's.
+// The trainer tests' small preset with the per-module norms off, as the GPU bench trains: the
+// squared gradient norm is then the pass's. `extra` on top.
 Preset small_preset(const std::string& name, std::vector<std::string> extra) {
-  std::vector<std::string> sets{
-      "model.d_model=32",        "model.memory_heads=2", "model.attention_heads=2", "task.keys=16",
-      "task.values=16",          "task.pairs=4",         "task.queries=4",          "task.gap=4",
-      "train.batch=4",           "train.steps=8",        "train.warmup=2",          "train.eval_batches=2",
-      "train.module_norms=false"};
-  sets.insert(sets.end(), extra.begin(), extra.end());
-  return load_preset(name, sets);
+  extra.insert(extra.begin(), "train.module_norms=false");
+  return memscope::test::small_preset(name, extra);
 }
 
 bool capturing() { return memscope::test::test_device().is_cuda() && GraphedTrainPass::capture_available(); }

@@ -1,10 +1,8 @@
 // The training backend (issue 4): AdamW against LibTorch's, the schedule, truncated BPTT,
 // checkpoints, resume, and that a short run learns.
-#include <catch2/catch.hpp>
 #include <torch/torch.h>
 
-#include "support/test_device.h"
-
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -16,20 +14,15 @@
 #include "model/train/lr_schedule.h"
 #include "model/train/trainer.h"
 #include "model/util/errors.h"
+#include "support/small_preset.h"
+#include "support/test_device.h"
 
 namespace {
 
 using namespace memscope::model;
 namespace fs = std::filesystem;
 
-// demo-mqar shrunk to run in about a second per few steps; `extra` goes on top.
-Preset small_preset(const std::string& name = "demo-mqar-titans", std::vector<std::string> extra = {}) {
-  std::vector<std::string> sets{"model.d_model=32", "model.memory_heads=2", "model.attention_heads=2",
-                                "task.keys=16", "task.values=16", "task.pairs=4", "task.queries=4", "task.gap=4",
-                                "train.batch=4", "train.steps=8", "train.warmup=2", "train.eval_batches=2"};
-  sets.insert(sets.end(), extra.begin(), extra.end());
-  return load_preset(name, sets);
-}
+using memscope::test::small_preset;
 
 fs::path temp_file(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / "memscope-tests";
