@@ -9,9 +9,18 @@
 #include "model/memory/gate_bias.h"
 #include "model/memory/inner_clip.h"
 #include "model/memory/mlp_memory.h"
+#include "model/util/autocast.h"
 #include "model/util/errors.h"
 
 namespace memscope::model {
+
+namespace {
+
+at::ScalarType state_dtype(const CmsState& state) {
+  return state.levels.front().weights.front().scalar_type();
+}
+
+}  // namespace
 
 const char* to_string(CmsVariant v) {
   switch (v) {
@@ -219,9 +228,11 @@ at::Tensor ContinuumMemoryImpl::level_forward(int64_t level, const at::Tensor& z
   return outputs.size() == 1 ? outputs.front() : at::cat(outputs, 1);
 }
 
-at::Tensor ContinuumMemoryImpl::step(const at::Tensor& x_t, CmsState& state) const {
-  TORCH_CHECK(x_t.dim() == 2 && x_t.size(1) == options_.d_model, "cms step: expected x_t of shape [B,",
-              options_.d_model, "], got ", x_t.sizes());
+at::Tensor ContinuumMemoryImpl::step(const at::Tensor& input, CmsState& state) const {
+  TORCH_CHECK(input.dim() == 2 && input.size(1) == options_.d_model, "cms step: expected x_t of shape [B,",
+              options_.d_model, "], got ", input.sizes());
+  const AutocastOff state_precision(input.device().type());  // as forward
+  const at::Tensor x_t = state_precision.was_on() ? input.to(state_dtype(state)) : input;
   at::Tensor h = x_t, sum = x_t;
   for (int64_t l = 0; l < levels(); ++l) {
     const bool update = ticks(l, state.tokens);
@@ -294,9 +305,13 @@ at::Tensor ContinuumMemoryImpl::chain_forward(const at::Tensor& x, CmsState& sta
   return outputs.size() == 1 ? outputs.front() : at::cat(outputs, 1);
 }
 
-at::Tensor ContinuumMemoryImpl::forward(const at::Tensor& x, CmsState& state, CmsTrace* trace) const {
-  TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "cms forward: expected x of shape [B,T,",
-              options_.d_model, "], got ", x.sizes());
+at::Tensor ContinuumMemoryImpl::forward(const at::Tensor& input, CmsState& state, CmsTrace* trace) const {
+  TORCH_CHECK(input.dim() == 3 && input.size(2) == options_.d_model, "cms forward: expected x of shape [B,T,",
+              options_.d_model, "], got ", input.sizes());
+  // train.bf16_autocast: a level's read is a product with its memory, and its write goes into it, so
+  // the levels run in the state's float32, as MemoryLayerImpl::forward keeps its recurrence.
+  const AutocastOff state_precision(input.device().type());
+  const at::Tensor x = state_precision.was_on() ? input.to(state_dtype(state)) : input;
   if (options_.variant != CmsVariant::Independent) return chain_forward(x, state, trace);
   at::Tensor sum = x;
   for (int64_t l = 0; l < levels(); ++l)

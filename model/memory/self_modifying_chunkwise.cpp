@@ -19,6 +19,7 @@
 #include "model/memory/mlp_memory.h"
 #include "model/memory/self_modifying_memory.h"
 #include "model/memory/small_matmul.h"
+#include "model/util/autocast.h"
 
 namespace memscope::model {
 
@@ -31,9 +32,14 @@ at::Tensor unit(const at::Tensor& z) { return z / z.norm(2, -1, true).clamp_min(
 
 }  // namespace
 
-at::Tensor SelfModifyingMemoryImpl::forward(const at::Tensor& x, SelfModState& state, int64_t chunk) const {
-  TORCH_CHECK(x.dim() == 3, "self-modifying memory: expected x of shape [B,T,d], got ", x.sizes());
+at::Tensor SelfModifyingMemoryImpl::forward(const at::Tensor& input, SelfModState& state,
+                                            int64_t chunk) const {
+  TORCH_CHECK(input.dim() == 3, "self-modifying memory: expected x of shape [B,T,d], got ", input.sizes());
   TORCH_CHECK(chunk >= 1, "self-modifying memory: chunk size must be at least 1, got ", chunk);
+  // train.bf16_autocast: every product here reads or writes a memory, so all of it is the
+  // recurrence, in the state's float32 (as MemoryLayerImpl::forward keeps its own).
+  const AutocastOff state_precision(input.device().type());
+  const at::Tensor x = state_precision.was_on() ? input.to(state.weights[0][0].scalar_type()) : input;
   std::vector<at::Tensor> ys;
   int64_t t = 0;
   // A call that starts inside a chunk finishes it token by token, at the carried anchor.

@@ -9,6 +9,7 @@
 #include "model/memory/gate_bias.h"
 #include "model/memory/inner_clip.h"
 #include "model/memory/mlp_memory.h"
+#include "model/util/autocast.h"
 #include "model/util/errors.h"
 
 namespace memscope::model {
@@ -103,11 +104,13 @@ at::Tensor SelfModifyingMemoryImpl::read(SelfModMemory m, const SelfModState& st
   return read_weights(m, state.weights[static_cast<int>(m)], z);
 }
 
-at::Tensor SelfModifyingMemoryImpl::step(const at::Tensor& x_t, SelfModState& state, SelfModRecord* record,
+at::Tensor SelfModifyingMemoryImpl::step(const at::Tensor& input, SelfModState& state, SelfModRecord* record,
                                          int64_t chunk) const {
   const int64_t d = options_.d_model;
-  TORCH_CHECK(x_t.dim() == 2 && x_t.size(1) == d, "self-modifying memory: expected x_t of shape [B,", d, "], got ",
-              x_t.sizes());
+  TORCH_CHECK(input.dim() == 2 && input.size(1) == d, "self-modifying memory: expected x_t of shape [B,", d,
+              "], got ", input.sizes());
+  const AutocastOff state_precision(input.device().type());  // as forward (self_modifying_chunkwise.cpp)
+  const at::Tensor x_t = state_precision.was_on() ? input.to(state.weights[0][0].scalar_type()) : input;
   TORCH_CHECK(chunk >= 1, "self-modifying memory: chunk size must be at least 1, got ", chunk);
   // Everything the step's writes read comes from the memories before its writes; with chunk b > 1,
   // from the memories at the chunk start (SPEC §9), carried across calls in the anchor.

@@ -1,13 +1,14 @@
 // HOPE's self-modifying memories (SPEC §7, seed 004 changes 1–4) and the diagonal dgd
 // preconditioner for MLP memories (seed 004 change 2). References are written here, in float64,
 // from the seed's formulas and the header's equations.
-#include <catch2/catch.hpp>
 #include <torch/torch.h>
 
-#include "support/test_device.h"
+#include <catch2/catch.hpp>
 
 #include "model/memory/dgd_preconditioner.h"
 #include "model/memory/self_modifying_memory.h"
+#include "model/util/autocast.h"
+#include "support/test_device.h"
 
 using namespace memscope::model;
 
@@ -386,5 +387,37 @@ TEST_CASE("self-modifying memory: shared gates give every feature the sigmoid of
     CHECK(max_abs_diff(rec.retain, want_retain) < 1e-12);
     // Per feature, the gates differ across features (the logits do); shared, they do not.
     CHECK((rec.lr.std(-1).max().item<double>() < 1e-12) == shared);
+  }
+}
+
+TEST_CASE("self-modifying memory: under bf16 autocast the memories run in float32, both forms", "[model]") {
+  // train.bf16_autocast: every product in HOPE's memory reads or writes a memory, so autocast is
+  // off inside (self_modifying_chunkwise.cpp); the same bits as the float32 run, autocast on again
+  // after. In bf16 the output was 2.7–3.4× as far off as rounding the input to bf16 makes it.
+  for (bool conv : {false, true}) {
+    auto sm = make_selfmod_with(1.0, conv);
+    sm->to(torch::kFloat32);
+    const torch::Tensor x = input(2, 21).to(torch::kFloat32);
+    SelfModState plain = sm->initial_state(2), autocast = sm->initial_state(2);
+    // A chunk and a half chunkwise, then a half chunk token by token, then the rest chunkwise.
+    auto run = [&](SelfModState& s) {
+      std::vector<torch::Tensor> ys{sm->forward(x.narrow(1, 0, 12), s, 8)};
+      for (int64_t t = 12; t < 16; ++t) ys.push_back(sm->step(x.select(1, t), s, nullptr, 8).unsqueeze(1));
+      ys.push_back(sm->forward(x.narrow(1, 16, 5), s, 8));
+      return torch::cat(ys, 1);
+    };
+    const torch::Tensor want = run(plain);
+    torch::Tensor got;
+    {
+      Bf16Autocast bf16(memscope::test::test_device().type());
+      got = run(autocast);
+      CHECK(torch::matmul(x, x.transpose(1, 2)).scalar_type() ==
+            torch::kBFloat16);  // still on after the calls
+    }
+    INFO("conv " << conv);
+    CHECK(got.scalar_type() == torch::kFloat32);
+    CHECK(torch::equal(got, want));
+    for (int m = 0; m < kSelfModCount; ++m)
+      for (size_t i = 0; i < 2; ++i) CHECK(torch::equal(autocast.weights[m][i], plain.weights[m][i]));
   }
 }
