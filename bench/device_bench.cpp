@@ -7,6 +7,9 @@
 //   layer      the memory layer's sequential step, batch 1, token by token: Titans (linear,
 //              gd-momentum, conv) and Atlas (Muon), the two rules of bench/eager/; unprobed and probed
 //   chunkwise  the memory layer's chunkwise form (Titans' rule, chunk 64) over --tokens tokens
+//   fla-shape  (only when asked) the chunkwise recurrence at FLA's published shape, B1 T8192 H96
+//              D128: Gated DeltaNet's, beside FLA's 1.27 ms on a GB200, and Titans', for the eager
+//              side (time_eager.py --bench eager_recurrence); --fla-tokens T, --fla-heads H
 //   model      demo-mqar, demo-mqar-titans (bench/eager/eager_lm.py's models) and a larger model
 //              (d_model 512, 8 layers) stepped token by token, batch 1, one stream of --tokens
 //              tokens (the larger model half as many); with and without the CUDA graph
@@ -35,6 +38,7 @@
 #include "bench/bench_timing.h"
 #include "bench/kineto_trace.h"
 #include "model/config/preset.h"
+#include "model/memory/linear_chunk_scan.h"
 #include "model/memory/memory_layer.h"
 #include "model/memory/memory_rule.h"
 #include "model/nn/graphed_step.h"
@@ -128,6 +132,63 @@ void bench_chunkwise(int64_t tokens, int64_t reps) {
   auto j = line("chunkwise/titans");
   j.update({{"chunk", chunk}, {"tokens", tokens}, {"tokens_per_s", tps}, {"ms", 1e3 * median(times)}});
   std::cout << j.dump() << std::endl;
+}
+
+// FLA's published figure (issue 23): chunk_gated_delta_rule's forward at 1.27 ms for B1 T8192 H96
+// D128 on a GB200, in bf16, on inputs already projected. memscope's counterpart at that shape (by
+// default; --fla-tokens and --fla-heads shrink it for a CPU): the chunkwise recurrence alone, the
+// chunk scan (linear_chunk_scan.h) that CUDA takes, on the tokens a real layer projected (d_model
+// 256 in, heads of 128), and the layer's whole forward with those small projections. Two rules:
+// Gated DeltaNet, FLA's; and Titans' (gd-momentum), which bench/eager/time_eager.py's
+// eager_recurrence runs at the same shape. The state is float32, as always. FLOPs by time_eager.py's
+// count, 10d² + 4bd + 2b² + 2b per token and head.
+void bench_fla_shape(int64_t T, int64_t H, int64_t reps) {
+  const int64_t B = 1, D = 128, chunk = 64, d_in = 256;
+  constexpr double kFlaMs = 1.27;
+  struct Rule {
+    const char* name;
+    const char* preset;
+    std::vector<std::string> sets;
+  };
+  const std::vector<Rule> rules{{"gated-deltanet", "gated-deltanet", {}},
+                                {"titans", "titans-lmm", {"memory.structure=linear", "memory.feature_map.kind=identity"}}};
+  for (const Rule& rule : rules) {
+    torch::manual_seed(0);
+    MemoryLayer layer(load_preset(rule.preset, rule.sets).memory, MemoryLayerOptions{d_in, H, D});
+    layer->to(device);
+    const at::Tensor x = torch::randn({B, T, d_in}).to(device);
+    MemoryState scratch = layer->initial_state(B);
+    const ProjectedTokens p = layer->project(x, scratch);
+    auto heads_first = [](const at::Tensor& t) { return t.transpose(1, 2); };  // as chunkwise_forward.cpp
+    const ChunkScanInputs in{heads_first(p.phi_k), heads_first(p.phi_q), heads_first(p.v),
+                             heads_first(p.retain), heads_first(p.lr),    heads_first(p.momentum),
+                             heads_first(p.gamma),  heads_first(p.delta)};
+    if (linear_chunk_scan_tokens(layer->rule(), scratch, T, chunk, false) != T) {
+      std::cerr << "device_bench: the chunk scan does not take " << rule.name << "'s rule at T = " << T << "\n";
+      continue;
+    }
+    std::vector<double> scan_times, layer_times;
+    for (int64_t r = 0; r < reps + 1; ++r) {  // the first is a warm-up
+      MemoryState a = layer->initial_state(B), b = layer->initial_state(B);
+      const double scan = synced_seconds([&] { linear_chunk_scan(*layer, in, T, chunk, a); });
+      const double whole = synced_seconds([&] { layer->forward(x, b, chunk); });
+      if (r > 0) {
+        scan_times.push_back(scan);
+        layer_times.push_back(whole);
+      }
+    }
+    const double d = static_cast<double>(D), n = static_cast<double>(chunk);
+    const double flops = static_cast<double>(B * T * H) * (10 * d * d + 4 * n * d + 2 * n * n + 2 * n);
+    const double scan_s = median(scan_times);
+    auto j = line("fla-shape");
+    j.update({{"rule", rule.name}, {"batch", B}, {"tokens", T}, {"heads", H}, {"head_dim", D}, {"chunk", chunk},
+              {"dtype", "float32"}, {"tokens_per_s", static_cast<double>(B * T) / scan_s},
+              {"recurrence_ms", 1e3 * scan_s}, {"layer_ms", 1e3 * median(layer_times)}, {"gflop", flops / 1e9},
+              {"recurrence_tflops", flops / scan_s / 1e12}});
+    // FLA's figure is for its shape only.
+    if (T == 8192 && H == 96) j.update({{"fla_gb200_bf16_ms", kFlaMs}, {"fla_over_memscope", kFlaMs / (1e3 * scan_s)}});
+    std::cout << j.dump() << std::endl;
+  }
 }
 
 // One stream of `tokens` tokens (ids i mod V, as bench/eager/eager_lm.py steps them), batch 1,
@@ -320,6 +381,8 @@ int main(int argc, char** argv) {
   std::string dtype = "all", graphs = "all";
   flags.add("--profile", profile).add("--fused-memory", fused_memory).add("--chunk-scan", chunk_scan);
   flags.add("--dtype", dtype).add("--graph", graphs);
+  int64_t fla_tokens = 8192, fla_heads = 96;
+  flags.add("--fla-tokens", fla_tokens).add("--fla-heads", fla_heads);
   if (!flags.parse(argc, argv)) return 2;
   if (dtype != "all" && dtype != "float32" && dtype != "bf16") {
     std::cerr << "device_bench: --dtype must be all, float32 or bf16, not '" << dtype << "'\n";
@@ -336,6 +399,7 @@ int main(int argc, char** argv) {
     torch::NoGradGuard no_grad;  // stepping, as the debugger does
     if (only.empty() || only == "layer") bench_layer(tokens, reps);
     if (only.empty() || only == "chunkwise") bench_chunkwise(tokens, reps);
+    if (only == "fla-shape") bench_fla_shape(fla_tokens, fla_heads, reps);
     if (only.empty() || only == "model") {
       bench_model("demo-mqar", load_preset("demo-mqar"), tokens, reps);
       bench_model("demo-mqar-titans", load_preset("demo-mqar-titans"), tokens, reps);  // eager_lm.py's model

@@ -6,7 +6,7 @@
 #
 # Narrower runs, for a short lease: GPU_TARGETS="memscope-cli bench_device_bench ..." builds only
 # those targets; GPU_CTEST="-R graphed" replaces the test stage's selection; GPU_COMPARE="model,train"
-# picks gpu_compare.py's comparisons (layer, model, train) and GPU_COMPARE_ARGS adds its flags
+# picks gpu_compare.py's comparisons (layer, model, train, fla) and GPU_COMPARE_ARGS adds its flags
 # (e.g. "--model-tokens 256"). Each stage prints its wall time.
 #
 # Needs: python3 with torch (CUDA), nvcc, cmake, ninja; the header-only dependencies as Debian
@@ -68,7 +68,7 @@ stage_peak() {
 stage_bench() {
   [ -f "$OUT/peak.jsonl" ] || stage_peak
   PYTHONUNBUFFERED=1 $PY bench/eager/gpu_compare.py --memscope build-gpu --peak "$OUT/peak.jsonl" \
-    --only "${GPU_COMPARE:-layer,model,train}" ${GPU_COMPARE_ARGS:-} \
+    --only "${GPU_COMPARE:-layer,model,train,fla}" ${GPU_COMPARE_ARGS:-} \
     >"$OUT/bench.jsonl" 2>"$OUT/bench.err"
   local rc=$?
   grep -E '"gpu_compare"|"gpu_mfu"|"trace_summary"|"error"' "$OUT/bench.jsonl"

@@ -7,7 +7,7 @@
 # All stages take more than one call's 600 s. With 15 device minutes, two calls back to back (the
 # machine keeps build-gpu while it stays warm, 30 s):
 #   run: LEASE_STAGES="build tests model" bench/gpu_lease.sh    timeout_s: 360
-#   run: LEASE_STAGES="train gui" bench/gpu_lease.sh            timeout_s: 480
+#   run: LEASE_STAGES="train fla gui" bench/gpu_lease.sh        timeout_s: 480
 #
 # Stages (LEASE_STAGES picks some, default all, in this order):
 #   build   headless build-gpu: the CLI, the model and engine tests, device_bench (~170 s on 16 cores)
@@ -18,6 +18,8 @@
 #   train   memscope against eager PyTorch, training d512×8 at T = 2048, memscope's pass as a CUDA
 #           graph (graphed_train_pass.h) and without, with one profiled step of each and their trace
 #           summaries; then memscope with the chunk scan off and no graph, for its A/B (~200 s)
+#   fla     the chunkwise recurrence alone at FLA's published shape (B1 T8192 H96 D128): memscope's
+#           Titans against eager PyTorch's, and its Gated DeltaNet beside FLA's 1.27 ms (~50 s)
 #   gui     bench/gpu_gui.sh: the app under Xvfb, its screenshot and which way drew it (~60 s)
 #
 # At most 8 files come back from $OUT: lease.log (everything said), bench.jsonl (every JSON line),
@@ -35,7 +37,7 @@ say() { echo "$*" | tee -a "$LOG"; }
 stage_time() { say "== $1 done at $(( $(date +%s) - T0 )) s"; }
 # Everything that bench/gpu.sh and gpu_gui.sh write goes to $R; only the summaries go to $FINAL.
 export OUT=$R JOBS=${JOBS:-$(nproc)}
-stages=${LEASE_STAGES:-build tests model train gui}
+stages=${LEASE_STAGES:-build tests model train fla gui}
 say "== gpu_lease $(date -u +%FT%TZ): $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
 
 # The JSON lines in one line each: the ratios, the traces' kernel counts, the A/B's ATen calls.
@@ -54,6 +56,9 @@ for line in open(sys.argv[1]):
         side = "memscope" if r.get("bench") == "device" else r.get("bench")
         print(side, "train/large", r["dtype"], r.get("memory_form", ""), "tokens/s", round(r["tokens_per_s"]),
               "aten_calls", r.get("aten_calls"))
+    elif r.get("case") == "fla-shape":
+        print("fla-shape", r["rule"], "recurrence_ms", round(r["recurrence_ms"], 3), "layer_ms", round(r["layer_ms"], 3),
+              "tflops", round(r["recurrence_tflops"], 3), "fla_over_memscope", r.get("fla_over_memscope"))
     elif r.get("bench") == "error":
         print("error", r.get("cmd"), r.get("stderr", "")[-300:])
 PY
@@ -82,6 +87,10 @@ for stage in $stages; do
       timeout 90 build-gpu/bench/device_bench --device cuda --only train --train-steps 3 --chunk-scan 0 \
         --dtype float32 --graph off 2>&1 |
         grep '^{' >>"$FINAL/bench.jsonl"
+      ;;
+    fla)
+      PYTHONUNBUFFERED=1 timeout 120 python3 bench/eager/gpu_compare.py --memscope build-gpu --only fla \
+        --rounds 2 >>"$FINAL/bench.jsonl" 2>"$R/fla.err"
       ;;
     gui)
       timeout 240 bash bench/gpu_gui.sh >"$R/gui_run.log" 2>&1

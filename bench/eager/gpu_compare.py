@@ -39,7 +39,9 @@ def main():
     p.add_argument("--layer-tokens", type=int, default=512)
     p.add_argument("--chunk-tokens", type=int, default=8192)
     p.add_argument("--peak", help="gpu_peak.py's JSON lines")
-    p.add_argument("--only", default="layer,model,train", help="which comparisons: layer, model, train")
+    p.add_argument("--only", default="layer,model,train", help="which comparisons: layer, model, train, fla")
+    p.add_argument("--fla-tokens", type=int, default=8192, help="fla: the shape's T (FLA's figure is for 8192)")
+    p.add_argument("--fla-heads", type=int, default=96, help="fla: the shape's H (FLA's figure is for 96)")
     p.add_argument("--model-tokens", type=int, default=512)
     p.add_argument("--model-rounds", type=int, default=1)
     p.add_argument("--train-batch", type=int, default=8)
@@ -79,6 +81,8 @@ def main():
             extra["share_of_fp32_peak"] = round(tflops / peak["fp32"], 5)
         pair_row(name, m, e, extra)
 
+    if "fla" in only:
+        compare_fla_shape(args, bench, eager, peak)
     if "model" in only:
         compare_models(args, bench, cli)
     if "train" in only:
@@ -114,6 +118,28 @@ def pair_row(case, ours, theirs, extra=None):
 
 def median_tps(rows):
     return statistics.median(r["tokens_per_s"] for r in rows)
+
+
+def compare_fla_shape(args, bench, eager, peak):
+    """The chunkwise recurrence alone at FLA's published shape (B1 T8192 H96 D128, b = 64): memscope's
+    chunk scan for Titans' rule against eager run_memory_chunkwise, rounds interleaved, and
+    memscope's Gated DeltaNet beside FLA's 1.27 ms on a GB200 (device_bench prints that ratio)."""
+    shape = ["--tokens", str(args.fla_tokens), "--heads", str(args.fla_heads), "--head-dim", "128", "--chunk", "64"]
+    ours, theirs = [], []
+    for _ in range(args.rounds):
+        ours += lines([bench, "--device", args.device, "--only", "fla-shape", "--reps", "3",
+                       "--fla-tokens", str(args.fla_tokens), "--fla-heads", str(args.fla_heads)])
+        theirs += lines(eager + ["--bench", "eager_recurrence", "--rule", "titans", "--reps", "3"] + shape)
+    m = [r for r in ours if r["rule"] == "titans"]
+    e = [r for r in theirs if r["bench"] == "eager_recurrence"]
+    if not m or not e:
+        return
+    tflops = median_tps(m) * e[0]["flops_per_token"] / 1e12
+    extra = {"device": e[0]["device"], "memscope_tflops": round(tflops, 4),
+             "shape": f"B1 T{args.fla_tokens} H{args.fla_heads} D128 b64"}
+    if peak and "fp32" in peak:
+        extra["share_of_fp32_peak"] = round(tflops / peak["fp32"], 5)
+    pair_row("fla-shape/titans recurrence", m, e, extra)
 
 
 def compare_models(args, bench, cli):

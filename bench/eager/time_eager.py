@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Times the eager PyTorch forms of eager_memory.py on one CPU thread.
 
-Three benches, all by default (--bench picks some):
+Four benches, the first three by default (--bench picks some):
   eager_memory  run_memory: the recurrence alone, from per-token phi_k, phi_q, v and gates (random,
                 in the gates' usual ranges, SPEC §1)
   eager_layer   MemoryLayer.run: the whole layer step from the layer input x_t [D] (B = 1): the fused
@@ -17,6 +17,10 @@ Three benches, all by default (--bench picks some):
                 --only linear --c 1 --optimiser gd-momentum|muon`: preset omeganet with structure
                 linear, identity phi, c = 1, l2-decay): conv OFF, unlike eager_layer's titans
                 (titans-lmm has conv on); --chunkwise-conv turns it on.
+  eager_recurrence  run_memory_chunkwise alone (titans only), on random_inputs: the chunkwise
+                recurrence with no projection, as FLA's kernels are timed; device_bench --only
+                fla-shape runs memscope's chunk scan beside it at FLA's shape (--tokens 8192 --heads 96
+                --head-dim 128).
 T = 2048 tokens, H = 4 heads, head dim 64 (D = H*d = 256), torch.no_grad(), float32. One JSON line
 per bench and rule:
 
@@ -175,9 +179,9 @@ def random_inputs(T, H, d, generator):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rule", choices=sorted(RULES), action="append", help="default: both")
-    p.add_argument("--bench", choices=["eager_memory", "eager_layer", "eager_chunkwise"], action="append",
-                   help="default: all")
-    p.add_argument("--chunk", type=int, default=64, help="eager_chunkwise's chunk size b")
+    p.add_argument("--bench", choices=["eager_memory", "eager_layer", "eager_chunkwise", "eager_recurrence"],
+                   action="append", help="default: the first three")
+    p.add_argument("--chunk", type=int, default=64, help="eager_chunkwise's and eager_recurrence's chunk size b")
     p.add_argument("--chunkwise-conv", action="store_true", help="eager_chunkwise with the conv on")
     p.add_argument("--tokens", type=int, default=2048)
     p.add_argument("--heads", type=int, default=4)
@@ -214,6 +218,11 @@ def main():
             per_head = chunkwise_flops_per_token_head if RULES[rule] == "gd-momentum" else chunkwise_muon_flops_per_token_head
             report("eager_chunkwise", rule, T, H, d, chunkwise_layer_flops_per_token(H, d, b, conv, per_head), seconds,
                    chunk=b, d_model=H * d, conv=conv, recurrence_flops_per_token=per_head(d, b) * H)
+        if "eager_recurrence" in benches and RULES[rule] == "gd-momentum":
+            inputs = on(random_inputs(T, H, d, torch.Generator().manual_seed(args.seed)))
+            seconds = timed(lambda: eager_memory.run_memory_chunkwise(chunk=args.chunk, **inputs), args.reps)
+            report("eager_recurrence", rule, T, H, d, chunkwise_flops_per_token_head(d, args.chunk) * H, seconds,
+                   chunk=args.chunk)
 
 
 if __name__ == "__main__":
