@@ -16,6 +16,8 @@ inline ImU32 event_color(model::EventKind kind) {
     case model::EventKind::Command: return IM_COL32(140, 150, 170, 255);
     case model::EventKind::Breakpoint: return IM_COL32(80, 200, 255, 255);
     case model::EventKind::Error: return IM_COL32(255, 60, 60, 255);
+    case model::EventKind::Notice:
+      return IM_COL32(120, 200, 140, 255);
   }
   return IM_COL32(200, 200, 200, 255);
 }

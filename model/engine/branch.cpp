@@ -15,6 +15,7 @@
 #include "model/probe/inner_backward.h"
 #include "model/probe/probe_collector.h"
 #include "model/probe/token_score.h"
+#include "model/train/graphed_train_pass.h"
 #include "model/util/errors.h"
 
 namespace memscope::model {
@@ -157,6 +158,8 @@ void Branch::start_over(std::unique_ptr<Trainer> trainer) {
   drop_stepped_ahead();
   graphed_.reset();
   graph_failure_.clear();  // a new model may capture
+  graph_notices_ = {};
+  graphed_step_forced_.reset();
   trainer_ = std::move(trainer);
   inspect_ = trainer_->model()->initial_state(1);
   cursor_ = {};
@@ -182,6 +185,7 @@ std::shared_ptr<const Frame> Branch::advance(std::vector<Event>& events) {
     cursor_ = {0, 0, e.inspect_tokens > 0 ? e.inspect_tokens : sequence_tokens_.size(0)};
   }
   ++step_;
+  note_graphs(frame->step, events);
   if (!inspecting)  // an inspect frame is observed where its probes are measured
     for (Event& event : detectors_.observe(*frame)) events.push_back(std::move(event));
   ring_->push(frame);
@@ -529,11 +533,48 @@ void Branch::drop_stepped_ahead() {
 Branch::~Branch() { drop_stepped_ahead(); }
 
 GraphedStep* Branch::graphed_step() {
-  if (!preset().engine.cuda_graph || !GraphedStep::capture_available() || !graph_failure_.empty() ||
-      !trainer_->model()->embedding.device().is_cuda())
-    return nullptr;
-  if (!graphed_) graphed_ = std::make_unique<GraphedStep>(/*capture=*/true);
+  const bool on =
+      graphed_step_forced_.has_value() || (preset().engine.cuda_graph && GraphedStep::capture_available() &&
+                                           trainer_->model()->embedding.device().is_cuda());
+  if (!on || !graph_failure_.empty()) return nullptr;
+  if (!graphed_) graphed_ = std::make_unique<GraphedStep>(graphed_step_forced_.value_or(true));
   return graphed_.get();
+}
+
+void Branch::use_graphs(bool capture) {
+  graphed_step_forced_ = capture;
+  graphed_.reset();
+  trainer_->use_graphed_pass(capture);
+}
+
+void Branch::note_graphs(int64_t step, std::vector<Event>& events) {
+  auto notice = [&](std::string message) {
+    Event e;
+    e.step = step;
+    e.timeline = id_;
+    e.kind = EventKind::Notice;
+    e.message = std::move(message);
+    events.push_back(std::move(e));
+  };
+  GraphNotices& said = graph_notices_;
+  if (!graph_failure_.empty() && !said.step_failed) {
+    said.step_failed = true;
+    notice("engine.cuda_graph: the inspect step could not be captured and runs without the graph: " +
+           graph_failure_);
+  } else if (graphed_ && graphed_->captures() > 0 && !said.step_captured) {
+    said.step_captured = true;
+    notice("engine.cuda_graph: the inspect step runs as a CUDA graph");
+  }
+  const GraphedTrainPass* pass = trainer_->graphed_pass();
+  if (!pass) return;
+  if (!pass->failure().empty() && !said.pass_failed) {
+    said.pass_failed = true;
+    notice("engine.cuda_graph: the training pass could not be captured and runs without the graph: " +
+           pass->failure());
+  } else if (pass->captures() > 0 && !said.pass_captured) {
+    said.pass_captured = true;
+    notice("engine.cuda_graph: the training pass runs as a CUDA graph");
+  }
 }
 
 std::shared_ptr<Frame> Branch::train_frame() {

@@ -132,6 +132,10 @@ class Branch {
   OverlapGauge& overlap_gauge() { return overlap_gauge_; }
   // Inspect tokens replayed through a CUDA graph (engine.cuda_graph), for tests and the status line.
   int64_t tokens_graphed() const { return graphed_tokens_; }
+  // For tests, until the run starts over: the inspect step through GraphedStep(capture) and the
+  // training pass through Trainer::use_graphed_pass(capture), on any device and whatever the knob.
+  // On a CPU model capture=true fails, as a capture can.
+  void use_graphs(bool capture);
 
  private:
   struct LoggedCommand {
@@ -207,7 +211,16 @@ class Branch {
   // anything that changes what a step computes (a command, a training step, a restore).
   std::unique_ptr<GraphedStep> graphed_;
   std::string graph_failure_;   // why a capture failed: this model steps without graphs until start_over
+  std::optional<bool> graphed_step_forced_;  // use_graphs' capture
   GraphedStep* graphed_step();  // null where graphs do not apply (the CPU, the knob off, no CUDA build)
+  // What the events have said of the graphs, so each is said once per model (start_over).
+  struct GraphNotices {
+    bool step_captured = false, step_failed = false, pass_captured = false, pass_failed = false;
+  };
+  GraphNotices graph_notices_;
+  // The graphs' news since the last frame, as Notice events: the first capture of the step's and
+  // of the training pass's, and a capture that failed. A GUI user does not see stderr.
+  void note_graphs(int64_t step, std::vector<Event>& events);
 };
 
 }  // namespace memscope::model

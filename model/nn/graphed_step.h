@@ -19,8 +19,8 @@
 // one graph then takes every token from the first. reset() drops the graphs;
 // the engine calls it on any command, training step or rewind, and the next step captures again.
 //
-// Without CUDA (or with capture off) the same buffers are stepped eagerly: the CPU tests check
-// the buffer logic there, and the CUDA tests the graphs against the plain step.
+// With capture off, or after a capture failed, the same buffers are stepped eagerly: the CPU tests
+// check the buffer logic and the failure there, and the CUDA tests the graphs against the plain step.
 #pragma once
 #include <array>
 #include <memory>
@@ -32,8 +32,8 @@ namespace memscope::model {
 
 class GraphedStep {
  public:
-  // capture: record and replay CUDA graphs (needs a CUDA build and a CUDA model); false steps the
-  // fixed buffers eagerly.
+  // capture: record and replay CUDA graphs; false steps the fixed buffers eagerly. Without a CUDA
+  // build or a CUDA model the first capture fails (failure() says why) and the buffers step eagerly.
   explicit GraphedStep(bool capture);
   ~GraphedStep();
   GraphedStep(const GraphedStep&) = delete;

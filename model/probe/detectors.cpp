@@ -48,6 +48,8 @@ const char* to_string(EventKind kind) {
     case EventKind::Command: return "command";
     case EventKind::Breakpoint: return "breakpoint";
     case EventKind::Error: return "error";
+    case EventKind::Notice:
+      return "notice";
   }
   return "?";
 }

@@ -16,6 +16,8 @@ enum class EventKind {
   Command,     // a command was applied (its text is the message)
   Breakpoint,  // a breakpoint paused the engine
   Error,       // a step threw; the engine paused and is still alive
+  Notice,      // how the engine runs changed, without a pause: a CUDA graph captured, or a capture
+               // failed and the model runs without it (engine.cuda_graph)
 };
 const char* to_string(EventKind kind);
 

@@ -150,7 +150,7 @@ bool event_from_json(const nlohmann::json& j, Event& out) {
   Event e;
   bool known = false;
   for (auto kind : {EventKind::Spike, EventKind::NonFinite, EventKind::NsError, EventKind::NormGrowth,
-                    EventKind::Command, EventKind::Breakpoint, EventKind::Error})
+                    EventKind::Command, EventKind::Breakpoint, EventKind::Error, EventKind::Notice})
     if (j["event"].get<std::string>() == to_string(kind)) e.kind = kind, known = true;
   if (!known) return false;
   e.step = j["step"].get<int64_t>();

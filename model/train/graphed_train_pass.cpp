@@ -1,6 +1,7 @@
 #include "model/train/graphed_train_pass.h"
 
 #include <iostream>
+#include <stdexcept>
 #include <string>
 
 #include "model/util/cuda_graph.h"
@@ -28,7 +29,7 @@ struct GraphedTrainPass::Graph {
 };
 bool GraphedTrainPass::capture_available() { return CudaGraph::available(); }
 
-GraphedTrainPass::GraphedTrainPass(bool capture) : capture_(capture && capture_available()) {}
+GraphedTrainPass::GraphedTrainPass(bool capture) : capture_(capture) {}
 GraphedTrainPass::~GraphedTrainPass() = default;
 
 void GraphedTrainPass::reset() {
@@ -85,6 +86,9 @@ TrainPass GraphedTrainPass::run_eagerly(const TrainPassFn& pass, const NamedTens
 void GraphedTrainPass::capture(const TrainPassFn& pass, const NamedTensors& parameters) {
   // One eager pass first, as PyTorch's whole-network capture does. Its gradients are dropped, so
   // that the capture's backward makes the graph's own.
+  if (!targets_.is_cuda())  // as GraphedStep: of CPU work the graph would record nothing
+    throw std::invalid_argument("a CUDA graph records CUDA work, and this model is on " +
+                                targets_.device().str());
   auto made = std::make_unique<Graph>();
   try {
     made->graph.capture(

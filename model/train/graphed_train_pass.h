@@ -16,7 +16,7 @@
 //   with a gate override in force it takes the plain step (the override's values come from the
 //   host at every step).
 //
-// Without CUDA (or with capture off, or after a capture failed) the same buffers are run eagerly,
+// With capture off, or after a capture failed, the same buffers are run eagerly,
 // with the gradients set to none first as the plain step does: the CPU tests check the plumbing
 // there, the CUDA tests the graph against the plain step.
 #pragma once
@@ -42,8 +42,8 @@ using TrainPassFn = std::function<TrainPass(const Batch& batch, const at::Tensor
 
 class GraphedTrainPass {
  public:
-  // capture: record and replay a CUDA graph (needs a CUDA build and a CUDA model); false runs the
-  // fixed buffers eagerly.
+  // capture: record and replay a CUDA graph; false runs the fixed buffers eagerly. Without a CUDA
+  // build or a CUDA model the capture fails (failure() says why) and the buffers run eagerly.
   explicit GraphedTrainPass(bool capture);
   ~GraphedTrainPass();
   GraphedTrainPass(const GraphedTrainPass&) = delete;

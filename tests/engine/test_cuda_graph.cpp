@@ -9,6 +9,7 @@
 
 #include "engine/engine_test_support.h"
 #include "model/engine/branch.h"
+#include "model/probe/frame_json.h"
 #include "support/test_device.h"
 
 using namespace memscope;
@@ -70,4 +71,48 @@ TEST_CASE("engine.cuda_graph: the frames with the graph equal those without, acr
     for (size_t k = 0; k < e.head_metrics.size(); ++k)
       if (std::isfinite(e.head_metrics[k])) CHECK(close(g.head_metrics[k], e.head_metrics[k]));
   }
+}
+
+TEST_CASE("engine.cuda_graph: the events say once per model whether each graph captured, or why not",
+          "[engine]") {
+  // A GUI user does not see stderr: what became of the graphs is a Notice event (Branch::note_graphs).
+  // On the CPU both graphs are forced on (as a test may), so both captures fail; on CUDA the knob
+  // alone takes both graphs, and both capture.
+  const bool cuda = test::test_device().is_cuda();
+  auto options = test::small_engine({"engine.cuda_graph=true", "engine.mode=train+inspect",
+                                     "engine.inspect_every=2", "engine.inspect_tokens=3", "probe.every=1"});
+  Branch graphed(0, load_preset(options.preset, options.sets));
+  options.sets.push_back("engine.cuda_graph=false");
+  Branch plain(0, load_preset(options.preset, options.sets));
+  if (!cuda) graphed.use_graphs(true);
+  std::vector<Event> events, plain_events;
+  for (int i = 0; i < 12; ++i) {
+    const Frame got = *graphed.advance(events), want = *plain.advance(plain_events);
+    if (!cuda) CHECK(test::same_frame(got, want));  // failed captures: the eager steps, the same bits
+  }
+  std::vector<Event> notices;
+  for (const Event& e : events)
+    if (e.kind == EventKind::Notice) notices.push_back(e);
+  for (const Event& e : plain_events) CHECK(e.kind != EventKind::Notice);
+  REQUIRE(notices.size() ==
+          2);  // one per graph, though the inspect graph is made again after each training step
+  for (const Event& e : notices) {
+    INFO(e.message);
+    CHECK(e.timeline == 0);
+    CHECK(e.step >= 1);
+    CHECK_THAT(e.message, Catch::StartsWith("engine.cuda_graph: the "));
+    if (cuda)
+      CHECK_THAT(e.message, Catch::EndsWith("runs as a CUDA graph"));
+    else
+      CHECK_THAT(e.message,
+                 Catch::Contains("could not be captured and runs without the graph: a CUDA graph records "
+                                 "CUDA work, and this model is on cpu"));
+  }
+  CHECK_THAT(notices[0].message + notices[1].message,
+             Catch::Contains("inspect step") && Catch::Contains("training pass"));
+  // Written and read back as any event (a recording's events.jsonl, the remote wire).
+  Event back;
+  REQUIRE(event_from_json(event_to_json(notices[0]), back));
+  CHECK(back.kind == EventKind::Notice);
+  CHECK(back.message == notices[0].message);
 }

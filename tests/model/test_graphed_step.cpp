@@ -251,3 +251,17 @@ TEST_CASE("graphed step: a cache padded to its window steps as the cache itself,
     }
   }
 }
+
+TEST_CASE("graphed step: a capture that fails says why, and the buffers step on eagerly, the same bits",
+          "[nn][graph]") {
+  // Asked to capture a CPU model's step (or in a build without CUDA), the first capture fails as one
+  // with an op that cannot be captured does: the step goes on eagerly (GraphedStep::step).
+  if (memscope::test::test_device().is_cuda()) return;  // there it captures (the tests above)
+  const LanguageModel lm = model_of("demo-mqar-titans");
+  GraphedStep graphed(/*capture=*/true);
+  LmState plain = lm->initial_state(1), buffered = lm->initial_state(1);
+  CHECK(step_both(lm, graphed, stream(12), plain, buffered, StepDetail::Record) == 12);
+  CHECK_THAT(graphed.failure(), Catch::Contains("a CUDA graph records CUDA work") && Catch::Contains("cpu"));
+  CHECK(graphed.captures() == 0);
+  CHECK(graphed.replays() == 0);
+}

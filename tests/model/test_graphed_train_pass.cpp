@@ -151,3 +151,17 @@ TEST_CASE("graphed training pass: a non-finite step leaves the parameters, and t
   for (int i = 0; i < 2; ++i) check_same_step(graphed.train_step(), plain.train_step());
   check_same_trainers(graphed, plain);
 }
+
+TEST_CASE("graphed training pass: a capture that fails says why, and training goes on eagerly, the same bits",
+          "[train][graph]") {
+  // As the graphed step's: asked to capture a CPU model's pass, the capture fails, and every pass
+  // runs on the buffers eagerly (GraphedTrainPass::run).
+  if (memscope::test::test_device().is_cuda()) return;  // there it captures (the tests above)
+  Trainer plain(small_preset("demo-mqar-titans", {})), graphed(small_preset("demo-mqar-titans", {}));
+  graphed.use_graphed_pass(/*capture=*/true);
+  for (int i = 0; i < 3; ++i) check_same_step(graphed.train_step(), plain.train_step());
+  check_same_trainers(graphed, plain);
+  CHECK_THAT(graphed.graphed_pass()->failure(), Catch::Contains("a CUDA graph records CUDA work"));
+  CHECK(graphed.graphed_pass()->captures() == 0);
+  CHECK(graphed.graphed_pass()->replays() == 0);
+}
