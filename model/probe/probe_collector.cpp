@@ -7,7 +7,9 @@
 #include <limits>
 
 #ifdef MEMSCOPE_CUDA
-#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #endif
 
 #include "model/memory/attentional_bias.h"
@@ -21,15 +23,30 @@ namespace memscope::model {
 
 namespace {
 
-// The host copy of everything measured: one transfer. On CUDA the copy goes to pinned memory
-// without blocking the stream, and we wait once for it.
+// The host copy of everything measured: one transfer. On CUDA it goes to pinned memory,
+// asynchronously, on a side stream that starts after the compute stream's work so far; the host
+// then waits for that copy alone, not for what is queued on the compute stream behind it. `values`
+// outlives the wait, so the caching allocator cannot give its memory to the compute stream mid-copy.
 std::vector<float> to_host(const at::Tensor& flat) {
   at::Tensor values = flat.to(at::kFloat);
   if (values.is_cuda()) {
     at::Tensor host = at::empty(values.sizes(), at::TensorOptions().dtype(at::kFloat).pinned_memory(true));
-    host.copy_(values, /*non_blocking=*/true);
 #ifdef MEMSCOPE_CUDA
-    at::cuda::getCurrentCUDAStream().synchronize();
+    const c10::DeviceIndex device = values.device().index();
+    const c10::cuda::CUDAStream compute = c10::cuda::getCurrentCUDAStream(device);
+    const c10::cuda::CUDAStream copier = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device);
+    at::cuda::CUDAEvent measured;
+    measured.record(compute);
+    measured.block(copier);
+    {
+      c10::cuda::CUDAStreamGuard on_copier(copier);
+      host.copy_(values, /*non_blocking=*/true);
+    }
+    at::cuda::CUDAEvent copied;
+    copied.record(copier);
+    copied.synchronize();
+#else
+    host.copy_(values);  // not reached: a build without CUDA has no CUDA tensors
 #endif
     values = host;
   }
