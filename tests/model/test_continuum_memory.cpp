@@ -8,9 +8,9 @@
 #include <catch2/catch.hpp>
 
 #include "model/memory/continuum_memory.h"
-#include "model/util/autocast.h"
 #include "model/util/errors.h"
 #include "support/test_device.h"
+#include "support/under_autocast.h"
 #include "support/user_error_text.h"
 
 using namespace memscope::model;
@@ -389,13 +389,7 @@ TEST_CASE("cms: under bf16 autocast the levels run in float32, both forms, every
       return torch::cat(ys, 1);
     };
     const torch::Tensor want = run(plain);
-    torch::Tensor got;
-    {
-      Bf16Autocast bf16(memscope::test::test_device().type());
-      got = run(autocast);
-      CHECK(torch::matmul(x, x.transpose(1, 2)).scalar_type() ==
-            torch::kBFloat16);  // still on after the calls
-    }
+    const torch::Tensor got = memscope::test::under_bf16_autocast([&] { return run(autocast); });
     INFO("variant " << to_string(variant));
     CHECK(got.scalar_type() == torch::kFloat32);
     CHECK(torch::equal(got, want));

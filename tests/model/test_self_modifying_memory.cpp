@@ -7,8 +7,8 @@
 
 #include "model/memory/dgd_preconditioner.h"
 #include "model/memory/self_modifying_memory.h"
-#include "model/util/autocast.h"
 #include "support/test_device.h"
+#include "support/under_autocast.h"
 
 using namespace memscope::model;
 
@@ -407,13 +407,7 @@ TEST_CASE("self-modifying memory: under bf16 autocast the memories run in float3
       return torch::cat(ys, 1);
     };
     const torch::Tensor want = run(plain);
-    torch::Tensor got;
-    {
-      Bf16Autocast bf16(memscope::test::test_device().type());
-      got = run(autocast);
-      CHECK(torch::matmul(x, x.transpose(1, 2)).scalar_type() ==
-            torch::kBFloat16);  // still on after the calls
-    }
+    const torch::Tensor got = memscope::test::under_bf16_autocast([&] { return run(autocast); });
     INFO("conv " << conv);
     CHECK(got.scalar_type() == torch::kFloat32);
     CHECK(torch::equal(got, want));
