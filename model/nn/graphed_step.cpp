@@ -218,13 +218,9 @@ LmStepOutput GraphedStep::replay(const LanguageModelImpl& model, const LmState& 
   LmState& to = buffers_[static_cast<size_t>(1 - parity)];
   std::unique_ptr<Graph>& graph = graphs_[static_cast<size_t>(parity)][static_cast<size_t>(detail)];
   if (!graph) {
-    // A CUDA graph records CUDA work only: of a CPU model's step it would record nothing, and
-    // every replay would hand back the capture's outputs.
-    if (!token_.is_cuda())
-      throw std::invalid_argument("a CUDA graph records CUDA work, and this model is on " +
-                                  token_.device().str());
     auto made = std::make_unique<Graph>();
     made->graph.capture(
+        token_.device(),
         [&] {
           // The warm-up's state is thrown away; the buffers are only read by it.
           LmState warm = rebound(state, from);

@@ -1,7 +1,6 @@
 #include "model/train/graphed_train_pass.h"
 
 #include <iostream>
-#include <stdexcept>
 #include <string>
 
 #include "model/util/cuda_graph.h"
@@ -86,12 +85,10 @@ TrainPass GraphedTrainPass::run_eagerly(const TrainPassFn& pass, const NamedTens
 void GraphedTrainPass::capture(const TrainPassFn& pass, const NamedTensors& parameters) {
   // One eager pass first, as PyTorch's whole-network capture does. Its gradients are dropped, so
   // that the capture's backward makes the graph's own.
-  if (!targets_.is_cuda())  // as GraphedStep: of CPU work the graph would record nothing
-    throw std::invalid_argument("a CUDA graph records CUDA work, and this model is on " +
-                                targets_.device().str());
   auto made = std::make_unique<Graph>();
   try {
     made->graph.capture(
+        targets_.device(),
         [&] {
           drop_gradients(parameters);
           pass(inputs_, targets_);

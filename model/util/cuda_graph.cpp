@@ -24,7 +24,10 @@ bool CudaGraph::available() { return false; }
 CudaGraph::CudaGraph() : impl_(std::make_unique<Impl>()) {}
 CudaGraph::~CudaGraph() = default;
 
-void CudaGraph::capture(const std::function<void()>& warm_up, const std::function<void()>& body) {
+void CudaGraph::capture(const c10::Device& device, const std::function<void()>& warm_up,
+                        const std::function<void()>& body) {
+  if (!device.is_cuda())
+    throw std::invalid_argument("a CUDA graph records CUDA work, and this model is on " + device.str());
 #ifdef MEMSCOPE_CUDA
   const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream();
   const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();

@@ -2,6 +2,8 @@
 // (model/train/graphed_train_pass.h): captured on a side stream, replayed on the current one.
 // Without CUDA in this build, available() is false, and capture() and replay() throw.
 #pragma once
+#include <c10/core/Device.h>
+
 #include <functional>
 #include <memory>
 
@@ -21,8 +23,11 @@ class CudaGraph {
   // stream, so this runs on a side stream, after the current stream's work and before its next.
   // `warm_up` runs first, eagerly, on the same side stream: cuBLAS's handles and workspaces and
   // the autograd engine's per-device state are made there, outside the graph. What `body` throws
-  // is rethrown, with the stream out of capture mode.
-  void capture(const std::function<void()>& warm_up, const std::function<void()>& body);
+  // is rethrown, with the stream out of capture mode. `device` is where the work lies: a graph
+  // records CUDA work only, so any other is refused (std::invalid_argument) before anything runs;
+  // of a CPU model's work it would record nothing, and every replay would hand back stale outputs.
+  void capture(const c10::Device& device, const std::function<void()>& warm_up,
+               const std::function<void()>& body);
 
   // Launches the captured kernels on the current stream.
   void replay();
