@@ -19,6 +19,7 @@
 #include "model/memory/retention.h"
 #include "model/memory/small_matmul.h"
 #include "model/util/autocast.h"
+#include "model/util/cpu_kernels.h"
 
 namespace memscope::model {
 
@@ -314,7 +315,7 @@ class ChunkRunner {
   // The same dual form as one loop per head (fused_mlp_chunkwise.h), for inference on the CPU in
   // float32 with the l2 bias; set_fused_step(false) keeps the ATen form above, its reference.
   bool fused_mlp_dual_form_applies(const at::Tensor& q) const {
-    return layer_.fused_step_on() && rule_.bias == Bias::L2 && q.device().is_cpu() &&
+    return layer_.fused_step_on() && rule_.bias == Bias::L2 && cpu_kernels_on(q.device()) &&
            q.scalar_type() == at::kFloat && !at::GradMode::is_enabled();
   }
   at::Tensor fused_mlp_dual_form(const std::vector<at::Tensor>& gradient_point, const at::Tensor& q,
@@ -408,7 +409,7 @@ bool fused_chunkwise_applies(const MemoryRule& r, const at::Tensor& x, const Mem
   return x.size(1) > 0 && r.structure == Structure::Linear && r.bias == Bias::L2 && r.window == 1 &&
          (r.optimiser == Optimiser::GdMomentum || (r.optimiser == Optimiser::Dgd && !r.dgd_per_feature)) &&
          (r.retention == Retention::L2Decay || r.retention == Retention::None) && state.memory.size() == 1 &&
-         !state.latent.defined() && state.tokens % chunk == 0 && x.device().is_cpu() &&
+         !state.latent.defined() && state.tokens % chunk == 0 && cpu_kernels_on(x.device()) &&
          (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble);
 }
 
@@ -486,7 +487,7 @@ ForwardOutput MemoryLayerImpl::forward(const at::Tensor& x, MemoryState& state, 
   ChunkRunner runner(*this, state, record);
   std::vector<ChunkResult> results;
   // Whole chunks from a boundary, for the linear dual form: all at once (linear_chunk_scan.h).
-  const bool scan = chunk_scan_.value_or(!x.device().is_cpu());
+  const bool scan = chunk_scan_.value_or(!cpu_kernels_on(x.device()));
   const int64_t scanned = scan ? linear_chunk_scan_tokens(r, state, T, chunk, record) : 0;
   if (scanned > 0) {
     results.emplace_back();

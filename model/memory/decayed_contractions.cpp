@@ -6,6 +6,8 @@
 
 #include <vector>
 
+#include "model/util/cpu_kernels.h"
+
 namespace memscope::model {
 
 namespace {
@@ -88,7 +90,8 @@ void mixed_read_head(const Head<T>& h, const T* gram, const T* d_o, T* out, bool
 }  // namespace
 
 bool decayed_contractions_apply(const at::Tensor& like) {
-  return like.device().is_cpu() && (like.scalar_type() == at::kFloat || like.scalar_type() == at::kDouble) &&
+  return cpu_kernels_on(like.device()) &&
+         (like.scalar_type() == at::kFloat || like.scalar_type() == at::kDouble) &&
          !at::GradMode::is_enabled();
 }
 

@@ -20,6 +20,7 @@
 #include "model/memory/attentional_bias.h"
 #include "model/memory/fused_step_state.h"
 #include "model/memory/memory_layer.h"
+#include "model/util/cpu_kernels.h"
 #include "model/util/weight_key.h"
 
 namespace memscope::model {
@@ -57,7 +58,7 @@ bool MemoryLayerImpl::fused_step_applies(const at::Tensor& x_t, const MemoryStat
           (r.optimiser == Optimiser::Dgd && !mlp && !r.dgd_per_feature && r.window == 1 &&
            r.feature_map == FeatureMapKind::Identity)) &&  // fused_window_step has no dgd
          (r.retention == Retention::L2Decay || r.retention == Retention::None) &&
-         feature_dim_ == head_dim_ && x_t.device().is_cpu() && x_t.scalar_type() == at::kFloat &&
+         feature_dim_ == head_dim_ && cpu_kernels_on(x_t.device()) && x_t.scalar_type() == at::kFloat &&
          float_weights && !state.latent.defined();
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/memory/small_gemm.h"
+#include "model/util/cpu_kernels.h"
 
 namespace memscope::model {
 
@@ -44,7 +45,7 @@ constexpr int64_t kSmallShortSide = 64, kSmallLongSide = 256;
 }  // namespace
 
 at::Tensor newton_schulz_small(const at::Tensor& g, const NsSchedule& schedule) {
-  if (g.dim() < 2 || g.device().type() != at::kCPU || g.scalar_type() != at::kFloat || g.requires_grad() ||
+  if (g.dim() < 2 || !cpu_kernels_on(g.device()) || g.scalar_type() != at::kFloat || g.requires_grad() ||
       std::min(g.size(-2), g.size(-1)) > kSmallShortSide || std::max(g.size(-2), g.size(-1)) > kSmallLongSide)
     return newton_schulz(g, schedule);
   const bool transposed = g.size(-2) > g.size(-1);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/nn/sliding_window_attention.h"
+#include "model/util/cpu_kernels.h"
 #include "model/util/weight_key.h"
 
 namespace memscope::model {
@@ -19,7 +20,7 @@ namespace memscope::model {
 bool SlidingWindowAttentionImpl::fused_step_applies(const at::Tensor& x, const KvCache& cache,
                                                     const at::Tensor& extra) const {
   return x.dim() == 3 && x.size(1) == 1 && !extra.defined() && options_.segment == 0 &&
-         !at::GradMode::is_enabled() && x.device().is_cpu() && x.scalar_type() == at::kFloat &&
+         !at::GradMode::is_enabled() && cpu_kernels_on(x.device()) && x.scalar_type() == at::kFloat &&
          w_q.scalar_type() == at::kFloat && cache.k.scalar_type() == at::kFloat;
 }
 

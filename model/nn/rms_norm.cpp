@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "model/util/cpu_kernels.h"
+
 namespace memscope::model {
 
 RmsNormImpl::RmsNormImpl(int64_t dim, double eps) : eps_(eps) {
@@ -11,7 +13,7 @@ RmsNormImpl::RmsNormImpl(int64_t dim, double eps) : eps_(eps) {
 at::Tensor RmsNormImpl::forward(const at::Tensor& x) const {
   // Without autograd on the CPU in float32 (a debugger's token step), one pass per row: the five
   // ATen calls below were a fifth of demo-mqar's step at one token (issue 20).
-  if (!at::GradMode::is_enabled() && x.device().is_cpu() && x.scalar_type() == at::kFloat &&
+  if (!at::GradMode::is_enabled() && cpu_kernels_on(x.device()) && x.scalar_type() == at::kFloat &&
       weight.scalar_type() == at::kFloat && x.size(-1) == weight.size(0)) {
     const at::Tensor in = x.contiguous();
     at::Tensor out = at::empty_like(in);

@@ -2,6 +2,9 @@
 
 #include <stdexcept>
 
+#include "model/util/cpu_kernels.h"
+#include "model/util/host_reads.h"
+
 #ifdef MEMSCOPE_CUDA
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
@@ -21,13 +24,32 @@ struct CudaGraph::Impl {};
 bool CudaGraph::available() { return false; }
 #endif
 
+namespace {
+
+// The warm-up runs the body's work eagerly. A read of the device by the host in it would end the
+// capture half-made (a stream cannot wait while it records), so it is refused here, by name.
+void warm_up_watched(const c10::Device& device, const std::function<void()>& warm_up) {
+  HostReadWatch watch(device.type());
+  warm_up();
+  if (watch.any())
+    throw std::runtime_error(
+        "its work reads the device back on the host, which a CUDA graph cannot capture: " + watch.summary());
+}
+
+}  // namespace
+
 CudaGraph::CudaGraph() : impl_(std::make_unique<Impl>()) {}
 CudaGraph::~CudaGraph() = default;
 
 void CudaGraph::capture(const c10::Device& device, const std::function<void()>& warm_up,
                         const std::function<void()>& body) {
-  if (!device.is_cuda())
+  if (!device.is_cuda()) {
+    // Nothing to record. Where the CPU stands in for a GPU, running its forms (ScopedAtenForms,
+    // cpu_kernels.h), the warm-up still runs, watched: that is how the CPU tests find the reads a
+    // GPU's capture would fail on.
+    if (!cpu_kernels_on(device)) warm_up_watched(device, warm_up);
     throw std::invalid_argument("a CUDA graph records CUDA work, and this model is on " + device.str());
+  }
 #ifdef MEMSCOPE_CUDA
   const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream();
   const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
@@ -36,7 +58,7 @@ void CudaGraph::capture(const c10::Device& device, const std::function<void()>& 
   ready.block(side);
   {
     c10::cuda::CUDAStreamGuard on_side(side);
-    warm_up();
+    warm_up_watched(device, warm_up);
     impl_->graph.capture_begin();
     try {
       body();
@@ -54,7 +76,7 @@ void CudaGraph::capture(const c10::Device& device, const std::function<void()>& 
   captured.record(side);
   captured.block(current);
 #else
-  (void)warm_up, (void)body;
+  (void)body;
   throw std::logic_error("this build has no CUDA graphs");
 #endif
 }

@@ -22,10 +22,13 @@ class CudaGraph {
   // Records the kernels `body` launches. CUDA graphs cannot be captured on the legacy default
   // stream, so this runs on a side stream, after the current stream's work and before its next.
   // `warm_up` runs first, eagerly, on the same side stream: cuBLAS's handles and workspaces and
-  // the autograd engine's per-device state are made there, outside the graph. What `body` throws
-  // is rethrown, with the stream out of capture mode. `device` is where the work lies: a graph
-  // records CUDA work only, so any other is refused (std::invalid_argument) before anything runs;
-  // of a CPU model's work it would record nothing, and every replay would hand back stale outputs.
+  // the autograd engine's per-device state are made there, outside the graph. It is watched for
+  // reads of the device by the host (host_reads.h), which would fail the capture half-way: any
+  // refuses it before it begins (std::runtime_error, naming the ops). What `body` throws is
+  // rethrown, with the stream out of capture mode. `device` is where the work lies: a graph records
+  // CUDA work only, so any other is refused (std::invalid_argument) before anything runs, or, where
+  // the CPU runs a GPU's forms for a test (ScopedAtenForms), after the watched warm-up. Of a CPU
+  // model's work a graph would record nothing, and every replay would hand back stale outputs.
   void capture(const c10::Device& device, const std::function<void()>& warm_up,
                const std::function<void()>& body);
 

@@ -1,0 +1,43 @@
+// Which ops in a piece of work read a device tensor's values back to the host (issue 23).
+//
+// Such a read waits for the device: `item()`, `nonzero()` (and so boolean indexing and
+// masked_select), `unique`, `equal`. Inside a CUDA graph's capture it is an error that leaves the
+// capture half-made, so CudaGraph::capture watches its warm-up pass with this and refuses before
+// capturing, naming the ops. The CPU tests watch the CPU instead: with the ATen forms a GPU runs
+// (cpu_kernels.h), a read the CPU makes there is one the GPU would make.
+//
+// The watch sees every op this thread runs while it lives, and the backward's too, on whichever
+// autograd thread runs it (a thread-local observer travels with autograd's thread-local state), and
+// no other thread's. Up to four watches live at once, on different threads; a fifth waits.
+#pragma once
+#include <c10/core/DeviceType.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+namespace memscope::model {
+
+class HostReadWatch {
+ public:
+  // Watches for reads of tensors on `device`.
+  explicit HostReadWatch(c10::DeviceType device);
+  ~HostReadWatch();
+  HostReadWatch(const HostReadWatch&) = delete;
+  HostReadWatch& operator=(const HostReadWatch&) = delete;
+
+  // The reads seen so far, each named with the op our code called ahead of it where that differs
+  // ("aten::item -> aten::_local_scalar_dense"), → calls.
+  std::map<std::string, int64_t> reads() const;
+  bool any() const { return !reads().empty(); }
+  // "aten::item -> aten::_local_scalar_dense (1 call), aten::nonzero (3 calls)"; empty when there
+  // were none.
+  std::string summary() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace memscope::model
