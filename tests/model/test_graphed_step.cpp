@@ -9,6 +9,7 @@
 #include "model/config/preset.h"
 #include "model/nn/graphed_step.h"
 #include "model/nn/language_model.h"
+#include "support/graphed_cases.h"
 #include "support/test_device.h"
 
 namespace {
@@ -121,18 +122,7 @@ int64_t step_both(const LanguageModel& lm, GraphedStep& graphed, const at::Tenso
 }  // namespace
 
 TEST_CASE("graphed step: every token equals the plain step, state and records included", "[nn][graph]") {
-  struct Case {
-    const char* preset;
-    std::vector<std::string> sets;
-  };
-  const std::vector<Case> cases{
-      {"demo-mqar", {}},                               // MAG, Atlas (Omega window, Muon), persistent tokens
-      {"demo-mqar-titans", {}},                        // conv, gd-momentum, inner clip
-      {"demo-mqar-titans", {"memory.structure=mlp"}},  // the MLP memory: autograd inside the step
-      {"demo-mqar-titans", {"model.block=lmm"}},       // no attention: graphed from the first token
-      {"demo-mqar", {"model.block=mal", "model.persistent=0"}},
-  };
-  for (const Case& c : cases) {
+  for (const memscope::test::PresetCase& c : memscope::test::graphed_step_models()) {
     for (const StepDetail detail : {StepDetail::OutputOnly, StepDetail::Record, StepDetail::RecordLater}) {
       CAPTURE(c.preset, c.sets, static_cast<int>(detail));
       const LanguageModel lm = model_of(c.preset, c.sets);

@@ -11,6 +11,7 @@
 #include "model/config/preset.h"
 #include "model/train/graphed_train_pass.h"
 #include "model/train/trainer.h"
+#include "support/graphed_cases.h"
 #include "support/small_preset.h"
 #include "support/test_device.h"
 
@@ -75,19 +76,7 @@ void check_same_trainers(const Trainer& got, const Trainer& want) {
 
 TEST_CASE("graphed training pass: every step equals the plain step, parameters and last state included",
           "[train][graph]") {
-  struct Case {
-    const char* preset;
-    std::vector<std::string> sets;
-  };
-  const std::vector<Case> cases{
-      {"demo-mqar-titans", {}},                           // Titans: the linear memory's chunkwise form, conv
-      {"demo-mqar", {}},                                  // Atlas: Omega window, Muon, persistent tokens
-      {"demo-mqar-titans", {"memory.structure=mlp"}},     // the MLP memory
-      {"demo-mqar", {"train.chunk=4", "train.bptt=6"}},   // truncated BPTT: two backwards in one pass
-      {"demo-mqar-titans", {"train.module_norms=true"}},  // the norms measured outside the pass
-      {"demo-mqar-titans", {"train.bf16_autocast=true"}},
-  };
-  for (const Case& c : cases) {
+  for (const memscope::test::PresetCase& c : memscope::test::graphed_training_configs()) {
     CAPTURE(c.preset, c.sets);
     Trainer plain(small_preset(c.preset, c.sets)), graphed(small_preset(c.preset, c.sets));
     graphed.use_graphed_pass(capturing());

@@ -17,6 +17,7 @@
 #include "model/util/cpu_kernels.h"
 #include "model/util/cuda_graph.h"
 #include "model/util/host_reads.h"
+#include "support/graphed_cases.h"
 #include "support/small_preset.h"
 #include "support/test_device.h"
 
@@ -125,20 +126,8 @@ TEST_CASE(
     "host reads: the inspect step's graph reads nothing back, in a GPU's forms, for every model it takes",
     "[graph][host_reads]") {
   const ScopedAtenForms gpu_forms;
-  struct Case {
-    const char* preset;
-    std::vector<std::string> sets;
-  };
-  // test_graphed_step.cpp's models.
-  const std::vector<Case> cases{
-      {"demo-mqar", {}},
-      {"demo-mqar-titans", {}},
-      {"demo-mqar-titans", {"memory.structure=mlp"}},
-      {"demo-mqar-titans", {"model.block=lmm"}},
-      {"demo-mqar", {"model.block=mal", "model.persistent=0"}},
-  };
   torch::NoGradGuard no_grad;
-  for (const Case& c : cases) {
+  for (const memscope::test::PresetCase& c : memscope::test::graphed_step_models()) {
     for (const StepDetail detail : {StepDetail::OutputOnly, StepDetail::Record, StepDetail::RecordLater}) {
       CAPTURE(c.preset, c.sets, static_cast<int>(detail));
       const Preset p = load_preset(c.preset, c.sets);
@@ -161,17 +150,10 @@ TEST_CASE(
 TEST_CASE(
     "host reads: the training pass's graph reads nothing back, in a GPU's forms, for every model it takes",
     "[graph][host_reads][train]") {
-  const std::vector<std::pair<const char*, std::vector<std::string>>> cases{
-      {"demo-mqar-titans", {}},  // the GPU benchmark's model, made small
-      {"demo-mqar", {}},
-      {"demo-mqar-titans", {"memory.structure=mlp"}},
-      {"demo-mqar", {"train.chunk=4", "train.bptt=6"}},
-      {"demo-mqar-titans", {"train.module_norms=true"}},
-      {"demo-mqar-titans", {"train.bf16_autocast=true"}},
-      {"demo-mqar-atlas-mlp", {}},
-      {"demo-mqar-hope", {}},  // HOPE's blocks and the CMS: the inspect step's graph leaves them out
-      {"hope-cms-only", {}},
-  };
+  std::vector<memscope::test::PresetCase> cases = memscope::test::graphed_training_configs();
+  // Beyond the graph's own tests: Atlas's MLP memory, and HOPE's blocks and the CMS, which the
+  // inspect step's graph leaves out.
+  cases.insert(cases.end(), {{"demo-mqar-atlas-mlp", {}}, {"demo-mqar-hope", {}}, {"hope-cms-only", {}}});
   for (const auto& [preset, sets] : cases) {
     CAPTURE(preset, sets);
     std::vector<std::string> all{"train.module_norms=false"};
