@@ -124,7 +124,8 @@ SteppedToken step_token(const LanguageModel& model, LmState state, const at::Ten
   // after the write of a general (MLP) step is left to the probes, which finish the record on
   // their own thread (SideJob::Probes) while this one steps the next token.
   const StepDetail detail = probe ? StepDetail::RecordLater : StepDetail::OutputOnly;
-  s.graphed = graphed && GraphedStep::applies(*model, state, chunk);
+  if (graphed) s.graph_skip = GraphedStep::not_applicable(*model, state, chunk);
+  s.graphed = graphed && s.graph_skip.empty();
   s.out = s.graphed ? graphed->step(*model, token, state, detail) : model->step(token, state, chunk, detail);
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (probe && copies) s.probed = copy_for_probes(state, s.out.records);
@@ -159,6 +160,7 @@ void Branch::start_over(std::unique_ptr<Trainer> trainer) {
   graphed_.reset();
   graph_failure_.clear();  // a new model may capture
   graph_notices_ = {};
+  graph_tally_ = {};
   graphed_step_forced_.reset();
   trainer_ = std::move(trainer);
   inspect_ = trainer_->model()->initial_state(1);
@@ -298,9 +300,17 @@ std::shared_ptr<Frame> Branch::inspect_frame(std::vector<Event>& events) {
       }
       gate_fault_.pending = false;
     }
+    GraphedStep* graphed = graphed_step();  // a planted gate is an override: applies() says no
+    const int64_t captured = graphed ? graphed->captures() : 0, replayed = graphed ? graphed->replays() : 0;
     stepped = step_token(model, inspect_, sequence_tokens_.narrow(0, cursor_.token_index, 1), inspect_chunk(),
-                         probe, copies_for_probes(),
-                         graphed_step());  // a planted gate is an override: applies() says no
+                         probe, copies_for_probes(), graphed);
+    if (graphed) {
+      GraphTally& t = graph_tally_;
+      ++t.tokens;
+      t.tokens_replayed += graphed->replays() - replayed;
+      t.step_captures += graphed->captures() - captured;
+      if (!stepped->graph_skip.empty()) t.token_skip = stepped->graph_skip;
+    }
   }
   // The state before this token: with SideJob::NextToken freed with the last token, on the side
   // thread (below); else here.
@@ -532,11 +542,13 @@ void Branch::drop_stepped_ahead() {
 
 Branch::~Branch() { drop_stepped_ahead(); }
 
+bool Branch::step_graph_wanted() const {
+  return graphed_step_forced_.has_value() ||
+         (preset().engine.cuda_graph && GraphedStep::capture_available() && trainer_->device().is_cuda());
+}
+
 GraphedStep* Branch::graphed_step() {
-  const bool on =
-      graphed_step_forced_.has_value() || (preset().engine.cuda_graph && GraphedStep::capture_available() &&
-                                           trainer_->model()->embedding.device().is_cuda());
-  if (!on || !graph_failure_.empty()) return nullptr;
+  if (!step_graph_wanted() || !graph_failure_.empty()) return nullptr;
   if (!graphed_) graphed_ = std::make_unique<GraphedStep>(graphed_step_forced_.value_or(true));
   return graphed_.get();
 }
@@ -577,11 +589,56 @@ void Branch::note_graphs(int64_t step, std::vector<Event>& events) {
   }
 }
 
+std::string Branch::graph_summary() const {
+  const bool step_wanted = step_graph_wanted(), pass_wanted = trainer_->pass_graph_wanted();
+  if (!step_wanted && !pass_wanted)
+    return trainer_->device().is_cuda() && !preset().engine.cuda_graph ? "CUDA graphs off (engine.cuda_graph)"
+                                                                       : "";
+  // "step graph 510/512 tokens, 4 captures; not: a gate override is in force"
+  auto tally = [](const std::string& graph, int64_t replayed, int64_t offered, const char* unit,
+                  int64_t captures, const std::string& skip) {
+    std::string line = graph + " " + std::to_string(replayed) + "/" + std::to_string(offered) + " " + unit;
+    if (captures > 0) line += ", " + std::to_string(captures) + (captures == 1 ? " capture" : " captures");
+    if (replayed < offered && !skip.empty()) line += "; not: " + skip;
+    return line;
+  };
+  const GraphTally& t = graph_tally_;
+  std::vector<std::string> parts;
+  if (step_wanted && !graph_failure_.empty())
+    parts.push_back("step graph failed, stepping eagerly (the events say why)");
+  else if (step_wanted && t.tokens > 0)
+    parts.push_back(
+        tally("step graph", t.tokens_replayed, t.tokens, "tokens", t.step_captures, t.token_skip));
+  const GraphedTrainPass* pass = trainer_->graphed_pass();
+  if (pass_wanted && pass && !pass->failure().empty())
+    parts.push_back("training graph failed, training eagerly (the events say why)");
+  else if (pass_wanted && t.passes > 0)
+    parts.push_back(
+        tally("training graph", t.passes_replayed, t.passes, "passes", t.pass_captures, t.pass_skip));
+  if (parts.empty()) return "CUDA graphs on, nothing stepped yet";
+  std::string line = parts.front();
+  for (size_t i = 1; i < parts.size(); ++i) line += " | " + parts[i];
+  return line;
+}
+
 std::shared_ptr<Frame> Branch::train_frame() {
   drop_stepped_ahead();  // the training step edits the weights a token ahead would read
   graphed_.reset();      // and that a captured graph read (in place, but a graph is cheap to re-capture)
   const auto start = std::chrono::steady_clock::now();
+  // The graph's tally (graph_summary), around the step: its pass is made by the first graphed step.
+  const bool pass_wanted = trainer_->pass_graph_wanted();
+  const std::string pass_skip = trainer_->pass_graph_not_applicable();
+  const GraphedTrainPass* before = trainer_->graphed_pass();
+  const int64_t captured = before ? before->captures() : 0, replayed = before ? before->replays() : 0;
   const TrainStepResult r = trainer_->train_step();
+  if (pass_wanted) {
+    GraphTally& t = graph_tally_;
+    const GraphedTrainPass* pass = trainer_->graphed_pass();
+    ++t.passes;
+    t.passes_replayed += pass ? pass->replays() - (pass == before ? replayed : 0) : 0;
+    t.pass_captures += pass ? pass->captures() - (pass == before ? captured : 0) : 0;
+    if (!pass_skip.empty()) t.pass_skip = pass_skip;
+  }
   auto frame = model::train_frame(*trainer_, r, step_ + 1, id_, preset().probe);
   frame->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return frame;

@@ -83,6 +83,7 @@ struct SteppedToken {
   std::optional<LmState> probed;                 // probed with engine.overlap: the probes' copy of `state`
   double seconds = 0;                            // the step's own time
   bool graphed = false;                          // replayed through a CUDA graph (engine.cuda_graph)
+  std::string graph_skip;  // offered a graph and not taken: why (GraphedStep::not_applicable)
 };
 
 class Branch {
@@ -132,6 +133,10 @@ class Branch {
   OverlapGauge& overlap_gauge() { return overlap_gauge_; }
   // Inspect tokens replayed through a CUDA graph (engine.cuda_graph), for tests and the status line.
   int64_t tokens_graphed() const { return graphed_tokens_; }
+  // What the CUDA graphs have done for this model, in one line for the status line: "step graph
+  // 510/512 tokens, 4 captures", or why a graph is not taken. Empty where no graph is asked for
+  // (a CPU model); "CUDA graphs off (engine.cuda_graph)" on a CUDA model with the knob off.
+  std::string graph_summary() const;
   // For tests, until the run starts over: the inspect step through GraphedStep(capture) and the
   // training pass through Trainer::use_graphed_pass(capture), on any device and whatever the knob.
   // On a CPU model capture=true fails, as a capture can.
@@ -213,6 +218,14 @@ class Branch {
   std::string graph_failure_;   // why a capture failed: this model steps without graphs until start_over
   std::optional<bool> graphed_step_forced_;  // use_graphs' capture
   GraphedStep* graphed_step();  // null where graphs do not apply (the CPU, the knob off, no CUDA build)
+  bool step_graph_wanted() const;  // engine.cuda_graph on a CUDA model, or use_graphs
+  // What the graphs have done since the model was made (start_over), for graph_summary().
+  struct GraphTally {
+    int64_t tokens = 0, tokens_replayed = 0, step_captures = 0;  // inspect tokens offered the step's graph
+    int64_t passes = 0, passes_replayed = 0, pass_captures = 0;  // training passes offered the pass's graph
+    std::string token_skip, pass_skip;  // why the last one offered and not taken was not
+  };
+  GraphTally graph_tally_;
   // What the events have said of the graphs, so each is said once per model (start_over).
   struct GraphNotices {
     bool step_captured = false, step_failed = false, pass_captured = false, pass_failed = false;

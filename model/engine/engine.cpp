@@ -54,6 +54,8 @@ std::vector<int64_t> Engine::steps() const {
   return out;
 }
 
+std::string Engine::graphs() const { return branches_.front()->graph_summary(); }
+
 void Engine::publish_rings() {
   std::vector<std::shared_ptr<FrameRing>> rings;
   for (const auto& b : branches_) rings.push_back(b->ring());

@@ -47,6 +47,7 @@ class Engine : public TimelineSource {
   void apply(const Command& command, std::vector<Event>& events) override;
   Preset preset() const override;
   std::vector<int64_t> steps() const override;
+  std::string graphs() const override;  // the main timeline's
 
  private:
   void publish_rings();

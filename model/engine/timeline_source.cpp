@@ -225,8 +225,10 @@ void TimelineSource::set_last_error(const std::string& message) {
 void TimelineSource::refresh_status() {
   const Preset p = preset();
   const std::vector<int64_t> s = steps();
+  std::string g = graphs();
   std::lock_guard<std::mutex> lock(state_mutex_);
   status_.preset = p;
+  status_.graphs = std::move(g);
   status_.steps = s;
   status_.breakpoints = breakpoints_;
   status_.recording = recorder_ ? recorder_->path() : "";
@@ -234,6 +236,12 @@ void TimelineSource::refresh_status() {
 
 double steady_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void TimelineSource::refresh_graphs() {
+  std::string g = graphs();
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  status_.graphs = std::move(g);
 }
 
 void TimelineSource::mark_busy(const std::string& what) {
@@ -246,6 +254,7 @@ void TimelineSource::step_all() {
   mark_busy("step");
   std::vector<Event> fired = step();
   mark_busy("");
+  refresh_graphs();
   if (nothing_yet_) {
     // Nothing to play yet: Step(n) still owes its n frames; look again shortly (commands land
     // meanwhile, so Pause and the rest answer within this wait).

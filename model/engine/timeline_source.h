@@ -45,6 +45,8 @@ struct EngineStatus {
   std::string last_error;     // empty when the last command and step succeeded
   std::vector<Breakpoint> breakpoints;
   std::string recording;      // the session being written, "" when none
+  // What the main timeline's CUDA graphs do (Branch::graph_summary): "" where none is asked for.
+  std::string graphs;
   // When the step or command in flight began (steady clock, seconds); 0 when none is. The GUI's
   // busy indicator shows how long a slow step (a HOPE step, a rewind, a step-into) has run.
   double busy_since = 0;
@@ -102,6 +104,7 @@ class TimelineSource {
   virtual void apply(const Command& command, std::vector<Event>& events) = 0;
   virtual Preset preset() const = 0;         // the main timeline's knobs
   virtual std::vector<int64_t> steps() const = 0;
+  virtual std::string graphs() const { return ""; }  // EngineStatus::graphs
 
   // Helpers for step() and apply().
   void emit(Event event);
@@ -129,6 +132,7 @@ class TimelineSource {
   void execute(const Command& command);
   void step_all();
   void mark_busy(const std::string& what);  // "": nothing in flight
+  void refresh_graphs();                    // the status's graphs, after each step
   void start_recording(const Command& command);
   void stop_recording();
 

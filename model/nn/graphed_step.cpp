@@ -116,9 +116,17 @@ void GraphedStep::reset() {
 }
 
 bool GraphedStep::applies(const LanguageModelImpl& model, const LmState& state, int64_t chunk) {
+  return not_applicable(model, state, chunk).empty();
+}
+
+std::string GraphedStep::not_applicable(const LanguageModelImpl& model, const LmState& state, int64_t chunk) {
   const LmConfig& c = model.config();
-  if (chunk != 1 || c.block == BlockKind::Mac || c.block == BlockKind::Hope || c.uses_cms()) return false;
-  if (static_cast<int64_t>(state.blocks.size()) != model.layers() || gate_override_in_force(model)) return false;
+  if (chunk != 1) return "the inspect chunk is over 1";  // the chunked step branches on the stream position
+  if (c.block == BlockKind::Mac) return "a MAC block's step branches on the host";
+  if (c.block == BlockKind::Hope) return "a HOPE block's step branches on the host";
+  if (c.uses_cms()) return "the CMS levels' step branches on the host";
+  if (static_cast<int64_t>(state.blocks.size()) != model.layers()) return "the state is not this model's";
+  if (gate_override_in_force(model)) return "a gate override is in force";
   for (int64_t l = 0; l < model.layers(); ++l) {
     const Block& block = model.block(l);
     if (block->attention) {
@@ -127,12 +135,14 @@ bool GraphedStep::applies(const LanguageModelImpl& model, const LmState& state, 
       // host, fixed by the capture (sliding_window_attention.cpp).
       const KvCache& cache = state.blocks[static_cast<size_t>(l)].attention;
       const int64_t window = block->attention->options().window;
-      if (window < 2 || !cache.k.defined()) return false;
+      if (window < 2) return "an attention window of 1 takes its position from the host";
+      if (!cache.k.defined()) return "an attention cache is missing";
       const int64_t keys = cache.k.size(2);
-      if (keys > window - 1 || (keys < window - 1 && keys != cache.next)) return false;
+      if (keys > window - 1 || (keys < window - 1 && keys != cache.next))
+        return "an attention cache is not the stream's";
     }
   }
-  return true;
+  return "";
 }
 
 bool GraphedStep::gate_override_in_force(const LanguageModelImpl& model) {

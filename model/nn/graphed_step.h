@@ -47,6 +47,9 @@ class GraphedStep {
   // stream began (pad_caches); no gate override in force (an override's values are copied from the
   // host at every step); on CUDA when capturing.
   static bool applies(const LanguageModelImpl& model, const LmState& state, int64_t chunk);
+  // Why step() cannot take this token, in a few words for the status line ("a HOPE block's step
+  // branches on the host"); empty where it can. applies() is this being empty.
+  static std::string not_applicable(const LanguageModelImpl& model, const LmState& state, int64_t chunk);
 
   // Whether any memory layer has a gate override in force. Its values are copied from the host at
   // every step, which a graph can neither repeat nor capture; the training pass's graph

@@ -327,6 +327,7 @@ void RemoteServer::queue_status(Viewer& v, const EngineStatus& s, double now) {
   r.recording = s.recording;
   r.busy_seconds = s.busy_since > 0 ? now - s.busy_since : 0;
   r.busy_with = s.busy_with;
+  r.graphs = s.graphs;
   r.commands_taken = v.commands_taken;
   r.frames_missed = v.frames_missed;
   r.events_missed = v.events_missed;

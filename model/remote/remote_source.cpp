@@ -287,6 +287,7 @@ EngineStatus RemoteSource::status() const {
   s.recording = remote_.recording;
   s.busy_since = connected_ && remote_.busy_seconds > 0 ? steady_seconds() - remote_.busy_seconds : 0;
   s.busy_with = remote_.busy_with;
+  s.graphs = remote_.graphs;
   s.remote = options_.endpoint.text();
   s.remote_server = welcome_.server;
   s.connected = connected_;

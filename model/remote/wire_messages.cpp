@@ -219,6 +219,7 @@ std::string encode_status(const RemoteStatus& s) {
               {"recording", s.recording},
               {"busy_seconds", s.busy_seconds},
               {"busy_with", s.busy_with},
+              {"graphs", s.graphs},
               {"commands_taken", s.commands_taken},
               {"frames_missed", s.frames_missed},
               {"events_missed", s.events_missed}}
@@ -247,6 +248,7 @@ RemoteStatus decode_status(const std::string& payload, const std::string& peer) 
   s.recording = r.text("recording", 4096);
   s.busy_seconds = r.number("busy_seconds");
   s.busy_with = r.text("busy_with", 4096);
+  if (r.has("graphs")) s.graphs = r.text("graphs", 4096);
   s.commands_taken = r.integer("commands_taken", 0, INT64_MAX);
   s.frames_missed = r.integer("frames_missed", 0, INT64_MAX);
   s.events_missed = r.integer("events_missed", 0, INT64_MAX);

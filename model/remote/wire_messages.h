@@ -41,6 +41,7 @@ struct RemoteStatus {
   std::string recording;
   double busy_seconds = 0;  // how long the step or command in flight has run (0: none)
   std::string busy_with;
+  std::string graphs;          // EngineStatus::graphs; absent from a run older than it
   int64_t commands_taken = 0;  // the sequence number of the last command this viewer sent that the run took
   int64_t frames_missed = 0;   // frames the run dropped for this viewer (never for a recording)
   int64_t events_missed = 0;

@@ -289,14 +289,23 @@ void Trainer::use_graphed_pass(bool capture) {
   graphed_pass_forced_ = true;
 }
 
-GraphedTrainPass* Trainer::graphed_pass_for_step() {
-  const bool on = graphed_pass_forced_ || (preset_.engine.cuda_graph && device().is_cuda() &&
-                                           GraphedTrainPass::capture_available());
+bool Trainer::pass_graph_wanted() const {
+  return graphed_pass_forced_ ||
+         (preset_.engine.cuda_graph && device().is_cuda() && GraphedTrainPass::capture_available());
+}
+
+std::string Trainer::pass_graph_not_applicable() const {
   // Data-parallel, the collectives run inside the backward; a gate override's values are copied
   // from the host at every step (the inspect step's graph steps aside for them too); MAC's segment
   // attention picks the keys it keeps with nonzero(), a read of the device from the host.
-  if (!on || data_parallel_ || GraphedStep::gate_override_in_force(*model_) ||
-      model_->config().block == BlockKind::Mac) {
+  if (data_parallel_) return "data-parallel: the collectives run inside the backward";
+  if (GraphedStep::gate_override_in_force(*model_)) return "a gate override is in force";
+  if (model_->config().block == BlockKind::Mac) return "a MAC block picks its keys on the host";
+  return "";
+}
+
+GraphedTrainPass* Trainer::graphed_pass_for_step() {
+  if (!pass_graph_wanted() || !pass_graph_not_applicable().empty()) {
     if (graphed_pass_) graphed_pass_->reset();  // the plain step drops the gradients a graph made
     return nullptr;
   }

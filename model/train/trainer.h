@@ -109,6 +109,11 @@ class Trainer {
   // engine.cuda_graph on gets one, unless data-parallel; tests force the buffers on the CPU.
   void use_graphed_pass(bool capture);
   const GraphedTrainPass* graphed_pass() const { return graphed_pass_.get(); }
+  // Whether the pass's graph is asked for: engine.cuda_graph on a CUDA model, or use_graphed_pass.
+  bool pass_graph_wanted() const;
+  // Why this step's pass cannot be graphed, in a few words for the status line ("data-parallel");
+  // empty where it can.
+  std::string pass_graph_not_applicable() const;
 
   // Fault injection (issue 19's corrupt batch): the next training step's batch is replaced by
   // uniformly random tokens and targets at the same positions, as a corrupt data shard would be.

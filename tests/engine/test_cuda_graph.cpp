@@ -116,3 +116,88 @@ TEST_CASE("engine.cuda_graph: the events say once per model whether each graph c
   CHECK(back.kind == EventKind::Notice);
   CHECK(back.message == notices[0].message);
 }
+
+TEST_CASE("engine.cuda_graph: the status line says what the graphs did, or why a token was not graphed",
+          "[engine]") {
+  // Branch::graph_summary, shown on the GUI's status line (EngineStatus::graphs). On the CPU the
+  // knob asks for no graph and the line is empty; a test forces the graphs on, as use_graphs may.
+  const bool cuda = test::test_device().is_cuda();
+  std::vector<Event> events;
+  auto advance = [&](Branch& b, int n) {
+    for (int i = 0; i < n; ++i) b.advance(events);
+  };
+  auto options = test::small_engine({"engine.cuda_graph=true"});
+  const Preset preset = load_preset(options.preset, options.sets);
+
+  SECTION("the knob alone: nothing on the CPU; on CUDA, tokens replayed through captured graphs") {
+    Branch branch(0, preset);
+    advance(branch, 12);
+    const std::string line = branch.graph_summary();
+    INFO(line);
+    if (!cuda) {
+      CHECK(line.empty());
+      return;
+    }
+    CHECK_THAT(line, Catch::StartsWith("step graph ") && Catch::Contains("/12 tokens, ") &&
+                         Catch::Contains(" captures"));
+    CHECK_THAT(line, !Catch::StartsWith("step graph 0/"));
+  }
+  SECTION("the knob off on a CUDA model says so") {
+    options.sets.push_back("engine.cuda_graph=false");
+    Branch branch(0, load_preset(options.preset, options.sets));
+    advance(branch, 2);
+    CHECK(branch.graph_summary() == (cuda ? "CUDA graphs off (engine.cuda_graph)" : ""));
+  }
+  SECTION("a token the graph cannot take is counted, with why") {
+    Branch branch(0, preset);
+    branch.use_graphs(false);  // the graphs' buffers, stepped eagerly: offered every token, replaying none
+    CHECK(branch.graph_summary() == "CUDA graphs on, nothing stepped yet");
+    advance(branch, 5);
+    CHECK(branch.graph_summary() == "step graph 0/5 tokens");
+    Command nan_gate{Command::Kind::NanGate};
+    nan_gate.layer = 0;
+    nan_gate.head = 1;
+    nan_gate.value = "lr";
+    branch.apply(nan_gate);
+    advance(branch, 1);
+    CHECK(branch.graph_summary() == "step graph 0/6 tokens; not: a gate override is in force");
+  }
+  SECTION("a failed capture is said, on the status line as in the events") {
+    auto train = test::small_engine(
+        {"engine.mode=train+inspect", "engine.inspect_every=2", "engine.inspect_tokens=3"});
+    Branch branch(0, load_preset(train.preset, train.sets));
+    branch.use_graphs(true);
+    advance(branch, 6);
+    const std::string line = branch.graph_summary();
+    INFO(line);
+    if (cuda) {
+      CHECK_THAT(line, Catch::StartsWith("step graph ") && Catch::Contains(" | training graph "));
+      return;
+    }
+    CHECK(
+        line ==
+        "step graph failed, stepping eagerly (the events say why) | training graph failed, training eagerly "
+        "(the events say why)");
+  }
+  SECTION("HOPE's step branches on the host, and the line says so") {
+    auto hope = test::small_engine({"engine.cuda_graph=true"});
+    hope.preset = "demo-mqar-hope";
+    Branch branch(0, load_preset(hope.preset, hope.sets));
+    branch.use_graphs(false);
+    advance(branch, 2);
+    CHECK(branch.graph_summary() == "step graph 0/2 tokens; not: a HOPE block's step branches on the host");
+  }
+}
+
+TEST_CASE("engine.cuda_graph: the engine's status carries the main timeline's graph line", "[engine]") {
+  Engine engine(test::small_engine({"engine.cuda_graph=true"}));
+  engine.start();
+  engine.post(Command::steps(4));
+  engine.wait_idle();
+  const std::string graphs = engine.status().graphs;
+  INFO(graphs);
+  if (test::test_device().is_cuda())
+    CHECK_THAT(graphs, Catch::StartsWith("step graph ") && Catch::Contains("/4 tokens"));
+  else
+    CHECK(graphs.empty());
+}

@@ -1,9 +1,9 @@
 // The viewer/run wire (issue 22): framing, bounds, versions and the message codecs, and the fuzz
 // corpus (fuzz/corpus/wire) under random mutations through the fuzzer's own input function.
 #include <catch2/catch.hpp>
-
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 
@@ -95,7 +95,13 @@ TEST_CASE("wire: commands, status, events and frames survive a round trip", "[se
   s.breakpoints = {c.breakpoint};
   s.frames_missed = 7;
   s.commands_taken = 3;
+  s.graphs = "step graph 510/512 tokens, 4 captures";
   const RemoteStatus t = decode_status(encode_status(s), "t");
+  CHECK(t.graphs == s.graphs);
+  // A run from before the status said what its graphs do: none said, none shown.
+  nlohmann::json older = nlohmann::json::parse(encode_status(s));
+  older.erase("graphs");
+  CHECK(decode_status(older.dump(), "t").graphs.empty());
   CHECK(t.running);
   CHECK_FALSE(t.idle);
   CHECK(t.steps == s.steps);
