@@ -36,6 +36,21 @@ bool reads_host(const char* name) {
   return false;
 }
 
+// A copy between the watched device and the host: device to host is a read the host waits for;
+// host to device, recorded into a graph, would copy whatever that host memory holds at each replay
+// (and from pageable memory it cannot be recorded at all). Never said for the CPU, whose copies
+// stay on the host. copy_(self, src, non_blocking) is what every .to(), .cpu() and copy comes to.
+const char* crossing(const at::RecordFunction& fn, c10::DeviceType device) {
+  if (device == c10::DeviceType::CPU || std::strcmp(fn.name(), "aten::copy_") != 0) return nullptr;
+  const auto inputs = fn.inputs();
+  if (inputs.size() < 2 || !inputs[0].isTensor() || !inputs[1].isTensor()) return nullptr;
+  const c10::DeviceType to = inputs[0].toTensor().device().type(),
+                        from = inputs[1].toTensor().device().type();
+  if (to == c10::DeviceType::CPU && from == device) return " (device to host)";
+  if (to == device && from == c10::DeviceType::CPU) return " (host to device)";
+  return nullptr;
+}
+
 bool touches(const at::RecordFunction& fn, c10::DeviceType device) {
   for (const c10::IValue& input : fn.inputs())
     if (input.isTensor() && input.toTensor().defined() && input.toTensor().device().type() == device)
@@ -68,8 +83,9 @@ std::unique_ptr<at::ObserverContext> enter(const at::RecordFunction& fn) {
   std::vector<const char*>& ops = running<S>;
   ops.push_back(fn.name());
   Slot& slot = slots[S];
-  if (reads_host(fn.name()) && touches(fn, slot.device)) {
-    std::string read = fn.name();
+  const char* crossed = crossing(fn, slot.device);
+  if (crossed || (reads_host(fn.name()) && touches(fn, slot.device))) {
+    std::string read = std::string(fn.name()) + (crossed ? crossed : "");
     if (ops.size() > 1) read = ops.front() + (" -> " + read);
     std::lock_guard<std::mutex> lock(slot.lock);
     ++slot.reads[read];

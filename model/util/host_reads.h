@@ -1,10 +1,12 @@
 // Which ops in a piece of work read a device tensor's values back to the host (issue 23).
 //
 // Such a read waits for the device: `item()`, `nonzero()` (and so boolean indexing and
-// masked_select), `unique`, `equal`. Inside a CUDA graph's capture it is an error that leaves the
-// capture half-made, so CudaGraph::capture watches its warm-up pass with this and refuses before
-// capturing, naming the ops. The CPU tests watch the CPU instead: with the ATen forms a GPU runs
-// (cpu_kernels.h), a read the CPU makes there is one the GPU would make.
+// masked_select), `unique`, `equal`, and any copy of device values to the host. Inside a CUDA
+// graph's capture it is an error that leaves the capture half-made, so CudaGraph::capture watches
+// its warm-up pass with this and refuses before capturing, naming the ops. A copy from the host to
+// the device is named too: a graph would replay it from the same host memory, or fail to record it.
+// The CPU tests watch the CPU instead: with the ATen forms a GPU runs (cpu_kernels.h), a read the
+// CPU makes there is one the GPU would make. Copies are the exception, seen on a GPU alone.
 //
 // The watch sees every op this thread runs while it lives, and the backward's too, on whichever
 // autograd thread runs it (a thread-local observer travels with autograd's thread-local state), and
@@ -28,7 +30,7 @@ class HostReadWatch {
   HostReadWatch& operator=(const HostReadWatch&) = delete;
 
   // The reads seen so far, each named with the op our code called ahead of it where that differs
-  // ("aten::item -> aten::_local_scalar_dense"), → calls.
+  // ("aten::item -> aten::_local_scalar_dense", "aten::to -> aten::copy_ (device to host)"), → calls.
   std::map<std::string, int64_t> reads() const;
   bool any() const { return !reads().empty(); }
   // "aten::item -> aten::_local_scalar_dense (1 call), aten::nonzero (3 calls)"; empty when there

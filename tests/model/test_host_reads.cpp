@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 #include <functional>
+#include <iterator>
 #include <thread>
 
 #include "model/config/preset.h"
@@ -94,6 +95,30 @@ TEST_CASE("host reads: only the watched device's tensors, only this thread's wor
   (void)(x * 2 + 1).softmax(0).matmul(x);  // ordinary ops read nothing back
   CHECK_FALSE(watch.any());
   CHECK(watch.summary().empty());
+}
+
+TEST_CASE("host reads: copies between the device and the host are named, copies on the host are not",
+          "[graph][host_reads]") {
+  const at::Tensor x = torch::randn({8});
+  {
+    HostReadWatch watch(c10::kCPU);  // the host's own copies: nothing crosses
+    at::Tensor y = at::empty_like(x);
+    y.copy_(x);
+    (void)x.clone();
+    (void)x.to(at::kDouble);
+    CHECK_FALSE(watch.any());
+  }
+  if (!memscope::test::test_device().is_cuda()) return;  // the rest needs a second device
+  const at::Tensor on_device = x.to(memscope::test::test_device());
+  HostReadWatch watch(c10::kCUDA);
+  (void)on_device.cpu();                      // a read the host waits for
+  (void)x.to(memscope::test::test_device());  // a write a graph would replay from the same memory
+  (void)(on_device * 2).to(at::kDouble);      // on the device: nothing crosses
+  const auto reads = watch.reads();
+  INFO(watch.summary());
+  REQUIRE(reads.size() == 2);
+  CHECK_THAT(reads.begin()->first, Catch::Matchers::EndsWith("aten::copy_ (device to host)"));
+  CHECK_THAT(std::next(reads.begin())->first, Catch::Matchers::EndsWith("aten::copy_ (host to device)"));
 }
 
 TEST_CASE("host reads: CudaGraph::capture refuses a warm-up that reads the device back, naming the op",
