@@ -1,5 +1,6 @@
 #include "model/util/cuda_graph.h"
 
+#include <optional>
 #include <stdexcept>
 
 #include "model/util/cpu_kernels.h"
@@ -16,7 +17,9 @@ namespace memscope::model {
 
 #ifdef MEMSCOPE_CUDA
 struct CudaGraph::Impl {
-  at::cuda::CUDAGraph graph;
+  // Made at the capture: PyTorch 2.x's constructor asks for the current CUDA stream, which a CPU
+  // model in a CUDA build (a machine without a GPU, say) must not.
+  std::optional<at::cuda::CUDAGraph> graph;
 };
 bool CudaGraph::available() { return true; }
 #else
@@ -51,6 +54,9 @@ void CudaGraph::capture(const c10::Device& device, const std::function<void()>& 
     throw std::invalid_argument("a CUDA graph records CUDA work, and this model is on " + device.str());
   }
 #ifdef MEMSCOPE_CUDA
+  // The model's GPU, whichever is current: the streams below are the current device's.
+  c10::cuda::OptionalCUDAGuard on_device;
+  if (device.has_index()) on_device.set_index(device.index());
   const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream();
   const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
   at::cuda::CUDAEvent ready;
@@ -59,18 +65,19 @@ void CudaGraph::capture(const c10::Device& device, const std::function<void()>& 
   {
     c10::cuda::CUDAStreamGuard on_side(side);
     warm_up_watched(device, warm_up);
-    impl_->graph.capture_begin();
+    at::cuda::CUDAGraph& graph = impl_->graph.emplace();
+    graph.capture_begin();
     try {
       body();
     } catch (...) {
       try {
-        impl_->graph.capture_end();  // leaves the stream out of capture mode
+        graph.capture_end();  // leaves the stream out of capture mode
       } catch (...) {
         // The capture's own failure is the one to report.
       }
       throw;
     }
-    impl_->graph.capture_end();
+    graph.capture_end();
   }
   at::cuda::CUDAEvent captured;
   captured.record(side);
@@ -83,7 +90,8 @@ void CudaGraph::capture(const c10::Device& device, const std::function<void()>& 
 
 void CudaGraph::replay() {
 #ifdef MEMSCOPE_CUDA
-  impl_->graph.replay();
+  if (!impl_->graph) throw std::logic_error("a CUDA graph replayed before its capture");
+  impl_->graph->replay();
 #else
   throw std::logic_error("this build has no CUDA graphs");
 #endif
