@@ -1,9 +1,11 @@
 #!/bin/bash
-# Fetches, on an everyday Debian 12 machine, what bench/gpu_gui.sh carries to a GPU machine that has
-# no package registry (GPU.md section 3): the GL loaders into .gl/, and into .guideps/ the GUI's
-# build and run dependencies, base libraries a bare image may lack (.guideps/fallback/, used only if
-# ldd says so), and a stub libLLVM-15 (.guideps/llvm-stub/). Both folders are ignored by git; carry
-# them with the device tool (carry: .devdeps .gl .guideps). About 21 MB in all.
+# Fetches, on an everyday Debian 12 machine, everything bench/gpu_lease.sh carries to a GPU machine
+# that has no package registry: the headless build's header-only libraries into .devdeps/ (GPU.md
+# section 1), and for bench/gpu_gui.sh (GPU.md section 3) the GL loaders into .gl/ and into
+# .guideps/ the GUI's build and run dependencies, base libraries a bare image may lack
+# (.guideps/fallback/, used only if ldd says so), and a stub libLLVM-15 (.guideps/llvm-stub/). The
+# three folders are ignored by git; carry them with the device tool (carry: .devdeps .gl .guideps).
+# About 23 MB in all. Run it once per checkout, before the lease.
 #
 #   bench/gpu_gui_fetch.sh
 #
@@ -12,8 +14,9 @@
 # calls LLVM only while it loads; the stub answers those calls and aborts on any other, by name.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for d in .gl .guideps; do grep -qx "/$d/" .git/info/exclude 2>/dev/null || echo "/$d/" >>.git/info/exclude; done
-mkdir -p .gl .guideps/fallback .guideps/llvm-stub
+mkdir -p .git/info
+for d in .devdeps .gl .guideps; do grep -qx "/$d/" .git/info/exclude 2>/dev/null || echo "/$d/" >>.git/info/exclude; done
+mkdir -p .devdeps .gl .guideps/fallback .guideps/llvm-stub
 
 gl=(libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
 build=(libglfw3 libglfw3-dev libimgui-dev libstb0 libstb-dev libgl-dev libglx-dev libopengl-dev)
@@ -30,6 +33,7 @@ dri=(libgl1-mesa-dri libglx-mesa0 libglapi-mesa libdrm2 libdrm-amdgpu1 libdrm-in
 fallback=(libaudit1 libaudit-common libbz2-1.0 libcap-ng0 libcap2 libexpat1 libgcrypt20 libgpg-error0 liblz4-1
           liblzma5 libpcre2-8-0 libselinux1 libsystemd0 libzstd1 zlib1g)
 
+(cd .devdeps && apt-get download catch2 nlohmann-json3-dev libcli11-dev libtomlplusplus-dev)
 (cd .gl && apt-get download "${gl[@]}")
 (cd .guideps && apt-get download "${build[@]}" "${x11[@]}" "${xvfb[@]}" "${dri[@]}" "${egl[@]}")
 (cd .guideps/fallback && apt-get download "${fallback[@]}")

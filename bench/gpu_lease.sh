@@ -4,10 +4,16 @@
 #
 #   run: bench/gpu_lease.sh    carry: .devdeps .gl .guideps    timeout_s: 560
 #
-# All stages take more than one call's 600 s. With 15 device minutes, two calls back to back (the
-# machine keeps build-gpu while it stays warm, 30 s):
+# The carried folders are ignored by git, so a fresh checkout has none: bench/gpu_gui_fetch.sh
+# fetches all three first, here (seconds, no device time).
+#
+# All stages take more than one call's 600 s. The 15 device minutes count the machine's start (a
+# minute or two) and its idle time too, so two calls back to back, the second at once (the machine
+# keeps build-gpu only while it stays warm, 30 s):
 #   run: LEASE_STAGES="build tests model" bench/gpu_lease.sh    timeout_s: 360
-#   run: LEASE_STAGES="train fla gui" bench/gpu_lease.sh        timeout_s: 480
+#   run: LEASE_STAGES="train fla gui" bench/gpu_lease.sh        timeout_s: what status leaves, less 30
+# Each stage's own limit keeps the rest going; a call cut short still brings back $OUT, and the
+# gui stage, last, is the one a short second call loses.
 #
 # Stages (LEASE_STAGES picks some, default all, in this order):
 #   build   headless build-gpu: the CLI, the model and engine tests, device_bench (~170 s on 16 cores)
