@@ -7,6 +7,10 @@
 // ScopedAtenForms makes the CPU run a GPU's forms, in the whole process while it lives: the CPU
 // tests use it to check, here, the code a GPU runs, e.g. for the host reads a CUDA graph cannot
 // capture (host_reads.h, cuda_graph.h). The probes' CPU kernels are not switched.
+//
+// MEMSCOPE_CPU_KERNELS=0 does the same for a whole run: `memscope`, `memscope-cli` or the tests
+// (README "The GPU's forms on the CPU"), to tell a CPU kernel's result from the ATen form's, or to
+// run every test through the code a GPU runs.
 #pragma once
 #include <c10/core/Device.h>
 

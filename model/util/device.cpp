@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "model/util/cpu_kernels.h"
 #include "model/util/errors.h"
 
 namespace memscope::model {
@@ -73,6 +74,7 @@ std::string describe_device(const c10::Device& device) {
   std::string text = device.str() + " (LibTorch " TORCH_VERSION ", threads " +
                      std::to_string(at::get_num_threads());
   if (device.is_cuda()) text += ", " + std::to_string(torch::cuda::device_count()) + " GPU(s)";
+  if (device.is_cpu() && !cpu_kernels_on(device)) text += ", a GPU's forms: MEMSCOPE_CPU_KERNELS=0";
   return text + ")";
 }
 

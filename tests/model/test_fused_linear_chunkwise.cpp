@@ -57,6 +57,7 @@ Run run(MemoryLayer& layer, bool fused, const at::Tensor& x, int64_t chunk, int6
 
 TEST_CASE("fused chunkwise: outputs, end states and outer gradients equal the ATen form's in float64", "[model]") {
   ScopedCpuDevice cpu;  // the fused kernels are CPU code
+  if (!memscope::test::cpu_kernels_testable()) return;
   struct Case {
     const char* preset;
     std::vector<std::string> set;
@@ -109,6 +110,7 @@ TEST_CASE("fused chunkwise: float32 outputs equal the ATen form's to rounding, a
 
 TEST_CASE("fused chunkwise: a double backward is refused in one line, not answered wrongly", "[model]") {
   ScopedCpuDevice cpu;  // the fused kernels are CPU code
+  if (!memscope::test::cpu_kernels_testable()) return;
   MemoryLayer layer = make_layer(test_rule("titans-lmm", {kLinear}), 16, 2, torch::kFloat64);
   const at::Tensor x = make_input(2, 6, 16, torch::kFloat64).requires_grad_(true);
   MemoryState state = layer->initial_state(2);

@@ -12,6 +12,7 @@
 #include "model/probe/fused_probes.h"
 #include "model/probe/probe_collector.h"
 #include "model/probe/snapshot_buffers.h"
+#include "support/test_device.h"
 
 namespace {
 
@@ -152,6 +153,7 @@ TEST_CASE("fused probes equal the general path: Muon, gd with momentum, dgd, ret
 
 TEST_CASE("the fused steps' records sum S_t² and (M_t − M_{t−1})² of every weight as the tensors do",
           "[probe]") {
+  if (!memscope::test::cpu_kernels_testable()) return;  // the fused steps are CPU code
   const std::vector<std::pair<std::string, std::vector<std::string>>> models{
       {"titans-lmm", {}},  // the fused MLP step: gd with momentum
       {"atlas", {}},       // and Muon, an Omega window
