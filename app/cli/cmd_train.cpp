@@ -219,6 +219,9 @@ void train(const TrainOptions& o) {
                          ? "engine.cuda_graph: " + std::to_string(graph->replays()) + " training passes replayed from " +
                                std::to_string(graph->captures()) + " captures"
                          : "engine.cuda_graph: trained without the graph after a failed capture: " + graph->failure());
+  } else if (const std::string why = trainer.pass_graph_not_applicable();
+             lead && trainer.pass_graph_wanted() && !why.empty()) {
+    progress.message("engine.cuda_graph: trained without the graph: " + why);  // a CUDA model, MAC say
   }
   save();
   if (recording) {
