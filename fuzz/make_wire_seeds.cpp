@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
   s.preset_name = "demo-mqar";
   s.preset_toml = "[train]\nlr = 0.01\n";
   s.breakpoints = {breakpoint.breakpoint};
+  s.graphs = "step graph 3/4 tokens, 2 captures; not: a gate override is in force";
   Event e;
   e.step = 4;
   e.kind = EventKind::Spike;

@@ -19,23 +19,8 @@ constexpr float kTokensHeight = 92.0f;
 void draw_status_line(GuiApp& app) {
   const ViewState& view = app.view();
   const Run& run = app.main();
-  ImGui::TextColored(viz::colors::muted(), "memscope %s  |  %s  |  ", MEMSCOPE_VERSION,
-                     view.device_line.c_str());
-  // What the CUDA graphs do (Branch::graph_summary), a part per graph: a failed capture means a
-  // step many times slower, so its part stands out.
-  const std::string& graphs = run.status.graphs;
-  for (size_t from = 0; from < graphs.size();) {
-    const size_t bar = std::min(graphs.find(" | ", from), graphs.size());
-    const std::string part = graphs.substr(from, bar - from);
-    ImGui::SameLine(0, 0);
-    const bool failed = part.find("failed") != std::string::npos;
-    ImGui::TextColored(failed ? viz::colors::warning() : viz::colors::muted(), "%s", part.c_str());
-    ImGui::SameLine(0, 0);
-    ImGui::TextColored(viz::colors::muted(), "  |  ");
-    from = bar + 3;
-  }
-  ImGui::SameLine(0, 0);
-  ImGui::TextColored(viz::colors::muted(), "%s  |  ? for help", run.label.c_str());
+  ImGui::TextColored(viz::colors::muted(), "memscope %s  |  %s  |  %s  |  ? for help", MEMSCOPE_VERSION,
+                     view.device_line.c_str(), run.label.c_str());
   if (!run.status.recording.empty()) {
     ImGui::SameLine();
     ImGui::TextColored(viz::colors::error(), "  REC %s", run.status.recording.c_str());
@@ -43,6 +28,20 @@ void draw_status_line(GuiApp& app) {
   if (!view.notice.empty()) {
     ImGui::SameLine();
     ImGui::TextColored(viz::colors::warning(), "  %s", view.notice.c_str());
+  }
+  // What the CUDA graphs do (Branch::graph_summary), a part per graph, last: a long line must not
+  // push the recording or a notice out of view. A failed capture means a step many times slower,
+  // so its part stands out.
+  const std::string& graphs = run.status.graphs;
+  for (size_t from = 0; from < graphs.size();) {
+    const size_t bar = std::min(graphs.find(" | ", from), graphs.size());
+    const std::string part = graphs.substr(from, bar - from);
+    ImGui::SameLine(0, 0);
+    ImGui::TextColored(viz::colors::muted(), "  |  ");
+    ImGui::SameLine(0, 0);
+    const bool failed = part.find("failed") != std::string::npos;
+    ImGui::TextColored(failed ? viz::colors::warning() : viz::colors::muted(), "%s", part.c_str());
+    from = bar + 3;
   }
 }
 

@@ -43,7 +43,9 @@ bool reads_host(const char* name) {
 const char* crossing(const at::RecordFunction& fn, c10::DeviceType device) {
   if (device == c10::DeviceType::CPU || std::strcmp(fn.name(), "aten::copy_") != 0) return nullptr;
   const auto inputs = fn.inputs();
-  if (inputs.size() < 2 || !inputs[0].isTensor() || !inputs[1].isTensor()) return nullptr;
+  if (inputs.size() < 2 || !inputs[0].isTensor() || !inputs[1].isTensor() ||
+      !inputs[0].toTensor().defined() || !inputs[1].toTensor().defined())
+    return nullptr;  // the op reports that itself
   const c10::DeviceType to = inputs[0].toTensor().device().type(),
                         from = inputs[1].toTensor().device().type();
   if (to == c10::DeviceType::CPU && from == device) return " (device to host)";
