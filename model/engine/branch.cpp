@@ -624,13 +624,16 @@ std::string Branch::graph_summary() const {
 std::shared_ptr<Frame> Branch::train_frame() {
   drop_stepped_ahead();  // the training step edits the weights a token ahead would read
   graphed_.reset();      // and that a captured graph read (in place, but a graph is cheap to re-capture)
-  const auto start = std::chrono::steady_clock::now();
-  // The graph's tally (graph_summary), around the step: its pass is made by the first graphed step.
+  // The graph's tally (graph_summary), around the step and outside its time: its pass is made by
+  // the first graphed step.
   const bool pass_wanted = trainer_->pass_graph_wanted();
-  const std::string pass_skip = trainer_->pass_graph_not_applicable();
+  const std::string pass_skip = pass_wanted ? trainer_->pass_graph_not_applicable() : "";
   const GraphedTrainPass* before = trainer_->graphed_pass();
   const int64_t captured = before ? before->captures() : 0, replayed = before ? before->replays() : 0;
+  const auto start = std::chrono::steady_clock::now();
   const TrainStepResult r = trainer_->train_step();
+  auto frame = model::train_frame(*trainer_, r, step_ + 1, id_, preset().probe);
+  frame->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (pass_wanted) {
     GraphTally& t = graph_tally_;
     const GraphedTrainPass* pass = trainer_->graphed_pass();
@@ -639,8 +642,6 @@ std::shared_ptr<Frame> Branch::train_frame() {
     t.pass_captures += pass ? pass->captures() - (pass == before ? captured : 0) : 0;
     if (!pass_skip.empty()) t.pass_skip = pass_skip;
   }
-  auto frame = model::train_frame(*trainer_, r, step_ + 1, id_, preset().probe);
-  frame->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return frame;
 }
 
