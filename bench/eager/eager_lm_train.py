@@ -126,6 +126,28 @@ def batch_from_csv(path):
     return torch.tensor(tokens), torch.tensor(targets)
 
 
+def aten_calls(work):
+    """The ATen calls `work` makes, as bench/aten_call_count.h counts memscope's, so the two compare:
+    every op and autograd node ("aten_calls_nested"), and those made while no other op runs on that
+    thread ("aten_calls": the ones the step's own code and autograd's engine call; on a GPU each that
+    computes is about one kernel launch). Ranges a user marks (the optimiser's "Optimizer.step#…")
+    are not ops: aten_call_count.h does not see them, so they are skipped here and their ops are
+    counted as top level."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        work()
+    marked = lambda e: "#" in e.name or e.name.startswith(("##", "Optimizer.", "ProfilerStep"))
+    ops = [e for e in prof.events() if not marked(e)]
+
+    def top_level(e):
+        p = e.cpu_parent
+        while p is not None and marked(p):
+            p = p.cpu_parent
+        return p is None
+
+    return {"aten_calls": sum(map(top_level, ops)), "aten_calls_nested": len(ops)}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--ckpt", required=True, help="memscope checkpoint: the weights before the step")
@@ -141,6 +163,8 @@ def main():
     p.add_argument("--time", type=int, default=0, help="time this many training steps (after 2 warm-up steps)")
     p.add_argument("--profile", help="after --time: one more step under torch.profiler, its Chrome trace to this "
                                      "path (bench/eager/trace_summary.py)")
+    p.add_argument("--count-aten", action="store_true",
+                   help="after --time: one more step's ATen calls, counted as bench/aten_call_count.h counts memscope's")
     args = p.parse_args()
     torch.set_num_threads(1)
     tensors, metadata = read_safetensors(args.ckpt)
@@ -198,8 +222,9 @@ def main():
             with profile(activities=activities) as prof:
                 step()
             prof.export_chrome_trace(args.profile)
+        calls = aten_calls(step) if args.count_aten else {}
         s = statistics.median(seconds)
-        print(json.dumps({"bench": "eager_lm_train", "case": args.case, "device": str(device), "batch": tokens.size(0),
+        print(json.dumps({**calls, "bench": "eager_lm_train", "case": args.case, "device": str(device), "batch": tokens.size(0),
                           "seq_len": tokens.size(1), "chunk": args.chunk, "dtype": "bf16-autocast" if args.bf16 else "float32", "step_ms": round(1e3 * s, 3),
                           "tokens_per_s": round(tokens.numel() / s, 1), "median_of": len(seconds),
                           "torch": torch.__version__}), flush=True)

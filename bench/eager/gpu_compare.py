@@ -177,7 +177,8 @@ def compare_training(args, bench, cli, peak):
                       LARGE + ["train.chunk=64", "task.kind=copy", "task.seq_len=2048", "task.values=64", "task.copy_tokens=64"],
                       args.device)
     eager = [sys.executable, os.path.join(HERE, "eager_lm_train.py"), "--ckpt", ckpt, "--random-batch",
-             f"{args.train_batch},2048", "--chunk", "64", "--time", "5", "--device", args.device, "--case", "train/large"]
+             f"{args.train_batch},2048", "--chunk", "64", "--time", "5", "--device", args.device, "--case", "train/large",
+             "--count-aten"]
     theirs = []
     for bf16 in ([], ["--bf16"]):
         path = f"{args.profile}-eager-{'bf16-autocast' if bf16 else 'float32'}.json" if args.profile else None
@@ -193,7 +194,10 @@ def compare_training(args, bench, cli, peak):
             if m and e:
                 pair_row(f"train/large {dtype}{' graph' if graph else ''}", m, e,
                          {"flops_per_token": m[0]["flops_per_token"], "memscope_tflops": round(m[0]["tflops"], 3),
-                          "captures": m[0].get("captures"), "graph_failure": m[0].get("graph_failure")})
+                          "captures": m[0].get("captures"), "graph_failure": m[0].get("graph_failure"),
+                          # one step's ATen calls, counted alike (bench/aten_call_count.h, eager_lm_train.py
+                          # --count-aten): the top-level ones are about the kernels launched
+                          "memscope_aten_calls": m[0].get("aten_calls"), "eager_aten_calls": e[0].get("aten_calls")})
     for row in ours:
         if peak:
             print(json.dumps({"bench": "gpu_mfu", "case": row["case"], "dtype": row["dtype"], "graph": row.get("graph", False),

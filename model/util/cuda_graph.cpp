@@ -1,7 +1,9 @@
 #include "model/util/cuda_graph.h"
 
+#include <mutex>
 #include <optional>
 #include <stdexcept>
+#include <vector>
 
 #include "model/util/cpu_kernels.h"
 #include "model/util/host_reads.h"
@@ -9,22 +11,117 @@
 #ifdef MEMSCOPE_CUDA
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 #endif
 
 namespace memscope::model {
 
 #ifdef MEMSCOPE_CUDA
+namespace {
+
+// Capture streams, each held by one live graph at a time. PyTorch's own pool hands its 32 streams
+// round, so two live graphs could share one, and PyTorch after 2.11 frees the cuBLAS workspaces of
+// a graph's capture stream when the graph is destroyed, though another live graph captured there
+// still uses them (pytorch/pytorch#193402): the engine drops the inspect step's graphs at every
+// training step while the training pass's lives on. A new stream for every graph would not do
+// either: up to 2.11 cuBLAS keeps a workspace for every stream it has run on, for good. So a graph
+// takes a stream no live graph holds and gives it back when it goes: as many streams as graphs
+// ever lived at once (a handful), never destroyed. A stream whose capture failed is not given back
+// (CudaGraph::Impl::abandon_stream).
+class CaptureStreams {
+ public:
+  static cudaStream_t take(c10::DeviceIndex device) {
+    std::lock_guard<std::mutex> hold(lock());
+    std::vector<Free>& free = idle();
+    for (auto it = free.begin(); it != free.end(); ++it)
+      if (it->device == device) {
+        const cudaStream_t stream = it->stream;
+        free.erase(it);
+        ++held_;
+        return stream;
+      }
+    cudaStream_t stream = nullptr;
+    C10_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));  // on the current device
+    ++made_;
+    ++held_;
+    return stream;
+  }
+  static void give_back(c10::DeviceIndex device, cudaStream_t stream) {
+    std::lock_guard<std::mutex> hold(lock());
+    idle().push_back({device, stream});
+    --held_;
+  }
+  static void abandon() {
+    std::lock_guard<std::mutex> hold(lock());
+    --held_;  // neither held nor idle: left as it is
+  }
+  static CudaGraph::StreamCount count() {
+    std::lock_guard<std::mutex> hold(lock());
+    return {made_, held_, static_cast<int>(idle().size())};
+  }
+
+ private:
+  struct Free {
+    c10::DeviceIndex device;
+    cudaStream_t stream;
+  };
+  static std::mutex& lock() {
+    static std::mutex m;
+    return m;
+  }
+  static std::vector<Free>& idle() {
+    static auto* streams = new std::vector<Free>();  // outlives every graph, at exit too
+    return *streams;
+  }
+  static inline int made_ = 0, held_ = 0;
+};
+
+}  // namespace
+
 struct CudaGraph::Impl {
   // Made at the capture: PyTorch 2.x's constructor asks for the current CUDA stream, which a CPU
   // model in a CUDA build (a machine without a GPU, say) must not.
   std::optional<at::cuda::CUDAGraph> graph;
+  // The stream it is captured on, this graph's alone while it lives (CaptureStreams).
+  cudaStream_t stream = nullptr;
+  c10::DeviceIndex stream_device = -1;
+
+  ~Impl() { release(); }
+
+  // The graph first, then its stream, whose cuBLAS workspace a later PyTorch frees with it.
+  void release() {
+    graph.reset();
+    if (stream) CaptureStreams::give_back(stream_device, stream);
+    stream = nullptr;
+  }
+
+  // After a capture that failed part-way. PyTorch's capture_end hands the allocator back only once
+  // CUDA has ended the capture cleanly, so the allocator may still send this stream's allocations
+  // to the failed graph's pool, for good: no other graph is captured on it again.
+  void abandon_stream() {
+    graph.reset();
+    if (stream) CaptureStreams::abandon();
+    stream = nullptr;
+  }
+
+  c10::cuda::CUDAStream capture_stream(c10::DeviceIndex device) {
+    if (stream && stream_device != device) release();
+    if (!stream) {
+      stream = CaptureStreams::take(device);
+      stream_device = device;
+    }
+    return c10::cuda::getStreamFromExternal(stream, device);
+  }
 };
 bool CudaGraph::available() { return true; }
+CudaGraph::StreamCount CudaGraph::capture_streams() { return CaptureStreams::count(); }
 #else
 struct CudaGraph::Impl {};
 bool CudaGraph::available() { return false; }
+CudaGraph::StreamCount CudaGraph::capture_streams() { return {}; }
 #endif
 
 namespace {
@@ -58,7 +155,7 @@ void CudaGraph::capture(const c10::Device& device, const std::function<void()>& 
   c10::cuda::OptionalCUDAGuard on_device;
   if (device.has_index()) on_device.set_index(device.index());
   const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream();
-  const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+  const c10::cuda::CUDAStream side = impl_->capture_stream(current.device_index());
   at::cuda::CUDAEvent ready;
   ready.record(current);
   ready.block(side);
@@ -66,18 +163,23 @@ void CudaGraph::capture(const c10::Device& device, const std::function<void()>& 
     c10::cuda::CUDAStreamGuard on_side(side);
     warm_up_watched(device, warm_up);
     at::cuda::CUDAGraph& graph = impl_->graph.emplace();
-    graph.capture_begin();
     try {
-      body();
-    } catch (...) {
+      graph.capture_begin();
       try {
-        graph.capture_end();  // leaves the stream out of capture mode
+        body();
       } catch (...) {
-        // The capture's own failure is the one to report.
+        try {
+          graph.capture_end();  // leaves the stream out of capture mode
+        } catch (...) {
+          // The capture's own failure is the one to report.
+        }
+        throw;
       }
+      graph.capture_end();
+    } catch (...) {
+      impl_->abandon_stream();
       throw;
     }
-    graph.capture_end();
   }
   at::cuda::CUDAEvent captured;
   captured.record(side);

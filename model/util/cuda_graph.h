@@ -1,5 +1,6 @@
 // One CUDA graph, for the engine's inspect step (model/nn/graphed_step.h) and the training pass
-// (model/train/graphed_train_pass.h): captured on a side stream, replayed on the current one.
+// (model/train/graphed_train_pass.h): captured on a stream no other live graph is captured on,
+// replayed on the current one.
 // Without CUDA in this build, available() is false, and capture() and replay() throw.
 #pragma once
 #include <c10/core/Device.h>
@@ -18,9 +19,18 @@ class CudaGraph {
 
   // Whether this build can capture CUDA graphs.
   static bool available();
+  // The capture streams this process has made: each live graph holds one of its own, a graph gone
+  // leaves its stream idle for the next, and one whose capture failed abandons it (the rest). All
+  // 0 without CUDA.
+  struct StreamCount {
+    int made = 0, held = 0, idle = 0;
+  };
+  static StreamCount capture_streams();
 
   // Records the kernels `body` launches. CUDA graphs cannot be captured on the legacy default
-  // stream, so this runs on a side stream, after the current stream's work and before its next.
+  // stream, so this runs on a side stream, after the current stream's work and before its next:
+  // the graph's own while it lives (PyTorch after 2.11 frees a capture stream's cuBLAS workspaces
+  // with its graph).
   // `warm_up` runs first, eagerly, on the same side stream: cuBLAS's handles and workspaces and
   // the autograd engine's per-device state are made there, outside the graph. It is watched for
   // reads of the device by the host (host_reads.h), which would fail the capture half-way: any

@@ -1,11 +1,18 @@
 #include "model/util/host_reads.h"
 
 #include <ATen/record_function.h>
+#include <c10/util/Exception.h>
+#include <torch/version.h>
+
+#ifdef MEMSCOPE_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
 
 #include <array>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -74,44 +81,150 @@ std::array<Slot, kSlots> slots;
 std::mutex slots_lock;
 std::condition_variable slot_freed;
 
-// The ops running on this thread, outermost first. A read is named with the op our code called
-// ahead of it ("aten::index -> aten::nonzero"), since the read is often made inside another op,
-// or inside the backward of one ("autograd::engine::evaluate_function: CumprodBackward0 -> …").
+// What a watch keeps of each thread that works for it: the ops running there, outermost first, and
+// how deep the outermost of them named as a read lies (0: none is). A read is named with the op our
+// code called ahead of it ("aten::index -> aten::nonzero"), since the read is often made inside
+// another op, or inside the backward of one ("autograd::engine::evaluate_function: CumprodBackward0
+// -> …").
+struct ThreadOps {
+  std::vector<const char*> running;
+  size_t read_depth = 0;
+};
 template <int S>
-thread_local std::vector<const char*> running;
+thread_local ThreadOps thread_ops;
+
+void record(Slot& slot, const std::string& read) {
+  std::lock_guard<std::mutex> lock(slot.lock);
+  ++slot.reads[read];
+}
 
 template <int S>
 std::unique_ptr<at::ObserverContext> enter(const at::RecordFunction& fn) {
-  std::vector<const char*>& ops = running<S>;
-  ops.push_back(fn.name());
+  ThreadOps& here = thread_ops<S>;
+  here.running.push_back(fn.name());
   Slot& slot = slots[S];
   const char* crossed = crossing(fn, slot.device);
   if (crossed || (reads_host(fn.name()) && touches(fn, slot.device))) {
     std::string read = std::string(fn.name()) + (crossed ? crossed : "");
-    if (ops.size() > 1) read = ops.front() + (" -> " + read);
-    std::lock_guard<std::mutex> lock(slot.lock);
-    ++slot.reads[read];
+    if (here.running.size() > 1) read = here.running.front() + (" -> " + read);
+    if (here.read_depth == 0) here.read_depth = here.running.size();
+    record(slot, read);
   }
   return nullptr;
 }
 
 template <int S>
 void leave(const at::RecordFunction&, at::ObserverContext*) {
-  if (!running<S>.empty()) running<S>.pop_back();  // an op begun before the watch has no entry
+  ThreadOps& here = thread_ops<S>;
+  if (here.running.empty()) return;  // an op begun before the watch has no entry
+  here.running.pop_back();
+  if (here.read_depth > here.running.size()) here.read_depth = 0;
 }
 
 struct Observer {
   at::RecordFunctionCallback::StartCallback enter;
   at::RecordFunctionCallback::EndCallback leave;
+  ThreadOps& (*ops)();
 };
-constexpr Observer kObservers[kSlots] = {
-    {enter<0>, leave<0>}, {enter<1>, leave<1>}, {enter<2>, leave<2>}, {enter<3>, leave<3>}};
+template <int S>
+ThreadOps& ops_of() {
+  return thread_ops<S>;
+}
+constexpr Observer kObservers[kSlots] = {{enter<0>, leave<0>, ops_of<0>},
+                                         {enter<1>, leave<1>, ops_of<1>},
+                                         {enter<2>, leave<2>, ops_of<2>},
+                                         {enter<3>, leave<3>, ops_of<3>}};
+
+// A call that waits for the GPU outside the ops above: c10 says so itself, in its sync debug mode
+// (on while a watch of a CUDA device lives), with this warning, for every copy that synchronises
+// and every stream synchronise. It is what the list above cannot foresee. A warning from autograd's
+// own threads reaches the watching thread when the backward ends (autograd gathers them), so it is
+// named without its op.
+constexpr const char* kSyncWarning = "called a synchronizing CUDA operation";
+constexpr const char* kWaits = " (a synchronising CUDA call)";
+
+#if TORCH_VERSION_MAJOR >= 2
+namespace warnings = c10::WarningUtils;
+#else
+namespace warnings = c10::Warning;
+#endif
+
+// Takes the watching thread's warnings while its watch lives: c10's sync warnings become reads,
+// and every other warning goes on to the handler that was there before, unchanged.
+class SyncWarnings : public c10::WarningHandler {
+ public:
+  SyncWarnings(Slot& slot, ThreadOps& ops)
+      : slot_(slot), ops_(ops), before_(warnings::get_warning_handler()) {
+    warnings::set_warning_handler(this);
+  }
+  ~SyncWarnings() override { warnings::set_warning_handler(before_); }
+
+#if TORCH_VERSION_MAJOR >= 2
+  void process(const c10::Warning& warning) override {
+    if (!take(warning.msg())) before_->process(warning);
+  }
+#else
+  void process(const c10::SourceLocation& at, const std::string& message, bool verbatim) override {
+    if (!take(message)) before_->process(at, message, verbatim);
+  }
+#endif
+
+ private:
+  // Whether `message` is c10's sync warning, recorded as a read unless the op it comes from was
+  // named as one already (item()'s copy to the host synchronises, and is one read, not two).
+  bool take(const std::string& message) {
+    if (message.find(kSyncWarning) == std::string::npos) return false;
+    if (ops_.read_depth != 0) return true;
+    const std::vector<const char*>& running = ops_.running;
+    std::string read = running.empty() ? std::string("outside any ATen op") : running.back();
+    if (running.size() > 1) read = running.front() + (" -> " + read);
+    record(slot_, read + kWaits);
+    return true;
+  }
+
+  Slot& slot_;
+  ThreadOps& ops_;
+  c10::WarningHandler* before_;
+};
+
+// c10's sync debug mode is one switch for the process: on while any watch of a CUDA device lives.
+class SyncDebugMode {
+ public:
+  SyncDebugMode() {
+#ifdef MEMSCOPE_CUDA
+    std::lock_guard<std::mutex> lock(lock_);
+    if (watches_++ == 0) {
+      before_ = c10::cuda::warning_state().get_sync_debug_mode();
+      if (before_ == c10::cuda::SyncDebugMode::L_DISABLED)
+        c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_WARN);
+    }
+#endif
+  }
+  ~SyncDebugMode() {
+#ifdef MEMSCOPE_CUDA
+    std::lock_guard<std::mutex> lock(lock_);
+    if (--watches_ == 0) c10::cuda::warning_state().set_sync_debug_mode(before_);
+#endif
+  }
+  SyncDebugMode(const SyncDebugMode&) = delete;
+  SyncDebugMode& operator=(const SyncDebugMode&) = delete;
+
+ private:
+#ifdef MEMSCOPE_CUDA
+  static inline std::mutex lock_;
+  static inline int watches_ = 0;
+  static inline c10::cuda::SyncDebugMode before_ = c10::cuda::SyncDebugMode::L_DISABLED;
+#endif
+};
 
 }  // namespace
 
 struct HostReadWatch::Impl {
   int slot = -1;
   at::CallbackHandle handle = 0;
+  // A CUDA device's only: c10's word that a call waited for the GPU.
+  std::optional<SyncDebugMode> sync_mode;
+  std::optional<SyncWarnings> sync_warnings;
 };
 
 HostReadWatch::HostReadWatch(c10::DeviceType device) : impl_(std::make_unique<Impl>()) {
@@ -134,9 +247,18 @@ HostReadWatch::HostReadWatch(c10::DeviceType device) : impl_(std::make_unique<Im
       at::RecordFunctionCallback(kObservers[impl_->slot].enter, kObservers[impl_->slot].leave)
           .needsInputs(true)
           .scopes({at::RecordScope::FUNCTION}));
+  // What an earlier watch on this slot left on this thread (one ended inside an op) is not ours.
+  ThreadOps& here = kObservers[impl_->slot].ops();
+  here = ThreadOps();
+  if (device == c10::DeviceType::CUDA) {
+    impl_->sync_warnings.emplace(slots[impl_->slot], here);
+    impl_->sync_mode.emplace();
+  }
 }
 
 HostReadWatch::~HostReadWatch() {
+  impl_->sync_mode.reset();
+  impl_->sync_warnings.reset();
   at::removeCallback(impl_->handle);
   {
     std::lock_guard<std::mutex> lock(slots_lock);

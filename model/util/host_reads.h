@@ -5,12 +5,18 @@
 // graph's capture it is an error that leaves the capture half-made, so CudaGraph::capture watches
 // its warm-up pass with this and refuses before capturing, naming the ops. A copy from the host to
 // the device is named too: a graph would replay it from the same host memory, or fail to record it.
+// On a CUDA device the list is not the only word: c10 itself says when a call waited for the GPU
+// (its sync debug mode, switched on while the watch lives), and any such call the list missed is
+// named too ("aten::foo (a synchronising CUDA call)"), as is one outside any op (a stream's
+// synchronise). The watching thread's other warnings go on to its handler as before.
 // The CPU tests watch the CPU instead: with the ATen forms a GPU runs (cpu_kernels.h), a read the
-// CPU makes there is one the GPU would make. Copies are the exception, seen on a GPU alone.
+// CPU makes there is one the GPU would make. Copies and c10's word are the exception, seen on a GPU
+// alone.
 //
 // The watch sees every op this thread runs while it lives, and the backward's too, on whichever
 // autograd thread runs it (a thread-local observer travels with autograd's thread-local state), and
-// no other thread's. Up to four watches live at once, on different threads; a fifth waits.
+// no other thread's. Up to four watches live at once, on different threads; a fifth waits. A watch
+// ends on the thread that made it.
 #pragma once
 #include <c10/core/DeviceType.h>
 

@@ -3,7 +3,9 @@
 // the two graphs' bodies, the inspect step and the training pass, run here in the ATen forms a GPU
 // runs (model/util/cpu_kernels.h): what reads nothing back on this CPU reads nothing back on a GPU,
 // so its capture gets past the warm-up. Before this, the training pass's capture had never run.
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <catch2/catch.hpp>
 #include <functional>
@@ -47,6 +49,21 @@ struct TimesTwoReadingInBackward : torch::autograd::Function<TimesTwoReadingInBa
     (void)grad[0].sum().item<double>();  // a host read inside the backward
     return {grad[0] * 2};
   }
+};
+
+// This thread's warnings, while it lives: what the watch passes on.
+#if TORCH_VERSION_MAJOR >= 2
+namespace warnings = c10::WarningUtils;
+struct Warnings : c10::WarningHandler {
+  void process(const c10::Warning& warning) override { said.push_back(warning.msg()); }
+#else
+namespace warnings = c10::Warning;
+struct Warnings : c10::WarningHandler {
+  void process(const c10::SourceLocation&, const std::string& message, bool) override {
+    said.push_back(message);
+  }
+#endif
+  std::vector<std::string> said;
 };
 
 }  // namespace
@@ -119,6 +136,53 @@ TEST_CASE("host reads: copies between the device and the host are named, copies 
   REQUIRE(reads.size() == 2);
   CHECK_THAT(reads.begin()->first, Catch::Matchers::EndsWith("aten::copy_ (device to host)"));
   CHECK_THAT(std::next(reads.begin())->first, Catch::Matchers::EndsWith("aten::copy_ (host to device)"));
+}
+
+TEST_CASE(
+    "host reads: on a CUDA device, c10's word that a call waited for the GPU is a read, and other warnings "
+    "pass on",
+    "[graph][host_reads]") {
+  // c10 says "called a synchronizing CUDA operation", by TORCH_WARN, in its sync debug mode, which
+  // the watch of a CUDA device turns on. Here the CPU says it in c10's words, where the GPU's calls
+  // would; under MEMSCOPE_TEST_DEVICE=cuda, below, a GPU's calls say it themselves.
+  const std::string sync = "called a synchronizing CUDA operation";
+  Warnings warnings;
+  warnings::WarningHandlerGuard ours(&warnings);
+  {
+    HostReadWatch watch(c10::kCUDA);
+    TORCH_WARN(sync);  // as a stream's synchronise() says it: outside any op
+    {
+      RECORD_FUNCTION("memscope::waits_for_the_gpu", std::vector<c10::IValue>());
+      TORCH_WARN(sync);
+      TORCH_WARN(sync);
+    }
+    TORCH_WARN("something else");
+    INFO(watch.summary());
+    CHECK(watch.reads() ==
+          std::map<std::string, int64_t>{{"outside any ATen op (a synchronising CUDA call)", 1},
+                                         {"memscope::waits_for_the_gpu (a synchronising CUDA call)", 2}});
+    CHECK(warnings.said == std::vector<std::string>{"something else"});
+  }
+  {
+    HostReadWatch watch(c10::kCPU);  // the CPU's watch leaves warnings alone
+    TORCH_WARN(sync);
+    CHECK_FALSE(watch.any());
+  }
+  TORCH_WARN("after");  // and the CUDA watch, ended, gave the handler back
+  CHECK(warnings.said == std::vector<std::string>{"something else", sync, "after"});
+
+  const c10::Device device = memscope::test::test_device();
+  if (!device.is_cuda()) return;  // the rest needs a GPU
+  const at::Tensor on_device = torch::ones({4}, device);
+  const std::vector<std::string> before = warnings.said;
+  HostReadWatch watch(c10::kCUDA);
+  (void)on_device.sum().item<double>();  // one read, named by the list; its copy's wait is not a second
+  c10::impl::getDeviceGuardImpl(c10::kCUDA)->getStream(on_device.device()).synchronize();
+  INFO(watch.summary());
+  CHECK(watch.reads() ==
+        std::map<std::string, int64_t>{{"aten::item -> aten::_local_scalar_dense", 1},
+                                       {"outside any ATen op (a synchronising CUDA call)", 1}});
+  CHECK(warnings.said == before);
 }
 
 TEST_CASE("host reads: CudaGraph::capture refuses a warm-up that reads the device back, naming the op",
