@@ -29,8 +29,7 @@ namespace {
 // training step while the training pass's lives on. A new stream for every graph would not do
 // either: up to 2.11 cuBLAS keeps a workspace for every stream it has run on, for good. So a graph
 // takes a stream no live graph holds and gives it back when it goes: as many streams as graphs
-// ever lived at once (a handful), never destroyed. A stream whose capture failed is not given back
-// (CudaGraph::Impl::abandon_stream).
+// ever lived at once (a handful), never destroyed.
 class CaptureStreams {
  public:
   static cudaStream_t take(c10::DeviceIndex device) {
@@ -53,10 +52,6 @@ class CaptureStreams {
     std::lock_guard<std::mutex> hold(lock());
     idle().push_back({device, stream});
     --held_;
-  }
-  static void abandon() {
-    std::lock_guard<std::mutex> hold(lock());
-    --held_;  // neither held nor idle: left as it is
   }
   static CudaGraph::StreamCount count() {
     std::lock_guard<std::mutex> hold(lock());
@@ -95,15 +90,6 @@ struct CudaGraph::Impl {
   void release() {
     graph.reset();
     if (stream) CaptureStreams::give_back(stream_device, stream);
-    stream = nullptr;
-  }
-
-  // After a capture that failed part-way. PyTorch's capture_end hands the allocator back only once
-  // CUDA has ended the capture cleanly, so the allocator may still send this stream's allocations
-  // to the failed graph's pool, for good: no other graph is captured on it again.
-  void abandon_stream() {
-    graph.reset();
-    if (stream) CaptureStreams::abandon();
     stream = nullptr;
   }
 
@@ -161,6 +147,9 @@ void CudaGraph::capture(const c10::Device& device, const std::function<void()>& 
   ready.block(side);
   {
     c10::cuda::CUDAStreamGuard on_side(side);
+    // A graph captured before on this stream goes first: a later PyTorch frees the stream's cuBLAS
+    // workspaces with it, which the warm-up is to make outside the new graph.
+    impl_->graph.reset();
     warm_up_watched(device, warm_up);
     at::cuda::CUDAGraph& graph = impl_->graph.emplace();
     try {
@@ -177,7 +166,12 @@ void CudaGraph::capture(const c10::Device& device, const std::function<void()>& 
       }
       graph.capture_end();
     } catch (...) {
-      impl_->abandon_stream();
+      // Half-made: not to be replayed. Where CUDA could not end the capture cleanly, PyTorch up to
+      // some 2.x leaves its allocator believing the capture is still under way (its capture_end
+      // throws before it hands the pool back; later versions' reset() does that). Reaching into
+      // the allocator from here could release the pool twice on those, so it is left to PyTorch;
+      // the warm-up's watch is what makes such a failure rare.
+      impl_->graph.reset();
       throw;
     }
   }

@@ -19,9 +19,8 @@ class CudaGraph {
 
   // Whether this build can capture CUDA graphs.
   static bool available();
-  // The capture streams this process has made: each live graph holds one of its own, a graph gone
-  // leaves its stream idle for the next, and one whose capture failed abandons it (the rest). All
-  // 0 without CUDA.
+  // The capture streams this process has made: each live graph holds one of its own, and a graph
+  // gone leaves its stream idle for the next. All 0 without CUDA.
   struct StreamCount {
     int made = 0, held = 0, idle = 0;
   };
@@ -31,11 +30,12 @@ class CudaGraph {
   // stream, so this runs on a side stream, after the current stream's work and before its next:
   // the graph's own while it lives (PyTorch after 2.11 frees a capture stream's cuBLAS workspaces
   // with its graph).
-  // `warm_up` runs first, eagerly, on the same side stream: cuBLAS's handles and workspaces and
-  // the autograd engine's per-device state are made there, outside the graph. It is watched for
-  // reads of the device by the host (host_reads.h), which would fail the capture half-way: any
-  // refuses it before it begins (std::runtime_error, naming the ops). What `body` throws is
-  // rethrown, with the stream out of capture mode. `device` is where the work lies: a graph records
+  // A graph captured before by this object is dropped first. `warm_up` runs next, eagerly, on the
+  // same side stream: cuBLAS's handles and workspaces and the autograd engine's per-device state
+  // are made there, outside the graph. It is watched for reads of the device by the host
+  // (host_reads.h), which would fail the capture half-way: any refuses it before it begins
+  // (std::runtime_error, naming the ops). What `body` or the capture throws is rethrown, with the
+  // stream out of capture mode and no graph to replay. `device` is where the work lies: a graph records
   // CUDA work only, so any other is refused (std::invalid_argument) before anything runs, or, where
   // the CPU runs a GPU's forms for a test (ScopedAtenForms), after the watched warm-up. Of a CPU
   // model's work a graph would record nothing, and every replay would hand back stale outputs.

@@ -9,11 +9,13 @@
 #endif
 
 #include <array>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace memscope::model {
@@ -76,6 +78,8 @@ struct Slot {
   c10::DeviceType device = c10::DeviceType::CPU;
   std::mutex lock;  // the observer may run on an autograd thread beside the watching one
   std::map<std::string, int64_t> reads;
+  // Reads named inside a backward whose wait c10 has not yet said (SyncWarnings::take).
+  std::atomic<int64_t> backward_reads{0};
 };
 std::array<Slot, kSlots> slots;
 std::mutex slots_lock;
@@ -93,6 +97,9 @@ struct ThreadOps {
 template <int S>
 thread_local ThreadOps thread_ops;
 
+// How autograd's engine names the node it runs: a read under it is made in a backward.
+constexpr const char* kBackward = "autograd::engine::evaluate_function";
+
 void record(Slot& slot, const std::string& read) {
   std::lock_guard<std::mutex> lock(slot.lock);
   ++slot.reads[read];
@@ -108,6 +115,7 @@ std::unique_ptr<at::ObserverContext> enter(const at::RecordFunction& fn) {
     std::string read = std::string(fn.name()) + (crossed ? crossed : "");
     if (here.running.size() > 1) read = here.running.front() + (" -> " + read);
     if (here.read_depth == 0) here.read_depth = here.running.size();
+    if (std::strncmp(here.running.front(), kBackward, std::strlen(kBackward)) == 0) ++slot.backward_reads;
     record(slot, read);
   }
   return nullptr;
@@ -136,12 +144,15 @@ constexpr Observer kObservers[kSlots] = {{enter<0>, leave<0>, ops_of<0>},
                                          {enter<3>, leave<3>, ops_of<3>}};
 
 // A call that waits for the GPU outside the ops above: c10 says so itself, in its sync debug mode
-// (on while a watch of a CUDA device lives), with this warning, for every copy that synchronises
-// and every stream synchronise. It is what the list above cannot foresee. A warning from autograd's
-// own threads reaches the watching thread when the backward ends (autograd gathers them), so it is
-// named without its op.
+// (on while a watch of a CUDA device lives), with this warning, for the copies that synchronise
+// (item(), .cpu()) and a stream's synchronise, though not for a device-wide synchronise or an
+// event's. It is what the list above cannot foresee. Autograd holds back the warnings of a backward
+// and says them on the watching thread when the backward ends, where no op runs: such a warning is
+// taken as the wait of a read already named in that backward, while one is left, else named
+// without its op.
 constexpr const char* kSyncWarning = "called a synchronizing CUDA operation";
 constexpr const char* kWaits = " (a synchronising CUDA call)";
+constexpr const char* kNoOp = "outside any ATen op, or in a backward";
 
 #if TORCH_VERSION_MAJOR >= 2
 namespace warnings = c10::WarningUtils;
@@ -150,14 +161,19 @@ namespace warnings = c10::Warning;
 #endif
 
 // Takes the watching thread's warnings while its watch lives: c10's sync warnings become reads,
-// and every other warning goes on to the handler that was there before, unchanged.
+// and every other warning goes on to the handler that was there before, unchanged. A watch within
+// another on the same thread passes c10's warnings on to the outer one's too.
 class SyncWarnings : public c10::WarningHandler {
  public:
   SyncWarnings(Slot& slot, ThreadOps& ops)
       : slot_(slot), ops_(ops), before_(warnings::get_warning_handler()) {
     warnings::set_warning_handler(this);
   }
+  // On the watching thread: hands the handler back.
   ~SyncWarnings() override { warnings::set_warning_handler(before_); }
+  // A watch ended on another thread cannot hand the watching thread's handler back: it stays, and
+  // passes every warning on from now on.
+  void orphan() { orphaned_ = true; }
 
 #if TORCH_VERSION_MAJOR >= 2
   void process(const c10::Warning& warning) override {
@@ -173,18 +189,28 @@ class SyncWarnings : public c10::WarningHandler {
   // Whether `message` is c10's sync warning, recorded as a read unless the op it comes from was
   // named as one already (item()'s copy to the host synchronises, and is one read, not two).
   bool take(const std::string& message) {
-    if (message.find(kSyncWarning) == std::string::npos) return false;
-    if (ops_.read_depth != 0) return true;
+    if (orphaned_ || message.find(kSyncWarning) == std::string::npos) return false;
     const std::vector<const char*>& running = ops_.running;
-    std::string read = running.empty() ? std::string("outside any ATen op") : running.back();
-    if (running.size() > 1) read = running.front() + (" -> " + read);
-    record(slot_, read + kWaits);
+    if (ops_.read_depth == 0 && !(running.empty() && took_backward_read())) {
+      std::string read = running.empty() ? std::string(kNoOp) : running.back();
+      if (running.size() > 1) read = running.front() + (" -> " + read);
+      record(slot_, read + kWaits);
+    }
+    if (auto* outer = dynamic_cast<SyncWarnings*>(before_)) outer->take(message);
     return true;
+  }
+
+  bool took_backward_read() {
+    int64_t left = slot_.backward_reads.load();
+    while (left > 0 && !slot_.backward_reads.compare_exchange_weak(left, left - 1)) {
+    }
+    return left > 0;
   }
 
   Slot& slot_;
   ThreadOps& ops_;
   c10::WarningHandler* before_;
+  bool orphaned_ = false;
 };
 
 // c10's sync debug mode is one switch for the process: on while any watch of a CUDA device lives.
@@ -203,7 +229,11 @@ class SyncDebugMode {
   ~SyncDebugMode() {
 #ifdef MEMSCOPE_CUDA
     std::lock_guard<std::mutex> lock(lock_);
-    if (--watches_ == 0) c10::cuda::warning_state().set_sync_debug_mode(before_);
+    // As it was, unless someone else set it meanwhile. (c10's switch is a plain field, read by every
+    // thread: as racy here as torch.cuda.set_sync_debug_mode.)
+    if (--watches_ == 0 &&
+        c10::cuda::warning_state().get_sync_debug_mode() == c10::cuda::SyncDebugMode::L_WARN)
+      c10::cuda::warning_state().set_sync_debug_mode(before_);
 #endif
   }
   SyncDebugMode(const SyncDebugMode&) = delete;
@@ -222,9 +252,10 @@ class SyncDebugMode {
 struct HostReadWatch::Impl {
   int slot = -1;
   at::CallbackHandle handle = 0;
+  std::thread::id watcher = std::this_thread::get_id();
   // A CUDA device's only: c10's word that a call waited for the GPU.
   std::optional<SyncDebugMode> sync_mode;
-  std::optional<SyncWarnings> sync_warnings;
+  std::unique_ptr<SyncWarnings> sync_warnings;
 };
 
 HostReadWatch::HostReadWatch(c10::DeviceType device) : impl_(std::make_unique<Impl>()) {
@@ -241,6 +272,7 @@ HostReadWatch::HostReadWatch(c10::DeviceType device) : impl_(std::make_unique<Im
     slot.taken = true;
     slot.device = device;
     slot.reads.clear();
+    slot.backward_reads = 0;
   }
   // Thread-local, so other threads' work is not counted; autograd carries it to its own threads.
   impl_->handle = at::addThreadLocalCallback(
@@ -251,14 +283,20 @@ HostReadWatch::HostReadWatch(c10::DeviceType device) : impl_(std::make_unique<Im
   ThreadOps& here = kObservers[impl_->slot].ops();
   here = ThreadOps();
   if (device == c10::DeviceType::CUDA) {
-    impl_->sync_warnings.emplace(slots[impl_->slot], here);
+    impl_->sync_warnings = std::make_unique<SyncWarnings>(slots[impl_->slot], here);
     impl_->sync_mode.emplace();
   }
 }
 
 HostReadWatch::~HostReadWatch() {
   impl_->sync_mode.reset();
-  impl_->sync_warnings.reset();
+  if (std::this_thread::get_id() == impl_->watcher)
+    impl_->sync_warnings.reset();
+  else if (impl_->sync_warnings) {
+    // Still the watching thread's handler, so it must outlive the watch: left, passing warnings on.
+    impl_->sync_warnings->orphan();
+    (void)impl_->sync_warnings.release();
+  }
   at::removeCallback(impl_->handle);
   {
     std::lock_guard<std::mutex> lock(slots_lock);

@@ -140,7 +140,7 @@ TEST_CASE("host reads: copies between the device and the host are named, copies 
 
 TEST_CASE(
     "host reads: on a CUDA device, c10's word that a call waited for the GPU is a read, and other warnings "
-    "pass on",
+    "pass on, within a watch too",
     "[graph][host_reads]") {
   // c10 says "called a synchronizing CUDA operation", by TORCH_WARN, in its sync debug mode, which
   // the watch of a CUDA device turns on. Here the CPU says it in c10's words, where the GPU's calls
@@ -158,9 +158,9 @@ TEST_CASE(
     }
     TORCH_WARN("something else");
     INFO(watch.summary());
-    CHECK(watch.reads() ==
-          std::map<std::string, int64_t>{{"outside any ATen op (a synchronising CUDA call)", 1},
-                                         {"memscope::waits_for_the_gpu (a synchronising CUDA call)", 2}});
+    CHECK(watch.reads() == std::map<std::string, int64_t>{
+                               {"outside any ATen op, or in a backward (a synchronising CUDA call)", 1},
+                               {"memscope::waits_for_the_gpu (a synchronising CUDA call)", 2}});
     CHECK(warnings.said == std::vector<std::string>{"something else"});
   }
   {
@@ -170,6 +170,18 @@ TEST_CASE(
   }
   TORCH_WARN("after");  // and the CUDA watch, ended, gave the handler back
   CHECK(warnings.said == std::vector<std::string>{"something else", sync, "after"});
+  const std::string no_op = "outside any ATen op, or in a backward (a synchronising CUDA call)";
+  {
+    HostReadWatch outer(c10::kCUDA);
+    {
+      HostReadWatch inner(c10::kCUDA);  // a watch within a watch: both are told
+      TORCH_WARN(sync);
+      CHECK(inner.reads() == std::map<std::string, int64_t>{{no_op, 1}});
+    }
+    TORCH_WARN(sync);
+    CHECK(outer.reads() == std::map<std::string, int64_t>{{no_op, 2}});
+  }
+  CHECK(warnings.said.size() == 3);
 
   const c10::Device device = memscope::test::test_device();
   if (!device.is_cuda()) return;  // the rest needs a GPU
@@ -180,8 +192,18 @@ TEST_CASE(
   c10::impl::getDeviceGuardImpl(c10::kCUDA)->getStream(on_device.device()).synchronize();
   INFO(watch.summary());
   CHECK(watch.reads() ==
-        std::map<std::string, int64_t>{{"aten::item -> aten::_local_scalar_dense", 1},
-                                       {"outside any ATen op (a synchronising CUDA call)", 1}});
+        std::map<std::string, int64_t>{{"aten::item -> aten::_local_scalar_dense", 1}, {no_op, 1}});
+  CHECK(warnings.said == before);
+
+  // A read in a backward, on autograd's GPU thread: autograd says its wait on this thread at the
+  // end, where no op runs, and it is the read's own wait, not a second read.
+  HostReadWatch in_backward(c10::kCUDA);
+  const at::Tensor leaf = torch::arange(-3.0, 3.0, torch::TensorOptions().device(device)).requires_grad_();
+  TimesTwoReadingInBackward::apply(leaf).sum().backward();
+  const auto reads = in_backward.reads();
+  INFO(in_backward.summary());
+  REQUIRE(reads.size() == 1);
+  CHECK_THAT(reads.begin()->first, Catch::Matchers::EndsWith(" -> aten::_local_scalar_dense"));
   CHECK(warnings.said == before);
 }
 
