@@ -12,6 +12,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <iostream>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -49,6 +50,7 @@ bool reads_host(const char* name) {
 // host to device, recorded into a graph, would copy whatever that host memory holds at each replay
 // (and from pageable memory it cannot be recorded at all). Never said for the CPU, whose copies
 // stay on the host. copy_(self, src, non_blocking) is what every .to(), .cpu() and copy comes to.
+constexpr const char* kToDevice = " (host to device)";
 const char* crossing(const at::RecordFunction& fn, c10::DeviceType device) {
   if (device == c10::DeviceType::CPU || std::strcmp(fn.name(), "aten::copy_") != 0) return nullptr;
   const auto inputs = fn.inputs();
@@ -58,7 +60,7 @@ const char* crossing(const at::RecordFunction& fn, c10::DeviceType device) {
   const c10::DeviceType to = inputs[0].toTensor().device().type(),
                         from = inputs[1].toTensor().device().type();
   if (to == c10::DeviceType::CPU && from == device) return " (device to host)";
-  if (to == device && from == c10::DeviceType::CPU) return " (host to device)";
+  if (to == device && from == c10::DeviceType::CPU) return kToDevice;
   return nullptr;
 }
 
@@ -114,8 +116,14 @@ std::unique_ptr<at::ObserverContext> enter(const at::RecordFunction& fn) {
   if (crossed || (reads_host(fn.name()) && touches(fn, slot.device))) {
     std::string read = std::string(fn.name()) + (crossed ? crossed : "");
     if (here.running.size() > 1) read = here.running.front() + (" -> " + read);
-    if (here.read_depth == 0) here.read_depth = here.running.size();
-    if (std::strncmp(here.running.front(), kBackward, std::strlen(kBackward)) == 0) ++slot.backward_reads;
+    // One wait per outermost read (an op within a named one, is_nonzero's _local_scalar_dense, is
+    // the same wait), and none for a copy to the device, which c10 does not count as one.
+    if (here.read_depth == 0) {
+      here.read_depth = here.running.size();
+      const bool to_device = crossed && std::strcmp(crossed, kToDevice) == 0;
+      if (!to_device && std::strncmp(here.running.front(), kBackward, std::strlen(kBackward)) == 0)
+        ++slot.backward_reads;
+    }
     record(slot, read);
   }
   return nullptr;
@@ -173,7 +181,7 @@ class SyncWarnings : public c10::WarningHandler {
   ~SyncWarnings() override { warnings::set_warning_handler(before_); }
   // A watch ended on another thread cannot hand the watching thread's handler back: it stays, and
   // passes every warning on from now on.
-  void orphan() { orphaned_ = true; }
+  void orphan() { orphaned_ = true; }  // from the other thread
 
 #if TORCH_VERSION_MAJOR >= 2
   void process(const c10::Warning& warning) override {
@@ -210,7 +218,7 @@ class SyncWarnings : public c10::WarningHandler {
   Slot& slot_;
   ThreadOps& ops_;
   c10::WarningHandler* before_;
-  bool orphaned_ = false;
+  std::atomic<bool> orphaned_{false};
 };
 
 // c10's sync debug mode is one switch for the process: on while any watch of a CUDA device lives.
@@ -290,13 +298,19 @@ HostReadWatch::HostReadWatch(c10::DeviceType device) : impl_(std::make_unique<Im
 
 HostReadWatch::~HostReadWatch() {
   impl_->sync_mode.reset();
-  if (std::this_thread::get_id() == impl_->watcher)
-    impl_->sync_warnings.reset();
-  else if (impl_->sync_warnings) {
-    // Still the watching thread's handler, so it must outlive the watch: left, passing warnings on.
-    impl_->sync_warnings->orphan();
-    (void)impl_->sync_warnings.release();
+  if (std::this_thread::get_id() != impl_->watcher) {
+    // Ended on another thread: the watching thread's observer and handler cannot be taken back from
+    // here (a thread-local callback is removed by its own thread). Both stay, the handler passing
+    // every warning on, and the slot stays taken, so no later watch collects that thread's reads.
+    std::cerr << "memscope: a host-read watch ended on a thread other than its own; its slot is left "
+                 "taken\n";
+    if (impl_->sync_warnings) {
+      impl_->sync_warnings->orphan();
+      (void)impl_->sync_warnings.release();
+    }
+    return;
   }
+  impl_->sync_warnings.reset();
   at::removeCallback(impl_->handle);
   {
     std::lock_guard<std::mutex> lock(slots_lock);

@@ -15,8 +15,9 @@
 //
 // The watch sees every op this thread runs while it lives, and the backward's too, on whichever
 // autograd thread runs it (a thread-local observer travels with autograd's thread-local state), and
-// no other thread's. Up to four watches live at once, on different threads; a fifth waits. A watch
-// ends on the thread that made it.
+// no other thread's. Up to four watches live at once; a fifth waits. A watch ends on the thread that
+// made it (one ended elsewhere keeps its slot for good), and watches on one thread end in the
+// reverse order of their making, as scopes do.
 #pragma once
 #include <c10/core/DeviceType.h>
 

@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 #include <functional>
+#include <future>
 #include <iterator>
 #include <thread>
 
@@ -112,6 +113,30 @@ TEST_CASE("host reads: only the watched device's tensors, only this thread's wor
   (void)(x * 2 + 1).softmax(0).matmul(x);  // ordinary ops read nothing back
   CHECK_FALSE(watch.any());
   CHECK(watch.summary().empty());
+}
+
+TEST_CASE(
+    "host reads: a watch ended on another thread keeps its slot, so no later watch takes in this "
+    "thread's reads",
+    "[graph][host_reads]") {
+  // A misuse memscope does not make (its watches live in scopes), kept harmless: the watching
+  // thread's observer cannot be removed from another thread, so it goes on firing here.
+  const at::Tensor x = torch::arange(-3.0, 3.0);
+  auto stray = std::make_unique<HostReadWatch>(c10::kCPU);
+  std::thread([&] { stray.reset(); }).join();
+  std::promise<void> watching, read_made;
+  bool saw_reads = true;
+  std::thread later([&] {
+    HostReadWatch watch(c10::kCPU);
+    watching.set_value();
+    read_made.get_future().wait();
+    saw_reads = watch.any();
+  });
+  watching.get_future().wait();
+  (void)x.gt(0).nonzero();  // this thread's read, while the later watch lives
+  read_made.set_value();
+  later.join();
+  CHECK_FALSE(saw_reads);
 }
 
 TEST_CASE("host reads: copies between the device and the host are named, copies on the host are not",
