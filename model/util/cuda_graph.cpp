@@ -63,12 +63,13 @@ class CaptureStreams {
     c10::DeviceIndex device;
     cudaStream_t stream;
   };
+  // Both outlive every graph, at exit too: a graph a static owns may go after them.
   static std::mutex& lock() {
-    static std::mutex m;
-    return m;
+    static auto* m = new std::mutex();
+    return *m;
   }
   static std::vector<Free>& idle() {
-    static auto* streams = new std::vector<Free>();  // outlives every graph, at exit too
+    static auto* streams = new std::vector<Free>();
     return *streams;
   }
   static inline int made_ = 0, held_ = 0;
