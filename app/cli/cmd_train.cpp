@@ -15,14 +15,15 @@
 #include "model/config/preset.h"
 #include "model/dist/data_parallel.h"
 #include "model/engine/train_frame.h"
-#include "model/session/output_check.h"
 #include "model/probe/detectors.h"
+#include "model/session/output_check.h"
 #include "model/session/session_writer.h"
 #include "model/train/checkpoint.h"
 #include "model/train/graphed_train_pass.h"
 #include "model/train/trainer.h"
-#include "model/util/device.h"
 #include "model/util/compute_threads.h"
+#include "model/util/cpu_memory_watch.h"
+#include "model/util/device.h"
 #include "model/util/errors.h"
 
 namespace memscope::app {
@@ -197,6 +198,12 @@ void train(const TrainOptions& o) {
       }
       for (const Event& e : detectors.observe(*frame)) recording->on_event(e);
       for (const Event& e : recording->take_notices()) progress.message(e.message);
+    }
+    // Measured on the first step of each shape (CPU): what to expect, before the run is hours in.
+    if (r.memory_peak_bytes > 0 && lead) {
+      progress.message(
+          "memory: a step's tensors peak at " + model::memory_size_text(r.memory_peak_bytes) +
+          (c.micro_batch > 0 ? " (train.micro_batch=" + std::to_string(c.micro_batch) + ")" : ""));
     }
     if (r.step % c.log_every == 0 || trainer.done()) progress.step(r);
     if (lead && c.eval_every > 0 && r.step % c.eval_every == 0 && !trainer.done())

@@ -11,6 +11,7 @@ std::string step_json(const model::TrainStepResult& r) {
                    {"acc", r.acc},             {"lr", r.lr},
                    {"grad_norm", r.grad_norm}, {"tokens_per_s", r.tokens_per_s},
                    {"chunk", r.chunk}};
+  if (r.memory_peak_bytes > 0) j["memory_peak_gb"] = static_cast<double>(r.memory_peak_bytes) / 1e9;
   if (r.world_size > 1) {
     j["world_size"] = r.world_size;
     j["comm_share"] = r.seconds > 0 ? r.comm_seconds / r.seconds : 0.0;

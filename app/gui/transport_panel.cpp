@@ -3,11 +3,12 @@
 #include <imgui.h>
 #include <imgui_stdlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
-#include "app/gui/event_style.h"
 #include "app/gui/display_text.h"
+#include "app/gui/event_style.h"
 #include "app/gui/gui_app.h"
 #include "app/gui/panels.h"
 #include "model/config/knobs.h"
@@ -176,11 +177,24 @@ void draw_error_banner(GuiApp& app) {
   if (view.banner.empty()) return;
   ImGui::PushStyleColor(ImGuiCol_ChildBg, view.banner_is_breakpoint ? ImVec4(0.42f, 0.30f, 0.04f, 1.0f)
                                                                   : ImVec4(0.45f, 0.08f, 0.10f, 1.0f));
-  ImGui::BeginChild("banner", {0, ImGui::GetFrameHeightWithSpacing() + 8.0f}, true, ImGuiWindowFlags_NoScrollbar);
-  ImGui::AlignTextToFramePadding();
-  ImGui::TextUnformatted(clipped_for_display(view.banner, 600, 2).c_str());
-  ImGui::SameLine(ImGui::GetWindowWidth() - 80.0f);
+  // Wrapped beside the button, and as tall as its lines: an error that says what to set (a step
+  // that does not fit in memory, say) is read whole, not cut at the window's edge.
+  const std::string text = clipped_for_display(view.banner, 600, 3);
+  const ImGuiStyle& style = ImGui::GetStyle();
+  const float button_width = ImGui::CalcTextSize("Dismiss").x + style.FramePadding.x * 2.0f;
+  const float wrap_width = std::max(200.0f, ImGui::GetContentRegionAvail().x - button_width -
+                                                style.ItemSpacing.x - style.WindowPadding.x * 2.0f);
+  const float text_height = ImGui::CalcTextSize(text.c_str(), nullptr, false, wrap_width).y;
+  const float height = std::max(ImGui::GetFrameHeight(), text_height + style.FramePadding.y * 2.0f);
+  ImGui::BeginChild("banner", {0, height + style.WindowPadding.y * 2.0f}, true, ImGuiWindowFlags_NoScrollbar);
+  const ImVec2 top = ImGui::GetCursorPos();
+  ImGui::SetCursorPosY(top.y + style.FramePadding.y);
+  ImGui::PushTextWrapPos(top.x + wrap_width);
+  ImGui::TextUnformatted(text.c_str());
+  ImGui::PopTextWrapPos();
+  ImGui::SetCursorPos({ImGui::GetWindowWidth() - style.WindowPadding.x - button_width, top.y});
   if (ImGui::Button("Dismiss")) view.banner.clear();
+  app.note_rect("banner/dismiss");
   ImGui::EndChild();
   app.note_rect("banner");
   ImGui::PopStyleColor();

@@ -71,7 +71,10 @@ MlpInnerGradient mlp_inner_gradient(const MlpPass& pass, const at::Tensor& targe
 
 std::vector<at::Tensor> inner_gradient_inputs(const std::vector<at::Tensor>& weights, bool differentiable) {
   std::vector<at::Tensor> out;
-  for (const auto& w : weights) out.push_back(differentiable ? w.view_as(w) : w.detach().requires_grad_(true));
+  for (const auto& w : weights)
+    // A weight cut from the graph (a state carried across a train.bptt segment) is a constant of
+    // the outer graph: a fresh leaf serves, and the key and value still carry the outer gradient.
+    out.push_back(differentiable && w.requires_grad() ? w.view_as(w) : w.detach().requires_grad_(true));
   return out;
 }
 

@@ -55,7 +55,8 @@ MlpInnerGradient mlp_inner_gradient(const MlpPass& pass, const at::Tensor& targe
 // counts only W's use as the memory that ℓ reads, never a path through a key or value that W
 // also produced (a nested CMS level reads the output of a level restarted from its weights; M_k
 // writes at its own key). With the weights themselves as inputs, autograd would add those paths
-// and training would write differently from inference. Otherwise: detached copies.
+// and training would write differently from inference. Otherwise, and for a weight that does not
+// require grad (a state carried across a truncated-BPTT segment): detached copies.
 std::vector<at::Tensor> inner_gradient_inputs(const std::vector<at::Tensor>& weights, bool differentiable);
 
 }  // namespace memscope::model

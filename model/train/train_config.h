@@ -7,6 +7,9 @@ namespace memscope::model {
 struct TrainConfig {
   int64_t steps = 200;         // train.steps
   int64_t batch = 16;          // train.batch: sequences per step
+  int64_t micro_batch = 0;     // train.micro_batch: sequences per forward and backward (0 = the whole batch)
+  double memory_limit_gb =
+      0;  // train.memory_limit_gb: a CPU step's tensors at most (0 = what the machine has free)
   double lr = 3e-3;            // train.lr: peak AdamW learning rate
   double min_lr = 0.1;         // train.min_lr: cosine floor as a fraction of train.lr
   int64_t warmup = 20;         // train.warmup: linear warmup steps

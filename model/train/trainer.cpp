@@ -1,7 +1,10 @@
 #include "model/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
@@ -15,7 +18,10 @@
 #include "model/train/lr_schedule.h"
 #include "model/train/task_loss.h"
 #include "model/util/autocast.h"
+#include "model/util/cpu_memory_watch.h"
 #include "model/util/device.h"
+#include "model/util/errors.h"
+#include "model/util/host_memory.h"
 
 namespace memscope::model {
 
@@ -38,8 +44,8 @@ AdamWOptions adamw_options(const TrainConfig& c) { return {c.beta1, c.beta2, c.e
 std::string graph_key(const Preset& preset, int64_t chunk) {
   const TrainConfig& c = preset.train;
   std::ostringstream key;
-  key << "chunk " << chunk << " bf16 " << c.bf16_autocast << " bptt " << c.bptt << " norms " << c.module_norms
-      << " aux " << std::hexfloat << preset.model.hope_aux_weight;
+  key << "chunk " << chunk << " bf16 " << c.bf16_autocast << " bptt " << c.bptt << " micro " << c.micro_batch
+      << " norms " << c.module_norms << " aux " << std::hexfloat << preset.model.hope_aux_weight;
   return key.str();
 }
 
@@ -73,6 +79,111 @@ Trainer Trainer::resume(const std::filesystem::path& path, const std::vector<std
 }
 
 namespace {
+
+// Rows [begin, begin + count) of a batch: a data-parallel rank's share, or a micro-batch.
+Batch rows_of(const Batch& batch, int64_t begin, int64_t count) {
+  Batch out = batch;
+  for (at::Tensor* t : {&out.tokens, &out.targets, &out.query_mask}) *t = t->narrow(0, begin, count);
+  return out;
+}
+
+// What a CPU training step's tensors may take (train.memory_limit_gb, or what is free, shared with
+// the other ranks on this machine); 0 where nothing is known.
+struct StepMemoryLimit {
+  int64_t bytes = 0;
+  bool from_knob = false;
+};
+
+StepMemoryLimit step_memory_limit(const TrainConfig& c) {
+  if (c.memory_limit_gb > 0) return {static_cast<int64_t>(c.memory_limit_gb * 1e9), true};
+  const std::optional<int64_t> free = host_memory_free();
+  if (!free) return {};
+  const char* ranks_here = std::getenv("LOCAL_WORLD_SIZE");  // torchrun's and --nproc's
+  const int64_t ranks = ranks_here ? std::max(1, std::atoi(ranks_here)) : 1;
+  // A fifth kept back: malloc's own overhead and what the rest of the process (the GUI) allocates
+  // meanwhile. At a tenth, a step stopped at the limit had taken the process to 23.7 of 24.7 GB.
+  return {static_cast<int64_t>(static_cast<double>(*free) * 0.8) / ranks, false};
+}
+
+// A step's pass over its first `rows` sequences, `group` at a time; `whole_step`: the step's own
+// pass (a data-parallel rank's all-reduce may start in its backward), not a measurement.
+using RowsPass = std::function<TrainPass(int64_t rows, int64_t group, bool whole_step)>;
+
+struct StepShape {
+  int64_t step, rows, group, T, segment;  // rows: this rank's; group: train.micro_batch in force
+};
+
+struct MeasuredPass {
+  TrainPass pass;
+  int64_t peak = 0;  // 0 where nothing was counted (cpu_memory_watch.h)
+};
+
+// The peak of a pass that fits under the limit, or none.
+std::optional<int64_t> fitting_peak(const RowsPass& run, AdamW& optimiser, int64_t rows, int64_t group,
+                                    int64_t limit) {
+  optimiser.zero_grad();
+  std::optional<int64_t> peak;
+  {
+    CpuMemoryWatch watch(limit);
+    try {
+      run(rows, group, false);
+      peak = watch.peak();
+    } catch (const CpuMemoryLimitReached&) {
+    }
+  }
+  optimiser.zero_grad();
+  return peak;
+}
+
+// The step's pass with its tensors counted against the limit (README "Training in the memory you
+// have"). One that would pass it stops at that allocation, and two small micro-batched passes are
+// measured for the error to say what fits: two sequences one at a time, and four two at a time.
+// Every group after the first runs with the gradients and the first group's state held, so the
+// peak grows by the same amount with each sequence added to a group: the line through the two
+// gives how many at a time fit. Only a step that does not fit pays for these (six sequences).
+MeasuredPass pass_within_memory(const RowsPass& run, AdamW& optimiser, const StepShape& s,
+                                const StepMemoryLimit& limit) {
+  MeasuredPass out;
+  {
+    CpuMemoryWatch watch(limit.bytes);
+    try {
+      out.pass = run(s.rows, s.group, true);
+      out.peak = watch.peak();
+      return out;
+    } catch (const CpuMemoryLimitReached&) {
+    }
+  }
+  std::ostringstream error;
+  error << "step " << s.step << " does not fit in memory: ";
+  const std::string room = limit.from_knob ? "train.memory_limit_gb allows " + memory_size_text(limit.bytes)
+                                           : memory_size_text(limit.bytes) + " is free for it";
+  const std::optional<int64_t> by_one =
+      s.group > 1 ? fitting_peak(run, optimiser, 2, 1, limit.bytes) : std::nullopt;
+  if (by_one) {
+    const std::optional<int64_t> by_two =
+        s.group > 2 ? fitting_peak(run, optimiser, std::min<int64_t>(4, s.rows), 2, limit.bytes)
+                    : std::nullopt;
+    const int64_t each = std::max<int64_t>(1, by_two ? *by_two - *by_one : *by_one);
+    // A twentieth kept back: blocks under 1 MB are counted at their power-of-two size class
+    // (small_block_cache.h), which does not grow in a straight line.
+    const int64_t fits =
+        by_two ? std::clamp<int64_t>((limit.bytes - limit.bytes / 20 - *by_one) / each + 1, 1, s.group - 1)
+               : 1;
+    error << s.group << " sequences at once need about " << memory_size_text(*by_one + (s.group - 1) * each)
+          << " (" << memory_size_text(each) << " each), and " << room << "; set train.micro_batch=" << fits
+          << " to run " << fits << " at a time (the same step, in about "
+          << memory_size_text(*by_one + (fits - 1) * each) << "), or lower train.batch";
+  } else {
+    error << "one sequence of " << s.T << " tokens"
+          << (s.segment < s.T ? " (in segments of " + std::to_string(s.segment) + ")" : "")
+          << (s.group > 1 ? " at a time" : "") << " needs more than "
+          << (limit.from_knob ? "train.memory_limit_gb allows (" + memory_size_text(limit.bytes) + ")"
+                              : "the " + memory_size_text(limit.bytes) + " free for it")
+          << "; set train.bptt to a shorter segment, or train a smaller model";
+  }
+  error << ". Nothing was updated.";
+  throw UserError(error.str());
+}
 
 // Random tokens everywhere, and random targets where the batch scores one: what a corrupt shard
 // feeds the model (fault injection, Trainer::corrupt_next_batch).
@@ -117,7 +228,7 @@ TrainStepResult Trainer::train_step() {
   if (data_parallel_) {
     data_parallel_->set_step(step_ + 1);
     const auto [begin, end] = data_parallel_->shard(c.batch);
-    for (at::Tensor* t : {&batch.tokens, &batch.targets, &batch.query_mask}) *t = t->narrow(0, begin, end - begin);
+    batch = rows_of(batch, begin, end - begin);
     rows = end - begin;
     scale = data_parallel_->world_size();
   }
@@ -128,40 +239,56 @@ TrainStepResult Trainer::train_step() {
   // The pass: forward, loss and backward, and the sums the host needs, left on the device for one
   // transfer after the backward (on a GPU, a host read stalls the queue of kernels). It reads the
   // batch and the target count it is given, fixed buffers when it is a CUDA graph's, and nothing
-  // else that changes from one step to the next (graph_key).
-  const TrainPassFn pass = [&](const Batch& on_device, const at::Tensor& target_count) {
-    LmState state = model_->initial_state(rows);
+  // else that changes from one step to the next (graph_key). train.micro_batch runs the rows a few
+  // at a time, each group's backward adding to the gradients: the same step in less memory, since
+  // every loss is already divided by the whole batch's target count.
+  const int64_t micro_batch = c.micro_batch > 0 ? std::min(c.micro_batch, rows) : rows;
+  auto run_rows = [&](const Batch& on_device, const at::Tensor& target_count, int64_t micro,
+                      bool arm_overlap) {
+    const int64_t batch_rows = on_device.tokens.size(0);
     at::Tensor loss_total, hits;
     std::vector<at::Tensor> row_loss;  // row 0's token losses, segment by segment
-    for (int64_t t = 0; t < T; t += segment) {
-      const int64_t length = std::min(segment, T - t);
-      const at::Tensor targets_here = on_device.targets.narrow(1, t, length);
-      at::Tensor logits, loss;
-      {
-        // train.bf16_autocast: the forward's matrix products in bfloat16, which autocast keeps out
-        // of softmax, norms and the loss; the backward follows the forward's casts.
-        std::optional<Bf16Autocast> bf16;
-        if (c.bf16_autocast) bf16.emplace(device().type());
-        logits = model_->forward(on_device.tokens.narrow(1, t, length), state, chunk);
-        loss = summed_cross_entropy(logits, targets_here);
+    LmState first_state;               // the first group's (row 0's) state at the end
+    for (int64_t r0 = 0; r0 < batch_rows; r0 += micro) {
+      const int64_t n = std::min(micro, batch_rows - r0);
+      const bool last_group = r0 + n == batch_rows;
+      const Batch group = rows_of(on_device, r0, n);
+      LmState state = model_->initial_state(n);
+      for (int64_t t = 0; t < T; t += segment) {
+        const int64_t length = std::min(segment, T - t);
+        const at::Tensor targets_here = group.targets.narrow(1, t, length);
+        at::Tensor logits, loss;
+        {
+          // train.bf16_autocast: the forward's matrix products in bfloat16, which autocast keeps
+          // out of softmax, norms and the loss; the backward follows the forward's casts.
+          std::optional<Bf16Autocast> bf16;
+          if (c.bf16_autocast) bf16.emplace(device().type());
+          logits = model_->forward(group.tokens.narrow(1, t, length), state, chunk);
+          loss = summed_cross_entropy(logits, targets_here);
+        }
+        if (logits.scalar_type() != at::kFloat && logits.scalar_type() != at::kDouble)
+          logits = logits.to(at::kFloat);
+        // The mean over the whole sequence, one segment at a time.
+        at::Tensor objective = data_parallel_ ? loss * scale / target_count : loss / target_count;
+        // HOPE: the auxiliary retrieval loss, per token and sequence, so that M_k and M_v train.
+        const at::Tensor aux = model_->take_aux_loss(state);
+        if (aux.defined())
+          objective =
+              objective + preset_.model.hope_aux_weight * scale * aux / static_cast<double>(c.batch * T);
+        // The step's only backward: the gradients' all-reduce can start during it (bucket by
+        // bucket). Not with segments or groups: a hook sees one backward's part of a gradient.
+        if (data_parallel_ && arm_overlap && r0 == 0 && last_group && length == T)
+          data_parallel_->arm_gradient_overlap(parameter_tensors());
+        objective.backward();
+        const at::Tensor segment_loss = loss.detach().to(at::kDouble);
+        const at::Tensor segment_hits =
+            query_hits(logits, targets_here, group.query_mask.narrow(1, t, length));
+        loss_total = loss_total.defined() ? loss_total + segment_loss : segment_loss;
+        hits = hits.defined() ? hits + segment_hits : segment_hits;
+        if (r0 == 0) row_loss.push_back(token_losses(logits[0].detach(), targets_here[0]));
+        state = state.detached();  // truncated BPTT: carry the state, not its history
       }
-      if (logits.scalar_type() != at::kFloat && logits.scalar_type() != at::kDouble)
-        logits = logits.to(at::kFloat);
-      // The mean over the whole sequence, one segment at a time.
-      at::Tensor objective = data_parallel_ ? loss * scale / target_count : loss / target_count;
-      // HOPE: the auxiliary retrieval loss, per token and sequence, so that M_k and M_v train.
-      const at::Tensor aux = model_->take_aux_loss(state);
-      if (aux.defined())
-        objective = objective + preset_.model.hope_aux_weight * scale * aux / static_cast<double>(c.batch * T);
-      // One segment: the gradients' all-reduce can start during the backward (bucket by bucket).
-      if (data_parallel_ && length == T) data_parallel_->arm_gradient_overlap(parameter_tensors());
-      objective.backward();
-      const at::Tensor segment_loss = loss.detach().to(at::kDouble);
-      const at::Tensor segment_hits = query_hits(logits, targets_here, on_device.query_mask.narrow(1, t, length));
-      loss_total = loss_total.defined() ? loss_total + segment_loss : segment_loss;
-      hits = hits.defined() ? hits + segment_hits : segment_hits;
-      row_loss.push_back(token_losses(logits[0].detach(), targets_here[0]));
-      state = state.detached();  // truncated BPTT: carry the state, not its history
+      if (r0 == 0) first_state = std::move(state);
     }
     // The loss, the hits and the squared gradient norm. The per-module probes bring their norms
     // over themselves; data-parallel, the norm is taken after the averaging below. Row 0's token
@@ -171,16 +298,39 @@ TrainStepResult Trainer::train_step() {
       const at::Tensor squared_norm = gradient_norm_squared(optimiser_->parameters());
       if (squared_norm.defined()) sums.push_back(squared_norm);
     }
-    return TrainPass{at::cat({at::stack(sums), at::cat(row_loss)}), std::move(state)};
+    return TrainPass{at::cat({at::stack(sums), at::cat(row_loss)}), std::move(first_state)};
+  };
+  const TrainPassFn pass = [&](const Batch& on_device, const at::Tensor& target_count) {
+    return run_rows(on_device, target_count, micro_batch, true);
   };
   // engine.cuda_graph on a GPU: the pass as one CUDA graph (graphed_train_pass.h).
   GraphedTrainPass* graphed = graphed_pass_for_step();
   TrainPass passed;
+  int64_t memory_peak = 0;
   if (graphed) {
     passed = graphed->run(pass, batch, targets, graph_key(preset_, chunk), optimiser_->parameters(), device());
   } else {
     optimiser_->zero_grad();
-    passed = pass(batch.to(device()), at::scalar_tensor(targets, at::kFloat));
+    const Batch on_device = batch.to(device());
+    const at::Tensor target_count = at::scalar_tensor(targets, at::kFloat);
+    // The memory check (README "Training in the memory you have"): on the CPU, the first step of
+    // each shape runs under a watch whose limit is the memory free. A step that would pass it stops
+    // at that allocation with nothing updated, where the OOM killer would end the process.
+    const std::string shape = graph_key(preset_, chunk) + " rows " + std::to_string(rows) + " T " +
+                              std::to_string(T) + " limit " + std::to_string(c.memory_limit_gb);
+    if (device().is_cpu() && shape != memory_checked_shape_) {
+      const RowsPass rows_pass = [&](int64_t rows_here, int64_t group, bool whole_step) {
+        return run_rows(rows_of(on_device, 0, rows_here), target_count, group, whole_step);
+      };
+      const StepShape step_shape{step_ + 1, rows, micro_batch, T, segment};
+      const MeasuredPass measured =
+          pass_within_memory(rows_pass, *optimiser_, step_shape, step_memory_limit(c));
+      passed = measured.pass;
+      memory_peak = measured.peak;
+      if (memory_peak > 0) memory_checked_shape_ = shape;
+    } else {
+      passed = pass(on_device, target_count);
+    }
   }
   const bool graph_owned = graphed && graphed->replays_graph();  // its tensors: the next replay rewrites them
 
@@ -204,6 +354,7 @@ TrainStepResult Trainer::train_step() {
     r.comm_seconds = data_parallel_->stats().seconds - comm_before;
   }
   r.step = step_ + 1;
+  r.memory_peak_bytes = memory_peak;
   r.loss = loss_sum / targets;
   r.acc = score.accuracy();
   r.lr = lr;

@@ -33,6 +33,9 @@ struct TrainStepResult {
   double tokens_per_s = 0;
   double seconds = 0;     // wall time of the step
   int64_t chunk = 0;      // the chunk size b this step trained with
+  // The most bytes the step's tensors held at once, where it was measured: on the CPU, the first
+  // step of each shape (train.memory_limit_gb); 0 elsewhere.
+  int64_t memory_peak_bytes = 0;
   int world_size = 1;     // ranks that computed this step
   double comm_seconds = 0;  // of this step, inside collectives (data-parallel only)
   std::vector<ModuleNorm> modules;  // per module (train.module_norms), in the model's parameter order
@@ -141,6 +144,7 @@ class Trainer {
   std::shared_ptr<DataParallel> data_parallel_;
   std::unique_ptr<GraphedTrainPass> graphed_pass_;  // engine.cuda_graph on a GPU (use_graphed_pass)
   bool graphed_pass_forced_ = false;
+  std::string memory_checked_shape_;  // the step shape last checked to fit in memory (train_step)
 
   std::vector<at::Tensor> parameter_tensors() const;  // in the optimiser's (the model's) order
   // The graphed pass this step takes, or null for the plain one (then any graph is dropped).

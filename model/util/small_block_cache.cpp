@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "model/util/cpu_memory_watch.h"
 #include "model/util/cpu_relax.h"
 
 // LibTorch 2.3 made Allocator::allocate non-const and added pure virtuals (copy_data) whose exact
@@ -32,13 +33,21 @@ namespace {
 
 // c10's alignment for CPU storage (gAlignment): vector loads over a tensor's start stay aligned.
 constexpr std::size_t kAlignment = 64;
-// Each block starts with one alignment's worth of header that holds its size class (the data
-// follows, still aligned), so that the deleter, which gets only the data pointer, knows its list.
+// Each block starts with one alignment's worth of header (the data follows, still aligned), so that
+// the deleter, which gets only the data pointer, knows the block's list and whether a memory watch
+// counted it (cpu_memory_watch.h).
 constexpr std::size_t kHeader = kAlignment;
 constexpr int kSmallestShift = 6;                      // 64 B
 constexpr int kClasses = 15;                           // 64 B … 1 MB
 constexpr int kUncached = -1;                          // a larger block: freed at once
 constexpr std::size_t kMaxCachedBytes = 128u << 20;
+
+struct BlockHeader {
+  int size_class;
+  bool counted;         // by a CpuMemoryWatch: its release is taken off the count
+  std::size_t payload;  // the bytes after the header
+};
+static_assert(sizeof(BlockHeader) <= kHeader, "the header fits before the data");
 
 std::size_t class_bytes(int size_class) { return std::size_t{1} << (size_class + kSmallestShift); }
 
@@ -72,14 +81,20 @@ class SmallBlockCache final : public c10::Allocator {
   c10::DataPtr allocate(std::size_t bytes) const override {
     if (bytes == 0) return {nullptr, nullptr, &release, c10::Device(c10::DeviceType::CPU)};
     const int size_class = size_class_of(bytes);
+    const std::size_t payload = size_class == kUncached ? bytes : class_bytes(size_class);
+    // Before the block is taken: a watch's limit refuses it with nothing allocated.
+    const bool counted = cpu_memory_accounting::on_allocate(payload);
     void* data = size_class == kUncached ? nullptr : take(size_class);
     if (!data) {
       void* raw = nullptr;
-      const std::size_t payload = size_class == kUncached ? bytes : class_bytes(size_class);
-      if (posix_memalign(&raw, kAlignment, kHeader + payload) != 0) throw std::bad_alloc();
-      std::memcpy(raw, &size_class, sizeof size_class);
+      if (posix_memalign(&raw, kAlignment, kHeader + payload) != 0) {
+        if (counted) cpu_memory_accounting::on_release(payload);
+        throw std::bad_alloc();
+      }
       data = static_cast<char*>(raw) + kHeader;
     }
+    const BlockHeader header{size_class, counted, payload};
+    std::memcpy(static_cast<char*>(data) - kHeader, &header, sizeof header);
     return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
@@ -130,9 +145,10 @@ bool g_installed = false;
 void SmallBlockCache::release(void* data) {
   if (!data) return;
   char* raw = static_cast<char*>(data) - kHeader;
-  int size_class = kUncached;
-  std::memcpy(&size_class, raw, sizeof size_class);
-  if (size_class == kUncached || !cache().keep(data, size_class)) std::free(raw);
+  BlockHeader header{};
+  std::memcpy(&header, raw, sizeof header);
+  if (header.counted) cpu_memory_accounting::on_release(header.payload);
+  if (header.size_class == kUncached || !cache().keep(data, header.size_class)) std::free(raw);
 }
 
 bool sanitized() {

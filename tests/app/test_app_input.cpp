@@ -1,12 +1,12 @@
 // The app driven through simulated input in a real window: the keys and clicks of the issue's
 // test list, checked against what the engine did (its status and event log) and what the view
 // shows.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 
 #include "app/app_harness.h"
 #include "model/session/session_reader.h"
+#include "model/util/small_block_cache.h"
 
 using memscope::test::AppHarness;
 namespace model = memscope::model;
@@ -112,6 +112,37 @@ TEST_CASE("app: a refused command shows a banner with the reason and the app kee
   h.tap(GLFW_KEY_RIGHT);
   h.settle();
   CHECK(h.app().main().steps() == 1);
+}
+
+TEST_CASE(
+    "app: a training step that does not fit in memory pauses the run with the whole advice in the banner",
+    "[gui]") {
+  // The trainer's one-line error names the knob to set; the banner wraps it beside its button,
+  // however long, instead of cutting it at the window's edge.
+  model::install_small_block_cache();  // as the GUI's main() does: the allocator that counts
+  if (!model::small_block_cache_stats().installed) {
+    WARN("memscope's CPU allocator is not installed here (AddressSanitizer), so nothing is counted");
+    return;
+  }
+  AppHarness h(demo({"engine.mode=train", "train.memory_limit_gb=0.00001"}));
+  h.settle();
+  h.tap(GLFW_KEY_RIGHT);
+  h.settle();
+  const std::string banner = h.app().view().banner;
+  CHECK_THAT(banner,
+             Catch::Contains("step 1 does not fit in memory") && Catch::Contains("Nothing was updated."));
+  h.frame();
+  const ImRect box = h.app().rects().at("banner"), dismiss = h.app().rects().at("banner/dismiss");
+  const float beside_button = box.GetWidth() - dismiss.GetWidth() - 2.0f * ImGui::GetStyle().WindowPadding.x;
+  CHECK(ImGui::CalcTextSize(banner.c_str()).x > beside_button);  // it has to wrap
+  const float wrapped = ImGui::CalcTextSize(banner.c_str(), nullptr, false, beside_button).y;
+  CHECK(wrapped >= 2.0f * ImGui::GetTextLineHeight());
+  CHECK(box.GetHeight() >= wrapped);  // and the banner holds every line
+  CHECK(dismiss.Max.x <= box.Max.x);
+  CHECK(h.app().main().steps() == 0);  // nothing was trained
+  h.click("banner/dismiss");
+  h.frame();
+  CHECK(h.app().view().banner.empty());
 }
 
 TEST_CASE("app: a breakpoint stops a run the GUI paces at a set speed", "[gui]") {
