@@ -186,7 +186,15 @@ void train(const TrainOptions& o) {
   bool stop = stop_requested();
   while (!trainer.done() && !stop) {
     const auto start = std::chrono::steady_clock::now();
-    const TrainStepResult r = trainer.train_step();
+    TrainStepResult r;
+    try {
+      r = trainer.train_step();
+    } catch (const std::exception&) {
+      // A step that failed changed nothing (a loss that is not finite, a step that does not fit in
+      // memory, say TNT's second stage with its larger chunk): keep the steps before it.
+      if (trainer.step() > 0) save();
+      throw;
+    }
     if (recording) {
       auto frame = train_frame(trainer, r, ++frame_step, 0, trainer.preset().probe);
       frame->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -87,22 +87,24 @@ Batch rows_of(const Batch& batch, int64_t begin, int64_t count) {
   return out;
 }
 
-// What a CPU training step's tensors may take (train.memory_limit_gb, or what is free, shared with
-// the other ranks on this machine); 0 where nothing is known.
+// What a CPU training step's tensors may take: train.memory_limit_gb, or four fifths of what is
+// free, shared with the other ranks on this machine. `bytes` is none where nothing is known.
 struct StepMemoryLimit {
-  int64_t bytes = 0;
+  std::optional<int64_t> bytes;
   bool from_knob = false;
+  int64_t free = 0;  // what the machine had free, where the limit is taken from it
 };
 
 StepMemoryLimit step_memory_limit(const TrainConfig& c) {
-  if (c.memory_limit_gb > 0) return {static_cast<int64_t>(c.memory_limit_gb * 1e9), true};
+  if (c.memory_limit_gb > 0) return {std::max<int64_t>(1, std::llround(c.memory_limit_gb * 1e9)), true, 0};
   const std::optional<int64_t> free = host_memory_free();
   if (!free) return {};
   const char* ranks_here = std::getenv("LOCAL_WORLD_SIZE");  // torchrun's and --nproc's
   const int64_t ranks = ranks_here ? std::max(1, std::atoi(ranks_here)) : 1;
   // A fifth kept back: malloc's own overhead and what the rest of the process (the GUI) allocates
   // meanwhile. At a tenth, a step stopped at the limit had taken the process to 23.7 of 24.7 GB.
-  return {static_cast<int64_t>(static_cast<double>(*free) * 0.8) / ranks, false};
+  // At least a byte: a machine with nothing free has a limit, not none.
+  return {std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(*free) * 0.8) / ranks), false, *free};
 }
 
 // A step's pass over its first `rows` sequences, `group` at a time; `whole_step`: the step's own
@@ -118,57 +120,61 @@ struct MeasuredPass {
   int64_t peak = 0;  // 0 where nothing was counted (cpu_memory_watch.h)
 };
 
-// The peak of a pass that fits under the limit, or none.
+// The step's pass with its tensors counted against the limit (README "Training in the memory you
+// have"); none where it would pass it, stopped at that allocation.
+std::optional<MeasuredPass> pass_within_memory(const RowsPass& run, const StepShape& s,
+                                               const StepMemoryLimit& limit) {
+  MeasuredPass out;
+  try {
+    out.peak =
+        run_watched(limit.bytes.value_or(0), [&] { out.pass = run(s.rows, s.group, true); }).value_or(0);
+  } catch (const CpuMemoryLimitReached&) {
+    return std::nullopt;
+  }
+  return out;
+}
+
+// The peak of a smaller pass that fits under the limit, or none.
 std::optional<int64_t> fitting_peak(const RowsPass& run, AdamW& optimiser, int64_t rows, int64_t group,
                                     int64_t limit) {
   optimiser.zero_grad();
   std::optional<int64_t> peak;
-  {
-    CpuMemoryWatch watch(limit);
-    try {
-      run(rows, group, false);
-      peak = watch.peak();
-    } catch (const CpuMemoryLimitReached&) {
-    }
+  try {
+    peak = run_watched(limit, [&] { run(rows, group, false); });
+  } catch (const CpuMemoryLimitReached&) {
   }
   optimiser.zero_grad();
   return peak;
 }
 
-// The step's pass with its tensors counted against the limit (README "Training in the memory you
-// have"). One that would pass it stops at that allocation, and two small micro-batched passes are
-// measured for the error to say what fits: two sequences one at a time, and four two at a time.
-// Every group after the first runs with the gradients and the first group's state held, so the
-// peak grows by the same amount with each sequence added to a group: the line through the two
-// gives how many at a time fit. Only a step that does not fit pays for these (six sequences).
-MeasuredPass pass_within_memory(const RowsPass& run, AdamW& optimiser, const StepShape& s,
-                                const StepMemoryLimit& limit) {
-  MeasuredPass out;
-  {
-    CpuMemoryWatch watch(limit.bytes);
-    try {
-      out.pass = run(s.rows, s.group, true);
-      out.peak = watch.peak();
-      return out;
-    } catch (const CpuMemoryLimitReached&) {
-    }
-  }
+// The one line a step that did not fit ends with: what it needs, what there is, and the knob that
+// makes it fit. Two small micro-batched passes are measured for it: two sequences one at a time,
+// and four two at a time. Every group after the first runs with the gradients and the first
+// group's state held, so the peak grows by the same amount with each sequence added to a group:
+// the line through the two gives how many at a time fit. Only a step that does not fit pays for
+// these (six sequences).
+std::string does_not_fit(const RowsPass& run, AdamW& optimiser, const StepShape& s,
+                         const StepMemoryLimit& limit) {
+  optimiser.zero_grad();
+  const int64_t bytes = limit.bytes.value_or(0);
   std::ostringstream error;
   error << "step " << s.step << " does not fit in memory: ";
-  const std::string room = limit.from_knob ? "train.memory_limit_gb allows " + memory_size_text(limit.bytes)
-                                           : memory_size_text(limit.bytes) + " is free for it";
+  const std::string room = limit.from_knob
+                               ? "train.memory_limit_gb allows " + memory_size_text(bytes)
+                               : "the limit is " + memory_size_text(bytes) + " (four fifths of the " +
+                                     memory_size_text(limit.free) + " free, for each rank here)";
   const std::optional<int64_t> by_one =
-      s.group > 1 ? fitting_peak(run, optimiser, 2, 1, limit.bytes) : std::nullopt;
+      s.group > 1 ? fitting_peak(run, optimiser, 2, 1, bytes) : std::nullopt;
   if (by_one) {
     const std::optional<int64_t> by_two =
-        s.group > 2 ? fitting_peak(run, optimiser, std::min<int64_t>(4, s.rows), 2, limit.bytes)
-                    : std::nullopt;
-    const int64_t each = std::max<int64_t>(1, by_two ? *by_two - *by_one : *by_one);
+        s.group > 2 ? fitting_peak(run, optimiser, std::min<int64_t>(4, s.rows), 2, bytes) : std::nullopt;
+    // Where the second point is missing or not above the first, one sequence's whole peak stands
+    // for each further one: too much, never too little.
+    const bool slope = by_two && *by_two > *by_one;
+    const int64_t each = slope ? *by_two - *by_one : *by_one;
     // A twentieth kept back: blocks under 1 MB are counted at their power-of-two size class
     // (small_block_cache.h), which does not grow in a straight line.
-    const int64_t fits =
-        by_two ? std::clamp<int64_t>((limit.bytes - limit.bytes / 20 - *by_one) / each + 1, 1, s.group - 1)
-               : 1;
+    const int64_t fits = std::clamp<int64_t>((bytes - bytes / 20 - *by_one) / each + 1, 1, s.group - 1);
     error << s.group << " sequences at once need about " << memory_size_text(*by_one + (s.group - 1) * each)
           << " (" << memory_size_text(each) << " each), and " << room << "; set train.micro_batch=" << fits
           << " to run " << fits << " at a time (the same step, in about "
@@ -176,13 +182,11 @@ MeasuredPass pass_within_memory(const RowsPass& run, AdamW& optimiser, const Ste
   } else {
     error << "one sequence of " << s.T << " tokens"
           << (s.segment < s.T ? " (in segments of " + std::to_string(s.segment) + ")" : "")
-          << (s.group > 1 ? " at a time" : "") << " needs more than "
-          << (limit.from_knob ? "train.memory_limit_gb allows (" + memory_size_text(limit.bytes) + ")"
-                              : "the " + memory_size_text(limit.bytes) + " free for it")
+          << (s.group > 1 ? " at a time" : "") << " needs more, and " << room
           << "; set train.bptt to a shorter segment, or train a smaller model";
   }
   error << ". Nothing was updated.";
-  throw UserError(error.str());
+  return error.str();
 }
 
 // Random tokens everywhere, and random targets where the batch scores one: what a corrupt shard
@@ -318,16 +322,27 @@ TrainStepResult Trainer::train_step() {
     // at that allocation with nothing updated, where the OOM killer would end the process.
     const std::string shape = graph_key(preset_, chunk) + " rows " + std::to_string(rows) + " T " +
                               std::to_string(T) + " limit " + std::to_string(c.memory_limit_gb);
-    if (device().is_cpu() && shape != memory_checked_shape_) {
+    if (device().is_cpu() && cpu_memory_counted() && shape != memory_checked_shape_) {
+      // Data-parallel, the checked step's all-reduce waits for its backward: a rank that stops
+      // must not leave the others' buckets half started.
       const RowsPass rows_pass = [&](int64_t rows_here, int64_t group, bool whole_step) {
-        return run_rows(rows_of(on_device, 0, rows_here), target_count, group, whole_step);
+        return run_rows(rows_of(on_device, 0, rows_here), target_count, group, whole_step && !data_parallel_);
       };
       const StepShape step_shape{step_ + 1, rows, micro_batch, T, segment};
-      const MeasuredPass measured =
-          pass_within_memory(rows_pass, *optimiser_, step_shape, step_memory_limit(c));
-      passed = measured.pass;
-      memory_peak = measured.peak;
-      if (memory_peak > 0) memory_checked_shape_ = shape;
+      const StepMemoryLimit limit = step_memory_limit(c);
+      std::optional<MeasuredPass> measured = pass_within_memory(rows_pass, step_shape, limit);
+      // Every rank stops if one does: one that went on would wait in the all-reduce for good.
+      const bool stopped = data_parallel_ ? data_parallel_->any(!measured) : !measured;
+      if (stopped) {
+        optimiser_->zero_grad();
+        throw UserError(measured ? "step " + std::to_string(step_ + 1) +
+                                       " does not fit in memory on another rank, whose error says what fits. "
+                                       "Nothing was updated."
+                                 : does_not_fit(rows_pass, *optimiser_, step_shape, limit));
+      }
+      passed = std::move(measured->pass);
+      memory_peak = measured->peak;
+      memory_checked_shape_ = shape;
     } else {
       passed = pass(on_device, target_count);
     }
@@ -517,6 +532,7 @@ void Trainer::restore(const TrainerSnapshot& s) {
 
 void Trainer::apply_live(const Preset& preset) {
   if (graphed_pass_) graphed_pass_->reset();  // the graph fixed the rule it was captured with
+  memory_checked_shape_.clear();              // a live rule (memory.ns.steps, say) changes what a step holds
   preset_ = preset;
   optimiser_->set_options(adamw_options(preset_.train));
   model_->set_live_rule(preset_.memory);

@@ -1,8 +1,12 @@
 #include "model/util/cpu_memory_watch.h"
 
+#include <ATen/ThreadLocalState.h>
+
 #include <atomic>
 #include <cstdio>
+#include <exception>
 #include <string>
+#include <thread>
 
 #include "model/util/small_block_cache.h"
 
@@ -41,18 +45,39 @@ CpuMemoryLimitReached::CpuMemoryLimitReached(int64_t requested, int64_t held, in
       limit(limit) {}
 
 CpuMemoryWatch::CpuMemoryWatch(int64_t limit_bytes) {
-  if (!small_block_cache_stats().installed || g_taken.exchange(true)) return;
+  if (!cpu_memory_counted() || g_taken.exchange(true)) return;
   counting_ = true;
   g_base = g_live.load();
   g_limit = limit_bytes;
   g_peak = 0;
-  t_watching = true;
+  watching_ = &t_watching;
+  *watching_ = true;
 }
 
 CpuMemoryWatch::~CpuMemoryWatch() {
   if (!counting_) return;
-  t_watching = false;
+  *watching_ = false;
   g_taken = false;
+}
+
+bool cpu_memory_counted() { return small_block_cache_stats().installed; }
+
+std::optional<int64_t> run_watched(int64_t limit_bytes, const std::function<void()>& work) {
+  const at::ThreadLocalState state;
+  std::optional<int64_t> peak;
+  std::exception_ptr error;
+  std::thread([&] {
+    at::ThreadLocalStateGuard same_state(state);
+    try {
+      CpuMemoryWatch watch(limit_bytes);
+      work();
+      if (watch.counting()) peak = watch.peak();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }).join();
+  if (error) std::rethrow_exception(error);
+  return peak;
 }
 
 int64_t CpuMemoryWatch::peak() const { return counting_ ? g_peak.load() : 0; }

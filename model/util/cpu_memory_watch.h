@@ -11,6 +11,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -40,7 +42,19 @@ class CpuMemoryWatch {
 
  private:
   bool counting_ = false;
+  bool* watching_ = nullptr;  // the creating thread's flag, whichever thread ends the watch
 };
+
+// Runs `work` under a watch with `limit_bytes` (0: none) on a thread of its own, with this thread's
+// LibTorch state (grad mode, dispatch keys), and waits for it. Returns the peak, or none where
+// nothing was counted; rethrows what `work` threw, CpuMemoryLimitReached included. Why a thread:
+// when a backward throws, LibTorch's autograd keeps the tasks it had queued, and the graph they
+// hold, in the thread's ready queue until that thread's next backward reaches them (pytorch#33157);
+// a thread of its own takes them with it when it ends, so a stopped pass leaves nothing behind.
+std::optional<int64_t> run_watched(int64_t limit_bytes, const std::function<void()>& work);
+
+// Whether memscope's allocator counts in this process (cpu_memory_watch.h's top).
+bool cpu_memory_counted();
 
 // A size for a message: "16.52 GB", "350.2 MB", "12.0 kB".
 std::string memory_size_text(int64_t bytes);

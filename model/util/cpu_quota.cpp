@@ -6,17 +6,11 @@
 #include <sstream>
 #include <vector>
 
+#include "model/util/small_file.h"
+
 namespace memscope::model {
 
 namespace {
-
-std::optional<std::string> read_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 std::optional<double> ratio(double quota, double period) {
   if (!(quota > 0) || !(period > 0) || !std::isfinite(quota / period)) return std::nullopt;
@@ -90,13 +84,14 @@ std::optional<int> cgroup_cpu_limit() {
   // The first directory whose files can be read decides, whatever they say.
   if (own.v2)
     for (const auto& dir : directories({"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}, *own.v2))
-      if (const auto text = read_file(dir + "/cpu.max")) {
+      if (const auto text = read_small_file(dir + "/cpu.max")) {
         cpus = cpus_from_cpu_max(*text);
         break;
       }
   if (!cpus && own.v1_cpu)
     for (const auto& dir : directories({"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"}, *own.v1_cpu)) {
-      const auto quota = read_file(dir + "/cpu.cfs_quota_us"), period = read_file(dir + "/cpu.cfs_period_us");
+      const auto quota = read_small_file(dir + "/cpu.cfs_quota_us"),
+                 period = read_small_file(dir + "/cpu.cfs_period_us");
       if (quota && period) {
         cpus = cpus_from_cfs(*quota, *period);
         break;

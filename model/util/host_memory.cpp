@@ -1,7 +1,6 @@
 #include "model/util/host_memory.h"
 
 #include <algorithm>
-#include <fstream>
 #include <sstream>
 
 #if defined(__GLIBC__)
@@ -9,18 +8,11 @@
 #endif
 
 #include "model/util/small_block_cache.h"
+#include "model/util/small_file.h"
 
 namespace memscope::model {
 
 namespace {
-
-std::optional<std::string> read_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 // One whole number, alone apart from whitespace.
 std::optional<int64_t> whole_number(const std::string& text) {
@@ -78,7 +70,7 @@ std::optional<int64_t> cgroup_memory_room(const std::string& limit, const std::s
 }
 
 std::optional<int64_t> host_memory_free() {
-  const auto meminfo = read_file("/proc/meminfo");
+  const auto meminfo = read_small_file("/proc/meminfo");
   std::optional<int64_t> available = meminfo ? mem_available_from_meminfo(*meminfo) : std::nullopt;
   if (!available) return std::nullopt;
   struct Files {
@@ -88,9 +80,9 @@ std::optional<int64_t> host_memory_free() {
        {Files{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current", "/sys/fs/cgroup/memory.stat"},
         Files{"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes",
               "/sys/fs/cgroup/memory/memory.stat"}}) {
-    const auto limit = read_file(f.limit), usage = read_file(f.usage);
+    const auto limit = read_small_file(f.limit), usage = read_small_file(f.usage);
     if (!limit || !usage) continue;
-    if (const auto room = cgroup_memory_room(*limit, *usage, read_file(f.stat).value_or("")))
+    if (const auto room = cgroup_memory_room(*limit, *usage, read_small_file(f.stat).value_or("")))
       available = std::min(*available, *room);
     break;
   }

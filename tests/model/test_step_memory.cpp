@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 #include <map>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -135,8 +136,45 @@ TEST_CASE("cpu memory watch: counts this thread's tensors, not another's, and re
     CHECK(torch::ones({kMb / 4}, torch::kFloat).sum().item<float>() == kMb / 4);  // 1 MB more still fits
     CHECK(two.sum().item<float>() == kMb / 2);
   }
+  {
+    // A counted block freed on another thread is taken off the count: 4 MB, freed there, then 4 MB
+    // again here peaks at 4 MB, not 8.
+    CpuMemoryWatch watch;
+    at::Tensor handed = torch::empty({kMb}, torch::kFloat);
+    std::thread([moved = std::move(handed)]() mutable { moved.reset(); }).join();
+    const at::Tensor again = torch::empty({kMb}, torch::kFloat);
+    CHECK(watch.peak() == 4 * kMb);
+  }
   CpuMemoryWatch after;  // the watches above gave the process's one watch back
   CHECK(after.counting());
+}
+
+TEST_CASE(
+    "cpu memory watch: run_watched counts a pass on a thread of its own, with the caller's grad mode, and "
+    "rethrows its stop",
+    "[train][allocator]") {
+  if (!counted_here()) return;
+  constexpr int64_t kMb = 1 << 20;
+  const at::Tensor w = torch::randn({256, 256}, torch::requires_grad());
+  auto pass = [&] {
+    at::Tensor x = torch::randn({512, 256});
+    for (int i = 0; i < 8; ++i) x = torch::tanh(x.matmul(w));  // 8 saved activations of 512 kB
+    x.sum().backward();
+  };
+  const std::optional<int64_t> whole = run_watched(0, pass);
+  REQUIRE(whole);
+  CHECK(*whole > 4 * kMb);
+  w.mutable_grad() = at::Tensor();
+  CHECK_THROWS_AS(run_watched(*whole - kMb, pass), CpuMemoryLimitReached);
+  w.mutable_grad() = at::Tensor();
+  // Nothing of the stopped pass is still counted: the same pass peaks as high as before.
+  const std::optional<int64_t> after = run_watched(0, pass);
+  REQUIRE(after);
+  CHECK(*after == *whole);
+  at::NoGradGuard no_grad;
+  bool enabled = true;
+  run_watched(0, [&] { enabled = at::GradMode::is_enabled(); });
+  CHECK_FALSE(enabled);
 }
 
 TEST_CASE("train.memory_limit_gb: a step that does not fit stops, says what would fit, and updates nothing",
