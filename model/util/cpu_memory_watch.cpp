@@ -1,5 +1,6 @@
 #include "model/util/cpu_memory_watch.h"
 
+#include <ATen/Parallel.h>
 #include <ATen/ThreadLocalState.h>
 
 #include <atomic>
@@ -64,10 +65,14 @@ bool cpu_memory_counted() { return small_block_cache_stats().installed; }
 
 std::optional<int64_t> run_watched(int64_t limit_bytes, const std::function<void()>& work) {
   const at::ThreadLocalState state;
+  // OpenMP keeps the intra-op thread count per thread: a new one would start from the default,
+  // and a reduction split another way sums in another order (a resumed run must repeat the bits).
+  const int threads = at::get_num_threads();
   std::optional<int64_t> peak;
   std::exception_ptr error;
   std::thread([&] {
     at::ThreadLocalStateGuard same_state(state);
+    at::set_num_threads(threads);
     try {
       CpuMemoryWatch watch(limit_bytes);
       work();

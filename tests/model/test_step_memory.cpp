@@ -150,8 +150,8 @@ TEST_CASE("cpu memory watch: counts this thread's tensors, not another's, and re
 }
 
 TEST_CASE(
-    "cpu memory watch: run_watched counts a pass on a thread of its own, with the caller's grad mode, and "
-    "rethrows its stop",
+    "cpu memory watch: run_watched counts a pass on a thread of its own, with the caller's grad mode and "
+    "threads, and rethrows its stop",
     "[train][allocator]") {
   if (!counted_here()) return;
   constexpr int64_t kMb = 1 << 20;
@@ -173,8 +173,16 @@ TEST_CASE(
   CHECK(*after == *whole);
   at::NoGradGuard no_grad;
   bool enabled = true;
-  run_watched(0, [&] { enabled = at::GradMode::is_enabled(); });
+  int threads = 0;
+  const int before = at::get_num_threads();
+  at::set_num_threads(before == 1 ? 2 : 1);  // not what a new thread starts with
+  run_watched(0, [&] {
+    enabled = at::GradMode::is_enabled();
+    threads = at::get_num_threads();
+  });
   CHECK_FALSE(enabled);
+  CHECK(threads == at::get_num_threads());  // the same intra-op threads: the same sums
+  at::set_num_threads(before);
 }
 
 TEST_CASE("train.memory_limit_gb: a step that does not fit stops, says what would fit, and updates nothing",
