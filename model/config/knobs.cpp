@@ -253,10 +253,10 @@ std::vector<Knob> train_knobs() {
       int_knob("train.micro_batch", 0, 1 << 16, Live,
                "sequences per forward and backward; the step adds up their gradients (0 = the whole batch)",
                KNOB_FIELD(p.train.micro_batch)));
-  k.push_back(
-      float_knob("train.memory_limit_gb", 0.0, 1e6, Live,
-                 "GB a CPU training step's tensors may take, checked on its first step (0 = what is free)",
-                 KNOB_FIELD(p.train.memory_limit_gb)));
+  k.push_back(float_knob("train.memory_limit_gb", 0.0, 1e6, Live,
+                         "GB a CPU training step's tensors may take, checked on its first step (0 = four "
+                         "fifths of what is free)",
+                         KNOB_FIELD(p.train.memory_limit_gb)));
   k.push_back(float_knob("train.lr", 0.0, 10.0, Live, "peak AdamW learning rate (outer loop)", KNOB_FIELD(p.train.lr)));
   k.push_back(float_knob("train.min_lr", 0.0, 1.0, Live, "cosine floor as a fraction of train.lr", KNOB_FIELD(p.train.min_lr)));
   k.push_back(int_knob("train.warmup", 0, kMany, Live, "linear warmup steps", KNOB_FIELD(p.train.warmup)));
