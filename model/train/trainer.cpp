@@ -320,9 +320,11 @@ TrainStepResult Trainer::train_step() {
     // The memory check (README "Training in the memory you have"): on the CPU, the first step of
     // each shape runs under a watch whose limit is the memory free. A step that would pass it stops
     // at that allocation with nothing updated, where the OOM killer would end the process.
-    const std::string shape = graph_key(preset_, chunk) + " rows " + std::to_string(rows) + " T " +
-                              std::to_string(T) + " limit " + std::to_string(c.memory_limit_gb);
-    if (device().is_cpu() && cpu_memory_counted() && shape != memory_checked_shape_) {
+    const bool counted = device().is_cpu() && cpu_memory_counted();
+    const std::string shape = counted ? graph_key(preset_, chunk) + " rows " + std::to_string(rows) + " T " +
+                                            std::to_string(T) + " limit " + std::to_string(c.memory_limit_gb)
+                                      : std::string();
+    if (counted && shape != memory_checked_shape_) {
       // Data-parallel, the checked step's all-reduce waits for its backward: a rank that stops
       // must not leave the others' buckets half started.
       const RowsPass rows_pass = [&](int64_t rows_here, int64_t group, bool whole_step) {
