@@ -17,6 +17,9 @@
 //              one step's ATen calls
 //   train-demo training steps of demo-mqar-titans as its preset has them (batch 16, chunk 4):
 //              the pairing of bench/eager/eager_lm_train.py in bench/eager_compare.sh
+//   train-demo-mlp  the same for demo-mqar-titans-mlp: the deep (MLP) memory, trained through
+//              its inner gradient (eager_lm_train.py's mlp_chunkwise pairing); --train-set
+//              KEY=VALUE (repeatable) changes either preset, e.g. to a larger model
 // Flags: --device D, --tokens T (default 2048), --reps N (default 5; medians), --only CASE,
 //        --train-batch B (default 8), --train-steps N (default 5, after 2 warm-up steps),
 //        --profile PREFIX (train: one more step per dtype under Kineto, LibTorch 2.x; a trace
@@ -37,6 +40,7 @@
 #include "bench/bench_flags.h"
 #include "bench/bench_timing.h"
 #include "bench/kineto_trace.h"
+#include "bench/sgemm_peak.h"
 #include "model/config/preset.h"
 #include "model/memory/linear_chunk_scan.h"
 #include "model/memory/memory_layer.h"
@@ -54,6 +58,7 @@ using memscope::bench::aten_calls;
 using memscope::bench::AtenCalls;
 using memscope::bench::median;
 using memscope::bench::seconds_of;
+using memscope::bench::sgemm_peak;
 
 namespace {
 
@@ -274,6 +279,31 @@ double training_flops_per_token(const Trainer& trainer, int64_t chunk) {
   return 6 * weights + 12.0 * m.layers * m.d_model * m.window + 3.0 * m.layers * memory;
 }
 
+// The same count for the MLP memory's chunkwise form (demo-mqar-titans-mlp): 6·N for the weights
+// but the memory's initial W₁, W₂, the attention's 12·L·D·w where a block has one (MAG), and three
+// times the MLP dual form's products per token and head at chunk b, hidden 4d
+// (bench/eager/eager_mlp_memory.py's chunkwise_flops_per_token): the keys' pass and inner gradient,
+// the read, the chunk end's W and S, and the b×b decay products.
+double mlp_training_flops_per_token(const Trainer& trainer, int64_t chunk) {
+  const LmConfig& m = trainer.preset().model;
+  double weights = 0;
+  for (const auto& p : trainer.model()->named_parameters()) {
+    const std::string& name = p.key();
+    const bool initial_memory = name.size() > 5 && (name.compare(name.size() - 5, 5, ".w1_0") == 0 ||
+                                                    name.compare(name.size() - 5, 5, ".w2_0") == 0);
+    if (name != "embedding" && !initial_memory) weights += static_cast<double>(p.value().numel());
+  }
+  weights += static_cast<double>(m.d_model) * static_cast<double>(trainer.task().vocab_size());
+  const double d = static_cast<double>(m.d_model / m.memory_heads), n = static_cast<double>(chunk), h = 4 * d;
+  const double keys = 3 * 2 * h * d;
+  const double read =
+      (2 * n * d * n + 4 * h * d * n + 2 * h * n * n + 2 * n * h * n + 4 * d * h * n + 2 * d * n * n) / n;
+  const double end = 4 * 2 * d * h, decay = (2 * n * n * n + 2 * n * n) / n;
+  const double memory = static_cast<double>(m.memory_heads) * (keys + read + end + decay);
+  const double attention = m.block == BlockKind::Mag ? 12.0 * m.layers * m.d_model * m.window : 0.0;
+  return 6 * weights + attention + 3.0 * m.layers * memory;
+}
+
 // One configuration of bench_train, one JSON line (and a profiled step with --profile).
 void bench_train_once(int64_t batch, int64_t steps, const std::string& profile, bool fused_memory,
                       int64_t chunk_scan, bool bf16, bool graph) {
@@ -355,14 +385,31 @@ void bench_train(int64_t batch, int64_t steps, const std::string& profile, bool 
     }
 }
 // demo-mqar-titans's own training step, module norms off (the eager step computes none).
-void bench_train_demo(int64_t steps) {
-  Trainer trainer(load_preset("demo-mqar-titans", {"train.module_norms=false"}));
+void bench_train_demo(const std::string& preset, int64_t steps, const std::vector<std::string>& sets) {
+  std::vector<std::string> overrides{"train.module_norms=false"};
+  overrides.insert(overrides.end(), sets.begin(), sets.end());
+  Trainer trainer(load_preset(preset, overrides));
   const double seconds = median_step_seconds(trainer, steps);
   const Batch batch = trainer.training_batch(1);
   const double tokens = static_cast<double>(batch.tokens.numel());
-  auto j = line("train/demo-mqar-titans");
-  j.update({{"batch", batch.tokens.size(0)}, {"seq_len", batch.tokens.size(1)}, {"step_ms", 1e3 * seconds},
-            {"tokens_per_s", tokens / seconds}, {"median_of", steps}});
+  const AtenCalls calls =
+      aten_calls([&] { trainer.train_step(); });  // one more step's (eager_lm_train.py --count-aten)
+  auto j = line("train/" + preset);
+  if (trainer.preset().memory.structure == Structure::Mlp) {
+    const double flops =
+        mlp_training_flops_per_token(trainer, trainer.preset().train.chunk) * tokens / seconds;
+    j.update({{"flops_per_token", mlp_training_flops_per_token(trainer, trainer.preset().train.chunk)},
+              {"gflops", flops / 1e9},
+              {"sgemm_peak_gflops", sgemm_peak(3)}});
+  }
+  j.update({{"batch", batch.tokens.size(0)},
+            {"seq_len", batch.tokens.size(1)},
+            {"step_ms", 1e3 * seconds},
+            {"tokens_per_s", tokens / seconds},
+            {"median_of", steps},
+            {"aten_calls", calls.top_level},
+            {"aten_calls_nested", calls.all},
+            {"sets", sets}});
   std::cout << j.dump() << std::endl;
 }
 
@@ -376,6 +423,8 @@ int main(int argc, char** argv) {
   memscope::bench::BenchFlags flags("device_bench");
   flags.add("--tokens", tokens).add("--reps", reps).add("--only", only).add("--device", device_name);
   flags.add("--train-batch", train_batch).add("--train-steps", train_steps);
+  std::vector<std::string> train_sets;
+  flags.add("--train-set", train_sets);
   std::string profile;
   int64_t fused_memory = 1, chunk_scan = -1;
   std::string dtype = "all", graphs = "all";
@@ -409,6 +458,7 @@ int main(int argc, char** argv) {
   }
   if (only.empty() || only == "train")
     bench_train(train_batch, train_steps, profile, fused_memory != 0, chunk_scan, dtype, graphs);
-  if (only == "train-demo") bench_train_demo(train_steps);
+  if (only == "train-demo") bench_train_demo("demo-mqar-titans", train_steps, train_sets);
+  if (only == "train-demo-mlp") bench_train_demo("demo-mqar-titans-mlp", train_steps, train_sets);
   return 0;
 }

@@ -14,23 +14,14 @@
 #          chunkwise form, checked first against memory-trace --chunk), both GFLOP/s as they count them
 #   train  demo-mqar-titans's training step (eager_lm_train.py, checked first against the loss and
 #          gradient norm memscope's trainer reports for the same weights and batch)
+# The deep (MLP) memory's training step has its own pairing: bench/deep_train_compare.sh.
 # Needs Debian's python3-torch, for this benchmark only: apt-get install python3-torch.
 # Usage: bench/eager_compare.sh [REPS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=/usr/bin/python3
-"$PY" -c "import torch" 2>/dev/null || {
-  echo "eager_compare: $PY cannot import torch; install Debian's python3-torch (apt-get install python3-torch)" >&2
-  exit 1
-}
 STEP=${STEP:-build/bench/step_bench}
-[[ -x $STEP ]] || { echo "eager_compare: $STEP is missing; run scripts/setup first" >&2; exit 1; }
+source bench/eager_python.sh eager_compare "$STEP"
 REPS=${1:-5}
-OUT=${OUT:-build/eager_compare}
-mkdir -p "$OUT"
-: >"$OUT/memscope.jsonl"
-: >"$OUT/eager.jsonl"
-export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 CLI=${CLI:-build/app/cli/memscope-cli}
 # The model pairing's weights, and memscope's own step of them for eager_lm.py to be checked against.
 rm -rf "$OUT/model.memscope"

@@ -81,12 +81,13 @@ class Attention:
         return out @ self.w_o.t(), cache
 
 
-def settings(config, rule):
+def settings(config, rule, structures=("linear",), blocks=("mag",)):
     """What this eager model needs from a checkpoint's [model] and [memory] tables, with memscope's
     defaults for the knobs a preset leaves out (model/nn/lm_config.h, model/config/knobs.cpp). Exits
-    with one line when the checkpoint uses what eager_lm.py does not implement."""
+    with one line when the checkpoint uses what eager_lm.py does not implement (structures, blocks:
+    the memory structures and block kinds the caller has)."""
     get = lambda table, path, default: _dig(table, path, default)
-    allowed = {"structure": ("linear",), "optimiser": ("gd-momentum", "muon"), "retention": ("l2-decay",),
+    allowed = {"structure": structures, "optimiser": ("gd-momentum", "muon"), "retention": ("l2-decay",),
                "bias": ("l2",), "read": ("after-write",), "window.gamma": ("uniform",),
                "feature_map.kind": ("identity", "poly"), "inner.normalize": (False,), "ns.per_step": ([],),
                "momentum.enabled": (True,)}
@@ -95,15 +96,15 @@ def settings(config, rule):
                 "inner.normalize": False, "ns.per_step": [], "momentum.enabled": True}
     unsupported = [f"memory.{k}={get(rule, k, defaults[k])}" for k, ok in allowed.items()
                    if get(rule, k, defaults[k]) not in ok]
-    if get(config, "block", "mag") != "mag" or get(config, "ffn", "swiglu") != "swiglu" or not get(config, "ttl", True):
+    if get(config, "block", "mag") not in blocks or get(config, "ffn", "swiglu") != "swiglu" or not get(config, "ttl", True):
         unsupported.append(f"model.block={get(config, 'block', 'mag')}")
     if unsupported:
         raise SystemExit(f"eager_lm: this checkpoint uses what eager_lm.py does not implement: {', '.join(unsupported)}")
-    return {"max_lr": get(rule, "lr.max", 1.0), "clip": get(rule, "inner.clip", 0.0),
+    return {"structure": get(rule, "structure", defaults["structure"]), "max_lr": get(rule, "lr.max", 1.0), "clip": get(rule, "inner.clip", 0.0),
             "optimiser": get(rule, "optimiser", "gd-momentum"), "window_c": get(rule, "window.c", 1),
             "poly": get(rule, "feature_map.kind", "identity") == "poly",
             "ns_steps": get(rule, "ns.steps", 5), "ns_coefficients": tuple(get(rule, "ns.coefficients", eager_memory.MUON_COEFFICIENTS)),
-            "memory_heads": get(config, "memory_heads", 2), "window": get(config, "window", 16),
+            "block": get(config, "block", "mag"), "memory_heads": get(config, "memory_heads", 2), "window": get(config, "window", 16),
             "attention_heads": get(config, "attention_heads", 2), "rope_base": get(config, "rope_base", 10000.0),
             "layers": get(config, "layers", 2)}
 

@@ -1,12 +1,16 @@
 #!/usr/bin/python3
-"""demo-mqar-titans's training step in eager PyTorch: what a researcher would write instead of
-memscope's Trainer (issue 20's "demo-mqar training step" baseline).
+"""demo-mqar-titans's and demo-mqar-titans-mlp's training steps in eager PyTorch: what a researcher
+would write instead of memscope's Trainer (issue 20's "demo-mqar training step" baseline, and the
+deep memory's).
 
-The model of eager_lm.py over whole sequences [B,T]: the attention with a causal window mask, the
-memory layer batched over all tokens and sequences with eager_memory.run_memory_chunkwise (the §9
-dual form; batch and heads folded together, chunks of train.chunk from each sequence's start),
-then the task loss (summed cross-entropy over the scored targets / their count), autograd,
-clip_grad_norm_ and torch.optim.AdamW.
+The model of eager_lm.py over whole sequences [B,T]: MAG blocks (the attention with a causal window
+mask beside the memory) or LMM blocks (the memory alone), the memory layer batched over all tokens
+and sequences (batch and heads folded together, chunks of train.chunk from each sequence's start)
+in the §9 chunkwise form: eager_memory.run_memory_chunkwise for the linear memory (the dual form),
+eager_mlp_memory.mlp_chunkwise for the MLP memory (its inner gradient by torch.autograd.grad with
+create_graph, so the outer backward goes through it); then the task loss (summed cross-entropy over
+the scored targets / their count), autograd, clip_grad_norm_ and torch.optim.AdamW. Titans' rule
+only: gd-momentum at window 1 with identity features.
 
     # against memscope's step S (`step --train-step S --record`, exported --csv) and the loss and
     # gradient norm `train --json` printed for S, with the weights from before S:
@@ -33,6 +37,7 @@ import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import eager_memory  # noqa: E402
+import eager_mlp_memory  # noqa: E402
 from check_against_trace import read_safetensors  # noqa: E402
 from eager_lm import _dig, rms, settings  # noqa: E402
 
@@ -41,9 +46,10 @@ IGNORE = -100  # model/data/batch.h kIgnoreIndex
 
 class EagerTrainLM:
     def __init__(self, tensors, config, rule):
-        self.c = settings(config, rule)
+        self.c = settings(config, rule, structures=("linear", "mlp"), blocks=("mag", "lmm"))
         if self.c["optimiser"] != "gd-momentum" or self.c["window_c"] != 1 or self.c["poly"]:
-            # eager_memory.run_memory_chunkwise is Titans' rule only (c = 1, identity features).
+            # eager_memory.run_memory_chunkwise and eager_mlp_memory.mlp_chunkwise are Titans' rule
+            # only (c = 1, identity features).
             raise SystemExit("eager_lm_train: the chunkwise form here is gd-momentum at c = 1 with identity "
                              "features; this checkpoint's memory is not")
         self.params = {name: t.clone().requires_grad_(True) for name, t in tensors.items()}
@@ -59,6 +65,15 @@ class EagerTrainLM:
         q, k, v = qkv.view(B, T, 3, H, -1).unbind(2)
         unit = lambda z: z / z.norm(dim=-1, keepdim=True).clamp_min(1e-12)
         gate = lambda name: torch.sigmoid(F.linear(x, p[f"gate_{name}_w"], p[f"gate_{name}_b"]))  # [B,T,H]
+        if self.c["structure"] == "mlp":  # the deep memory: [B,T,H,...] -> [B*H,T,...], sequences as more heads
+            groups = lambda z: z.transpose(1, 2).reshape(B * H, T, *z.shape[3:])
+            per_group = lambda w: w.repeat(B, *([1] * (w.dim() - 1)))
+            y, _ = eager_mlp_memory.mlp_chunkwise(
+                per_group(p["w1_0"]), per_group(p["w2_0"]), per_group(p["ln_weight"][:, None]),
+                per_group(p["ln_bias"][:, None]), groups(unit(k)), groups(v), groups(unit(q)),
+                groups(gate("retain")), groups(self.c["max_lr"] * gate("lr")), groups(gate("momentum")),
+                chunk=chunk, clip=self.c["clip"], differentiable=True)
+            return y.view(B, H, T, -1).transpose(1, 2).reshape(B, T, -1)
         fold = lambda z: z.transpose(0, 1).reshape(T, B * H, *z.shape[3:])     # sequences as more heads
         y = eager_memory.run_memory_chunkwise(
             p["m0"].repeat(B, 1, 1), fold(unit(k)), fold(v), fold(unit(q)), fold(gate("retain")),
@@ -99,11 +114,13 @@ class EagerTrainLM:
         for i in range(self.c["layers"]):
             p = {k[len(f"block{i}."):]: t for k, t in P.items() if k.startswith(f"block{i}.")}
             sub = lambda prefix: {k[len(prefix):]: t for k, t in p.items() if k.startswith(prefix)}
-            n = rms(h, p["norm_attention.weight"])
-            g = torch.sigmoid(n @ p["w_gate"].t() + p["b_gate"])
-            a = self.attention(sub("attention."), n)
             m = self.memory(sub("memory."), rms(h, p["norm_memory.weight"]), chunk) @ p["w_memory_out"].t()
-            h = h + g * a + (1 - g) * m
+            if self.c["block"] == "lmm":  # the memory alone (block.cpp)
+                h = h + m
+            else:  # mag: gated beside the attention
+                n = rms(h, p["norm_attention.weight"])
+                g = torch.sigmoid(n @ p["w_gate"].t() + p["b_gate"])
+                h = h + g * self.attention(sub("attention."), n) + (1 - g) * m
             n = rms(h, p["norm_ffn.weight"])
             h = h + (F.silu(n @ p["ffn.w_gate"].t()) * (n @ p["ffn.w_up"].t())) @ p["ffn.w_down"].t()
         return rms(h, P["norm_out.weight"]) @ P["embedding"].t()

@@ -118,55 +118,16 @@ class MlpMemoryLayer:
         return self.features(q), self.features(k), v, [self.gate(name, x) for name in ("retain", "lr", "momentum")]
 
     def run_chunkwise(self, x, chunk, record_ends=False):
-        """The chunkwise form (SPEC §9) of gd with momentum at window c = 1, as eager PyTorch: every
-        gradient of a chunk at the chunk-start weights, so the per-token gradient factors come from
-        one torch.autograd.grad to the activations (dL/dh, dL/do: grad W_1 = do a^T, grad W_2 = dh k^T),
-        and the momentum and retention scans are solved with eager_memory.decay_matrix, as
-        eager_memory.run_memory_chunkwise does for the linear memory. The read needs W_t only through
-        products with q_t and GELU(W_2,t q_t), so no per-token weight is built (the dual form):
-            W_2,t q = Pa_t W_2 q - c_t S_2 q - sum_r A[t,r] (k_r . q) dh_r,   and W_1,t a likewise.
-        Returns y [T,H,d], and with record_ends the weights (W_1, W_2) after every chunk."""
+        """The chunkwise form (SPEC §9) of gd with momentum at window c = 1 over one sequence x [T,D]
+        (mlp_chunkwise, the heads as its groups). Returns y [T,H,d], and with record_ends the weights
+        (W_1, W_2) after every chunk."""
         if self.window != 1 or self.optimiser == "muon":
             raise ValueError("the eager chunkwise MLP form has gd-momentum at window 1 only")
-        T, b = x.size(0), chunk
-        phi_q, phi_k, v, (retain, lr, momentum) = self.project(x)
-        W1, W2 = self.w1_0.clone(), self.w2_0.clone()
-        S1, S2 = torch.zeros_like(W1), torch.zeros_like(W2)
-        ys, ends = [], []
-        for start in range(0, T, b):
-            chunk_of = lambda z: z[start:start + b].transpose(0, 1)  # noqa: E731  [H,n,...]
-            k, q, val = chunk_of(phi_k), chunk_of(phi_q), chunk_of(v)
-            alpha, eta, beta = chunk_of(retain), chunk_of(lr), chunk_of(momentum)
-            with torch.enable_grad():  # the inner gradient's factors at the chunk start's weights
-                h = (k @ W2.transpose(-1, -2)).requires_grad_()
-                a = F.gelu(h)
-                o = a @ W1.transpose(-1, -2)
-                y_k = k + F.layer_norm(o, o.shape[-1:]) * self.ln_w + self.ln_b
-                d_h, d_o = torch.autograd.grad(0.5 * (y_k - val).pow(2).sum(), (h, o))
-            a = a.detach()
-            if self.clip > 0:  # |g_t|^2 = |do|^2 |a|^2 + |dh|^2 |k|^2
-                norm = (d_o.pow(2).sum(-1) * a.pow(2).sum(-1) + d_h.pow(2).sum(-1) * k.pow(2).sum(-1)).sqrt()
-                factor = (self.clip / norm.clamp_min(1e-30)).clamp_max(1.0)[..., None]
-                d_o, d_h = d_o * factor, d_h * factor
-            Da, Db = eager_memory.decay_matrix(alpha), eager_memory.decay_matrix(beta)  # [H,n,n]
-            Pa, Pb = alpha.cumprod(-1), beta.cumprod(-1)
-            A = (Da @ Db) * eta[..., None, :]
-            c = (Da @ Pb[..., None])[..., 0]
-            h_q = (Pa[..., None] * (q @ W2.transpose(-1, -2)) - c[..., None] * (q @ S2.transpose(-1, -2))
-                   - (A * (q @ k.transpose(-1, -2))) @ d_h)
-            a_q = F.gelu(h_q)
-            o_q = (Pa[..., None] * (a_q @ W1.transpose(-1, -2)) - c[..., None] * (a_q @ S1.transpose(-1, -2))
-                   - (A * (a_q @ a.transpose(-1, -2))) @ d_o)
-            ys.append((q + F.layer_norm(o_q, o_q.shape[-1:]) * self.ln_w + self.ln_b).transpose(0, 1))
-            last, to_s = A[:, -1, :, None], (Db[:, -1] * eta)[..., None]  # [H,n,1]
-            keep, from_s, s_keep = Pa[:, -1, None, None], c[:, -1, None, None], Pb[:, -1, None, None]
-            W1, W2, S1, S2 = (keep * W1 - from_s * S1 - (d_o * last).transpose(-1, -2) @ a,
-                              keep * W2 - from_s * S2 - (d_h * last).transpose(-1, -2) @ k,
-                              s_keep * S1 + (d_o * to_s).transpose(-1, -2) @ a,
-                              s_keep * S2 + (d_h * to_s).transpose(-1, -2) @ k)
-            ends.append((W1, W2))
-        y = torch.cat(ys)
-        return (y, ends) if record_ends else y
+        phi_q, phi_k, v, gates = self.project(x)
+        heads_first = lambda z: z.transpose(0, 1)  # noqa: E731  [T,H,...] -> [H,T,...]
+        y, ends = mlp_chunkwise(self.w1_0, self.w2_0, self.ln_w, self.ln_b, heads_first(phi_k), heads_first(v),
+                                heads_first(phi_q), *map(heads_first, gates), chunk=chunk, clip=self.clip)
+        return (heads_first(y), ends) if record_ends else heads_first(y)
 
     def run(self, x, record=False):
         state, ys, w1s, w2s = self.initial_state(), [], [], []
@@ -177,6 +138,72 @@ class MlpMemoryLayer:
                 w1s.append(state[0])
                 w2s.append(state[1])
         return (torch.stack(ys), torch.stack(w1s), torch.stack(w2s)) if record else torch.stack(ys)
+
+
+def exact_gelu(h):
+    """GELU(h) = h Phi(h) = 1/2 h (1 + erf(h / sqrt 2)), F.gelu's value, with a backward that stays
+    right for any layout (mlp_chunkwise says why)."""
+    return 0.5 * h * (1.0 + torch.erf(h * 0.7071067811865476))
+
+
+def mlp_chunkwise(w1_0, w2_0, ln_w, ln_b, phi_k, v, phi_q, retain, lr, momentum, *, chunk, clip=0.0,
+                  differentiable=False):
+    """The MLP memory's chunkwise form (SPEC §9) of gd with momentum at window c = 1, as eager
+    PyTorch, for G independent memories (heads, or sequences times heads): phi_k, v, phi_q [G,T,d],
+    the gates [G,T], W_1 [G,d,4d], W_2 [G,4d,d] at the start, the LN affine [G,1,d]. Chunks of `chunk`
+    tokens from the start. Every gradient of a chunk is taken at the chunk start's weights, so the
+    per-token gradient factors come from one torch.autograd.grad to the activations (dL/dh, dL/do:
+    grad W_1 = do a^T, grad W_2 = dh k^T), and the momentum and retention scans are solved with
+    eager_memory.decay_matrix, as eager_memory.run_memory_chunkwise does for the linear memory. The read
+    needs W_t only through products with q_t and GELU(W_2,t q_t), so no per-token weight is built (the
+    dual form):
+        W_2,t q = Pa_t W_2 q - c_t S_2 q - sum_r A[t,r] (k_r . q) dh_r,   and W_1,t a likewise.
+    differentiable: the inner gradient with create_graph, so that an outer loss can be taken through
+    it, as a researcher trains this memory (bench/eager/eager_lm_train.py). GELU is then written out
+    with erf: in LibTorch 1.13, F.gelu's backward on the CPU returns garbage when its incoming gradient
+    and its input have different layouts, which the outer backward through the inner one produces
+    (model/memory/mlp_memory.cpp's exact_gelu says the same; here it gave gradient norms of 1e15-inf).
+    Returns y [G,T,d] and the weights (W_1, W_2) after every chunk."""
+    gelu = exact_gelu if differentiable else F.gelu
+    b = chunk
+    W1, W2 = w1_0, w2_0
+    S1, S2 = torch.zeros_like(W1), torch.zeros_like(W2)
+    ys, ends = [], []
+    # The chunks by one split per input ([G,n,...] each): a slice per chunk would cost autograd's
+    # backward a zero-filled gradient of the whole sequence for every chunk.
+    for k, q, val, alpha, eta, beta in zip(*(z.split(b, 1) for z in (phi_k, phi_q, v, retain, lr, momentum))):
+        with torch.enable_grad():  # the inner gradient's factors at the chunk start's weights
+            h = k @ W2.transpose(-1, -2)
+            if not h.requires_grad:
+                h.requires_grad_()
+            a = gelu(h)
+            o = a @ W1.transpose(-1, -2)
+            y_k = k + F.layer_norm(o, o.shape[-1:]) * ln_w + ln_b
+            d_h, d_o = torch.autograd.grad(0.5 * (y_k - val).pow(2).sum(), (h, o), create_graph=differentiable)
+        if not differentiable:
+            a = a.detach()
+        if clip > 0:  # |g_t|^2 = |do|^2 |a|^2 + |dh|^2 |k|^2
+            norm = (d_o.pow(2).sum(-1) * a.pow(2).sum(-1) + d_h.pow(2).sum(-1) * k.pow(2).sum(-1)).sqrt()
+            factor = (clip / norm.clamp_min(1e-30)).clamp_max(1.0)[..., None]
+            d_o, d_h = d_o * factor, d_h * factor
+        Da, Db = eager_memory.decay_matrix(alpha), eager_memory.decay_matrix(beta)  # [G,n,n]
+        Pa, Pb = alpha.cumprod(-1), beta.cumprod(-1)
+        A = (Da @ Db) * eta[..., None, :]
+        c = (Da @ Pb[..., None])[..., 0]
+        h_q = (Pa[..., None] * (q @ W2.transpose(-1, -2)) - c[..., None] * (q @ S2.transpose(-1, -2))
+               - (A * (q @ k.transpose(-1, -2))) @ d_h)
+        a_q = gelu(h_q)
+        o_q = (Pa[..., None] * (a_q @ W1.transpose(-1, -2)) - c[..., None] * (a_q @ S1.transpose(-1, -2))
+               - (A * (a_q @ a.transpose(-1, -2))) @ d_o)
+        ys.append(q + F.layer_norm(o_q, o_q.shape[-1:]) * ln_w + ln_b)
+        last, to_s = A[:, -1, :, None], (Db[:, -1] * eta)[..., None]  # [G,n,1]
+        keep, from_s, s_keep = Pa[:, -1, None, None], c[:, -1, None, None], Pb[:, -1, None, None]
+        W1, W2, S1, S2 = (keep * W1 - from_s * S1 - (d_o * last).transpose(-1, -2) @ a,
+                          keep * W2 - from_s * S2 - (d_h * last).transpose(-1, -2) @ k,
+                          s_keep * S1 + (d_o * to_s).transpose(-1, -2) @ a,
+                          s_keep * S2 + (d_h * to_s).transpose(-1, -2) @ k)
+        ends.append((W1, W2))
+    return torch.cat(ys, 1), ends
 
 
 def layer_for(params, rule):

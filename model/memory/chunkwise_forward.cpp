@@ -279,7 +279,7 @@ class ChunkRunner {
     g.d_h = back.delta_h;
     if (rule_.inner_clip > 0.0) {
       // ‖g_t‖² over the window's rank-1 terms: Σ_{j,k} (δo_j·δo_k)(a_j·a_k) + (δh_j·δh_k)(φ_j·φ_k).
-      auto gram = [&](const at::Tensor& t) { return at::matmul(slots(t), slots(t).transpose(-1, -2)); };
+      auto gram = [&](const at::Tensor& t) { return small_matmul(slots(t), slots(t).transpose(-1, -2)); };
       const at::Tensor norm_sq = (gram(g.d_o) * gram(g.a) + gram(g.d_h) * gram(g.phi)).sum({-2, -1});  // [B,H,n]
       const at::Tensor factor = repeat_each(clip_factor(norm_sq, rule_.inner_clip), c).unsqueeze(-1);
       g.d_o = g.d_o * factor;
@@ -380,19 +380,21 @@ class ChunkRunner {
     const at::Tensor key_query =
         loops ? decayed_key_query(keep, q, lr, slots(g.phi), before_write)
               : at::einsum("bhtrf,bhrjf->bhtrj", {D * q.unsqueeze(3), slots(g.phi) * lr.unsqueeze(3)}).flatten(3, 4);
-    y.h = at::matmul(P * q, w2.transpose(-1, -2)) - at::matmul(key_query, g.d_h);
+    y.h = small_matmul(P * q, w2.transpose(-1, -2)) - small_matmul(key_query, g.d_h);
     y.a = exact_gelu(y.h);
-    const at::Tensor gram = at::matmul(y.a, g.a.transpose(-1, -2));  // ⟨a_t, a_{r,j}⟩: [B,H,n,n·c]
+    const at::Tensor gram = small_matmul(y.a, g.a.transpose(-1, -2));  // ⟨a_t, a_{r,j}⟩: [B,H,n,n·c]
     // Σ_r D[t,r] ⊙ η_r ⊙ Σ_j ⟨a_t, a_{r,j}⟩ δo_{r,j} → [B,H,n,d_φ]
     const at::Tensor mixed =
         loops ? decayed_mixed_read(keep, lr, gram, slots(g.d_o), before_write)
               : (D * lr.unsqueeze(2) * at::einsum("bhtrj,bhrjf->bhtrf", {gram.unflatten(3, {n, c}), slots(g.d_o)})).sum(3);
-    y.o = P * at::matmul(y.a, w1.transpose(-1, -2)) - mixed;
+    y.o = P * small_matmul(y.a, w1.transpose(-1, -2)) - mixed;
     finish_mlp_pass(y, q, ln_w, ln_b);
 
     const at::Tensor to_end = (lr * D_end).unsqueeze(3);  // η_r ⊙ D[n,r]: [B,H,n,1,d_φ]
-    state_.memory[0] = P_end.unsqueeze(-1) * w1 - at::matmul((slots(g.d_o) * to_end).flatten(2, 3).transpose(-1, -2), g.a);
-    state_.memory[1] = w2 * P_end.unsqueeze(-2) - at::matmul(g.d_h.transpose(-1, -2), (slots(g.phi) * to_end).flatten(2, 3));
+    state_.memory[0] =
+        P_end.unsqueeze(-1) * w1 - small_matmul((slots(g.d_o) * to_end).flatten(2, 3).transpose(-1, -2), g.a);
+    state_.memory[1] = w2 * P_end.unsqueeze(-2) -
+                       small_matmul(g.d_h.transpose(-1, -2), (slots(g.phi) * to_end).flatten(2, 3));
     return y.y;
   }
 
@@ -494,17 +496,28 @@ ForwardOutput MemoryLayerImpl::forward(const at::Tensor& x, MemoryState& state, 
     results.back().y =
         linear_chunk_scan(*this, {phi, q, v, alpha, eta, beta, gamma, delta}, scanned, chunk, state);
   }
-  for (int64_t pos = scanned; pos < T;) {
-    // Chunks sit at multiples of b from the stream start; a chunk left open by the previous
-    // call (same b) continues with its stored gradient point.
-    const int64_t offset = state.tokens % chunk;
-    const bool continuing = offset != 0 && state.anchor_chunk == chunk && !state.anchor.empty();
-    const int64_t n = std::min(chunk - offset, T - pos);
-    const std::vector<at::Tensor> gradient_point = continuing ? state.anchor : state.memory;
-    auto part = [&](const at::Tensor& t) { return t.slice(2, pos, pos + n); };
-    results.push_back(runner.run(part(phi), part(q), part(v), part(alpha), part(eta), part(beta), part(gamma),
-                                 part(delta), gradient_point));
+  // Chunks sit at multiples of b from the stream start; a chunk left open by the previous call
+  // (same b) continues with its stored gradient point. The inputs are split into the chunks once:
+  // a slice per chunk would cost its backward a zero-filled gradient of the whole sequence for
+  // every chunk (autograd's slice backward), quadratic in the chunk count; split's is one cat.
+  std::vector<int64_t> sizes;
+  for (int64_t pos = scanned, tokens = state.tokens; pos < T;) {
+    const int64_t n = std::min(chunk - tokens % chunk, T - pos);
+    sizes.push_back(n);
     pos += n;
+    tokens += n;
+  }
+  std::vector<std::vector<at::Tensor>> inputs;
+  for (const at::Tensor* t : {&phi, &q, &v, &alpha, &eta, &beta, &gamma, &delta})
+    inputs.push_back(sizes.empty() ? std::vector<at::Tensor>{}
+                                   : t->slice(2, scanned, T).split_with_sizes(sizes, 2));
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const int64_t offset = state.tokens % chunk, n = sizes[i];
+    const bool continuing = offset != 0 && state.anchor_chunk == chunk && !state.anchor.empty();
+    const std::vector<at::Tensor> gradient_point = continuing ? state.anchor : state.memory;
+    auto part = [&](size_t input) { return inputs[input][i]; };
+    results.push_back(
+        runner.run(part(0), part(1), part(2), part(3), part(4), part(5), part(6), part(7), gradient_point));
     state.tokens += n;
     if (state.tokens % chunk != 0) {
       state.anchor = gradient_point;

@@ -9,6 +9,7 @@
 #include "model/memory/gate_bias.h"
 #include "model/memory/inner_clip.h"
 #include "model/memory/mlp_memory.h"
+#include "model/memory/small_matmul.h"
 #include "model/util/autocast.h"
 #include "model/util/errors.h"
 
@@ -183,7 +184,9 @@ at::Tensor ContinuumMemoryImpl::level_stretch(int64_t level, const at::Tensor& z
   // training step) while the outer gradient went through a double backward, whose float32 GEMM
   // form LibTorch 1.13 got wrong; with the analytic inner gradient it is a plain backward, and
   // "cms: float32 outer gradients ..." holds the GEMM form to float64.
-  auto outer_sum = [](const at::Tensor& u, const at::Tensor& w) { return at::matmul(u.transpose(-1, -2), w); };
+  auto outer_sum = [](const at::Tensor& u, const at::Tensor& w) {
+    return small_matmul(u.transpose(-1, -2), w);
+  };
   s.accumulated[0] = s.accumulated[0] + outer_sum(d_o * weight, a);
   s.accumulated[1] = s.accumulated[1] + outer_sum(d_h * weight, key);
   if (update) {

@@ -4,6 +4,8 @@
 
 #include "model/memory/attentional_bias.h"
 #include "model/memory/inner_clip.h"
+#include "model/memory/small_matmul.h"
+#include "model/memory/state_update.h"
 
 namespace memscope::model {
 
@@ -22,6 +24,9 @@ at::Tensor repeat_each(const at::Tensor& t, int64_t c) {
 }
 
 at::Tensor token_windows(const at::Tensor& ext, int64_t c) {
+  // At c = 1 each window is its token: the same view without unfold, whose backward scatters into
+  // a zero-filled copy of the whole input.
+  if (c == 1) return ext.unsqueeze(3);
   at::Tensor w = ext.unfold(2, c, 1);  // [B,H,m,…,c]
   return ext.dim() == 3 ? w : w.movedim(-1, 3);
 }
@@ -35,8 +40,8 @@ DualCoefficients dual_coefficients(const MemoryRule& rule, const at::Tensor& alp
   at::Tensor k = d.retain.within;
   if (d.has_momentum) {  // without momentum, s and momentum stay undefined: nothing reads them
     d.beta = decay_products(beta);
-    k = at::matmul(d.retain.within, d.beta.within);
-    d.s = at::matmul(d.retain.within, d.beta.from_start.unsqueeze(-1)).squeeze(-1);
+    k = small_matmul(d.retain.within, d.beta.within);
+    d.s = small_matmul(d.retain.within, d.beta.from_start.unsqueeze(-1)).squeeze(-1);
     d.momentum = d.s;
   }
   d.coef = repeat_each(k * eta.unsqueeze(-2), c);  // [B,H,n,n·c]: one column per window slot
@@ -70,13 +75,13 @@ at::Tensor linear_window_psi(const MemoryRule& rule, const at::Tensor& m, const 
                              const at::Tensor& win_delta, const at::Tensor& phi_gram) {
   // One [n·c, d_φ] × [d_φ, d_v] product per head rather than n broadcast copies of M.
   auto sizes = win_phi.sizes().vec();
-  const at::Tensor y = at::matmul(win_phi.flatten(2, 3), m.transpose(-1, -2));
+  const at::Tensor y = small_matmul(win_phi.flatten(2, 3), m.transpose(-1, -2));
   sizes.back() = m.size(-2);
   at::Tensor psi = bias_grad(y.view(sizes), win_v, rule, win_delta) * loss_weights.unsqueeze(-1);
   if (rule.inner_clip > 0.0) {
     // ‖Σ_j ψ_j φ_jᵀ‖_F² = Σ_{j,k} (ψ_j·ψ_k)(φ_j·φ_k): g_t's norm without materialising g_t.
-    const at::Tensor gram = phi_gram.defined() ? phi_gram : at::matmul(win_phi, win_phi.transpose(-1, -2));
-    const at::Tensor norm_sq = (at::matmul(psi, psi.transpose(-1, -2)) * gram).sum({-2, -1});
+    const at::Tensor gram = phi_gram.defined() ? phi_gram : small_matmul(win_phi, win_phi.transpose(-1, -2));
+    const at::Tensor norm_sq = (small_matmul(psi, psi.transpose(-1, -2)) * gram).sum({-2, -1});
     psi = psi * clip_factor(norm_sq, rule.inner_clip).unsqueeze(-1).unsqueeze(-1);
   }
   return psi;
@@ -84,19 +89,30 @@ at::Tensor linear_window_psi(const MemoryRule& rule, const at::Tensor& m, const 
 
 at::Tensor dual_read(const DualCoefficients& k, const at::Tensor& q, const at::Tensor& phi,
                      const at::Tensor& psi, const at::Tensor& m0, const at::Tensor& s0) {
-  at::Tensor y = k.start.unsqueeze(-1) * at::matmul(q, m0.transpose(-1, -2)) -
-                 at::matmul(k.row * at::matmul(q, phi.transpose(-1, -2)), psi);
-  if (k.has_momentum) y = y - k.momentum.unsqueeze(-1) * at::matmul(q, s0.transpose(-1, -2));
+  at::Tensor y = k.start.unsqueeze(-1) * small_matmul(q, m0.transpose(-1, -2)) -
+                 small_matmul(k.row * small_matmul(q, phi.transpose(-1, -2)), psi);
+  if (k.has_momentum) y = y - k.momentum.unsqueeze(-1) * small_matmul(q, s0.transpose(-1, -2));
   return y;
 }
 
 DualEnd dual_end_state(const EndCoefficients& e, const at::Tensor& phi, const at::Tensor& psi,
                        const at::Tensor& m0, const at::Tensor& s0) {
   DualEnd end;
-  end.memory = matrix_scale(e.last_start) * m0 - at::matmul((psi * e.last).transpose(-1, -2), phi);
+  // The same two updates, each one pass per matrix where state_update.h's loop applies.
+  // The check reads shapes only: −last_momentum and −(ψ·last) are made once it holds, so the ATen
+  // form (a GPU's) launches nothing more.
+  const at::Tensor s_in = e.has_momentum ? s0 : at::Tensor();
+  if (state_update_applies(e.last_start, m0, e.has_momentum ? e.last_momentum : at::Tensor(), s_in, psi,
+                           phi)) {
+    const at::Tensor retained = e.has_momentum ? -e.last_momentum : at::Tensor();
+    end.memory = state_update(e.last_start, m0, retained, s_in, -(psi * e.last), phi);
+    if (e.has_momentum) end.momentum = state_update(e.beta_last, s0, {}, {}, psi * e.s_weights, phi);
+    return end;
+  }
+  end.memory = matrix_scale(e.last_start) * m0 - small_matmul((psi * e.last).transpose(-1, -2), phi);
   if (e.has_momentum) {
     end.memory = end.memory - matrix_scale(e.last_momentum) * s0;
-    end.momentum = matrix_scale(e.beta_last) * s0 + at::matmul((psi * e.s_weights).transpose(-1, -2), phi);
+    end.momentum = matrix_scale(e.beta_last) * s0 + small_matmul((psi * e.s_weights).transpose(-1, -2), phi);
   }
   return end;
 }

@@ -131,10 +131,10 @@ at::Tensor SelfModifyingMemoryImpl::forward_chunk(const at::Tensor& x, SelfModSt
   const at::Tensor main_D = D.select(1, kMain), main_P = P.select(1, kMain);
   const at::Tensor key_query = ((eta * k).unsqueeze(1) * main_D * q.unsqueeze(2)).sum(-1);  // [B,n(j),n(i)], 0 for i > j
   MlpPass read;
-  read.h = at::matmul(main_P * q, w2.select(1, kMain).transpose(-1, -2)) - at::matmul(key_query, main_dh);
+  read.h = small_matmul(main_P * q, w2.select(1, kMain).transpose(-1, -2)) - small_matmul(key_query, main_dh);
   read.a = exact_gelu(read.h);
-  const at::Tensor gram = at::matmul(read.a, main_a.transpose(-1, -2));  // ⟨a_i, a_j⟩ [B,n(j),n(i)]
-  read.o = main_P * at::matmul(read.a, w1.select(1, kMain).transpose(-1, -2)) -
+  const at::Tensor gram = small_matmul(read.a, main_a.transpose(-1, -2));  // ⟨a_i, a_j⟩ [B,n(j),n(i)]
+  read.o = main_P * small_matmul(read.a, w1.select(1, kMain).transpose(-1, -2)) -
            (gram.unsqueeze(-1) * main_D * (eta * main_do).unsqueeze(1)).sum(2);
   finish_mlp_pass(read, q, gain.narrow(0, kMain, 1), shift.narrow(0, kMain, 1));
 

@@ -1,9 +1,12 @@
 // x @ y for stacks of tiny matrices. The chunkwise form multiplies a different matrix per token
 // (per-token memories, per-token outer products); LibTorch's CPU bmm then loops over thousands of
 // 1-row or rank-1 GEMMs, ~10 µs each. A broadcast multiply and sum does the same arithmetic in one
-// vectorised pass, so matrix–vector products and outer products take that route.
+// vectorised pass, so matrix–vector products and outer products take that route; stacks of small
+// matrices take batched_matmul.h's loop.
 #pragma once
 #include <ATen/ATen.h>
+
+#include "model/memory/batched_matmul.h"
 
 namespace memscope::model {
 
@@ -14,7 +17,7 @@ inline at::Tensor small_matmul(const at::Tensor& x, const at::Tensor& y) {
     if (x.size(-2) == 1) return (x.transpose(-1, -2) * y).sum(-2, /*keepdim=*/true);  // row × matrix
     if (y.size(-1) == 1) return (x * y.transpose(-1, -2)).sum(-1, /*keepdim=*/true);  // matrix × column
   }
-  return at::matmul(x, y);
+  return batched_matmul(x, y);
 }
 
 }  // namespace memscope::model

@@ -36,6 +36,8 @@ void set_dtype(c10::DeviceType d, c10::ScalarType t) {
 
 }  // namespace
 
+bool autocast_enabled(c10::DeviceType device) { return enabled(device); }
+
 Bf16Autocast::Bf16Autocast(c10::DeviceType device)
     : device_(device), was_enabled_(enabled(device)), was_dtype_(dtype(device)) {
   set_enabled(device_, true);

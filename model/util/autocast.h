@@ -7,6 +7,9 @@
 
 namespace memscope::model {
 
+// Whether autocast is on for this device type now.
+bool autocast_enabled(c10::DeviceType device);
+
 class Bf16Autocast {
  public:
   explicit Bf16Autocast(c10::DeviceType device);  // CPU or CUDA

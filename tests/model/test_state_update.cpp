@@ -1,0 +1,143 @@
+// state_update (model/memory/state_update.h): the dual form's chunk-end update a·M + c·S + xᵀy as
+// one loop per matrix with a written-out backward. Held to its ATen form in float64 (values), and
+// its gradients, and a second derivative through create_graph, to autograd's through that form,
+// with and without the momentum term, for a chunk below and above the 16 rows where its backward
+// changes route.
+#include <torch/torch.h>
+
+#include <catch2/catch.hpp>
+
+#include "model/memory/state_update.h"
+#include "model/util/cpu_kernels.h"
+
+using namespace memscope::model;
+
+namespace {
+
+struct Operands {
+  at::Tensor a, m, c, s, x, y;
+};
+
+Operands operands(int64_t n, bool momentum) {
+  const int64_t B = 2, H = 3, p = 16, q = 40;
+  Operands o;
+  o.a = torch::rand({B, H}) + 0.5;
+  o.m = torch::randn({B, H, p, q});
+  if (momentum) {
+    o.c = -torch::rand({B, H});
+    o.s = torch::randn({B, H, p, q});
+  }
+  o.x = torch::randn({B, H, n, p});
+  o.y = torch::randn({B, H, n, q});
+  return o;
+}
+
+double relative(const at::Tensor& ours, const at::Tensor& reference) {
+  const double scale = std::max(1.0, reference.abs().max().item<double>());
+  return (ours.to(at::kDouble) - reference.to(at::kDouble)).abs().max().item<double>() / scale;
+}
+
+// f = Σ w ⊙ out² for state_update (ours) or its ATen form in float64 (the reference, at::matmul):
+// the gradients of f, which depend on every operand, and with `second` also those of ⟨∇f, cos θ⟩.
+std::vector<at::Tensor> derivatives(const Operands& o, const at::Tensor& weight, bool ours, bool second) {
+  std::vector<at::Tensor> leaves;
+  auto leaf = [&](const at::Tensor& t) {
+    if (!t.defined()) return t;
+    leaves.push_back((ours ? t.detach().clone() : t.detach().to(at::kDouble)).requires_grad_(true));
+    return leaves.back();
+  };
+  const at::Tensor a = leaf(o.a), m = leaf(o.m), c = leaf(o.c), s = leaf(o.s), x = leaf(o.x), y = leaf(o.y);
+  const at::Tensor out = ours ? state_update(a, m, c, s, x, y) : state_update_reference(a, m, c, s, x, y);
+  const at::Tensor f = (weight.to(out.dtype()) * out * out).sum();
+  const auto first = torch::autograd::grad({f}, leaves, {}, /*retain_graph=*/second, /*create_graph=*/second);
+  std::vector<at::Tensor> all;
+  for (const auto& g : first) all.push_back(g.detach());
+  if (!second) return all;
+  at::Tensor directional = at::zeros({}, out.options());
+  for (size_t i = 0; i < first.size(); ++i)
+    directional = directional + (first[i] * leaves[i].detach().cos()).sum();
+  for (const auto& g : torch::autograd::grad({directional}, leaves)) all.push_back(g);
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("state_update equals its ATen form: values, gradients and a second derivative", "[model]") {
+  torch::manual_seed(11);
+  for (const bool momentum : {false, true}) {
+    for (const int64_t n : {4, 16, 21}) {
+      INFO("momentum " << momentum << ", chunk of " << n);
+      const Operands o = operands(n, momentum);
+      REQUIRE(state_update_applies(o.a, o.m, o.c, o.s, o.x, o.y));
+      {
+        const at::Tensor ours = state_update(o.a, o.m, o.c, o.s, o.x, o.y);
+        auto d = [](const at::Tensor& t) { return t.defined() ? t.to(at::kDouble) : t; };
+        const at::Tensor reference = state_update_reference(d(o.a), d(o.m), d(o.c), d(o.s), d(o.x), d(o.y));
+        CHECK(relative(ours, reference) < 1e-5);
+      }
+      const at::Tensor weight = torch::randn(o.m.sizes());
+      // The plain backward is the written-out loop; the second derivative goes through the
+      // backward's create_graph route.
+      for (const bool second : {false, true}) {
+        const auto ours = derivatives(o, weight, true, second),
+                   reference = derivatives(o, weight, false, second);
+        REQUIRE(ours.size() == reference.size());
+        for (size_t i = 0; i < ours.size(); ++i) {
+          INFO("derivative " << i << " (first, then second, in the order a, m, [c, s,] x, y)");
+          CHECK(relative(ours[i], reference[i]) < 1e-5);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("state_update leaves to its ATen form what its loop does not take", "[model]") {
+  const Operands o = operands(4, true);
+  auto d = [](const at::Tensor& t) { return t.to(at::kDouble); };
+  CHECK_FALSE(state_update_applies(d(o.a), d(o.m), d(o.c), d(o.s), d(o.x), d(o.y)));
+  CHECK(at::equal(state_update(d(o.a), d(o.m), d(o.c), d(o.s), d(o.x), d(o.y)),
+                  state_update_reference(d(o.a), d(o.m), d(o.c), d(o.s), d(o.x), d(o.y))));
+  CHECK_FALSE(state_update_applies(o.a, o.m, o.c, {}, o.x, o.y));                   // c without s
+  CHECK_FALSE(state_update_applies(o.a.unsqueeze(0), o.m, o.c, o.s, o.x, o.y));     // a's batch not m's
+  CHECK_FALSE(state_update_applies(o.a, o.m, o.c, o.s, o.x.slice(-2, 0, 3), o.y));  // x, y disagree on n
+  const ScopedAtenForms gpu_forms;
+  CHECK_FALSE(state_update_applies(o.a, o.m, o.c, o.s, o.x, o.y));
+}
+
+TEST_CASE("state_update takes views as the dual form passes them, and gradients for some inputs only",
+          "[model]") {
+  torch::manual_seed(17);
+  const int64_t B = 2, H = 3, n = 5, p = 16, q = 24;
+  // As dual_end_state passes them: a is one column of a [B,H,n] product, x and y chunks split from
+  // a longer sequence, M a transposed view.
+  const at::Tensor products = torch::rand({B, H, n}) + 0.5, sequence = torch::randn({B, H, 3 * n, p + q});
+  const at::Tensor m_t = torch::randn({B, H, q, p});
+  const at::Tensor weight = torch::randn({B, H, p, q});
+  for (const bool only_m : {false, true}) {
+    INFO((only_m ? "only M requires grad" : "every input requires grad"));
+    auto run = [&](bool ours) {
+      auto cast = [&](const at::Tensor& t) { return ours ? t : t.to(at::kDouble); };
+      const at::Tensor pr = cast(products).requires_grad_(!only_m),
+                       seq = cast(sequence).requires_grad_(!only_m);
+      const at::Tensor mt = cast(m_t).requires_grad_(true);
+      const at::Tensor a = pr.select(-1, n - 1), m = mt.transpose(-1, -2);
+      const auto parts = seq.split_with_sizes({n, n, n}, 2);
+      const at::Tensor x = parts[1].narrow(-1, 0, p), y = parts[1].narrow(-1, p, q);
+      if (ours) REQUIRE(state_update_applies(a, m, {}, {}, x, y));
+      const at::Tensor out =
+          ours ? state_update(a, m, {}, {}, x, y) : state_update_reference(a, m, {}, {}, x, y);
+      std::vector<at::Tensor> leaves{mt};
+      if (!only_m) leaves.insert(leaves.end(), {pr, seq});
+      std::vector<at::Tensor> result{out.detach()};
+      for (const auto& g : torch::autograd::grad({(weight.to(out.dtype()) * out).sum()}, leaves))
+        result.push_back(g);
+      return result;
+    };
+    const auto ours = run(true), reference = run(false);
+    REQUIRE(ours.size() == reference.size());
+    for (size_t i = 0; i < ours.size(); ++i) {
+      INFO("0: values, then the gradients of M, [a's source, the sequence]");
+      CHECK(relative(ours[i], reference[i]) < 1e-5);
+    }
+  }
+}
