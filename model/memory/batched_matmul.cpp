@@ -131,7 +131,7 @@ struct BatchedMatmulFunction : public torch::autograd::Function<BatchedMatmulFun
 };
 
 // MEMSCOPE_BATCHED_MATMUL=0 leaves every product to at::matmul, for a run beside one with the loop
-// (bench/eager_compare.sh's training pairing), or to tell its last bits from BLAS's.
+// (bench/deep_train_compare.sh), or to tell its last bits from BLAS's.
 bool enabled() {
   static const bool on = [] {
     const char* v = std::getenv("MEMSCOPE_BATCHED_MATMUL");
