@@ -396,10 +396,9 @@ void bench_train_demo(const std::string& preset, int64_t steps, const std::vecto
       aten_calls([&] { trainer.train_step(); });  // one more step's (eager_lm_train.py --count-aten)
   auto j = line("train/" + preset);
   if (trainer.preset().memory.structure == Structure::Mlp) {
-    const double flops =
-        mlp_training_flops_per_token(trainer, trainer.preset().train.chunk) * tokens / seconds;
-    j.update({{"flops_per_token", mlp_training_flops_per_token(trainer, trainer.preset().train.chunk)},
-              {"gflops", flops / 1e9},
+    const double per_token = mlp_training_flops_per_token(trainer, trainer.preset().train.chunk);
+    j.update({{"flops_per_token", per_token},
+              {"gflops", per_token * tokens / seconds / 1e9},
               {"sgemm_peak_gflops", sgemm_peak(3)}});
   }
   j.update({{"batch", batch.tokens.size(0)},

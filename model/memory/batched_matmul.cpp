@@ -6,7 +6,6 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -24,8 +23,6 @@ using torch::autograd::variable_list;
 
 std::vector<int64_t> batch_sizes(const at::Tensor& t) { return t.sizes().slice(0, t.dim() - 2).vec(); }
 
-bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
-
 // The product without autograd. Both batches broadcast to one shape; x's matrices are read through
 // their strides (small_gemm's A, so a transposed view costs nothing). small_gemm reads B's rows a
 // register wide, so y's matrices must be row-major. A transposed weight (W₂ᵀ, column-major) is
@@ -39,7 +36,7 @@ at::Tensor stacked_product(const at::Tensor& x, const at::Tensor& y_in) {
   // m ≥ 16: the transposed product's rows are x's m columns, and below a register's width
   // small_gemm takes them one scalar at a time.
   const bool transposed = !row_major && y_in.stride(-2) == 1 && y_in.stride(-1) == k && m >= 16 &&
-                          m * (k + n) < k * n && fits_int(y_in.stride(-1));
+                          m * (k + n) < k * n && fits_gemm_index(y_in.stride(-1));
   const at::Tensor y = row_major || transposed ? y_in : y_in.contiguous();
   auto matrices_of = [&](int64_t rows, int64_t cols) {
     std::vector<int64_t> sizes = batch;
@@ -153,8 +150,9 @@ bool batched_matmul_applies(const at::Tensor& x, const at::Tensor& y) {
     return false;
   // small_gemm indexes A in int: x's matrices are read through their own strides, and its last
   // element must be reachable; B and C are row-major, at most 256² apart.
-  return fits_int(x.stride(-2)) && fits_int(x.stride(-1)) &&
-         fits_int(std::max<int64_t>(0, m - 1) * x.stride(-2) + std::max<int64_t>(0, k - 1) * x.stride(-1));
+  return fits_gemm_index(x.stride(-2)) && fits_gemm_index(x.stride(-1)) &&
+         fits_gemm_index(std::max<int64_t>(0, m - 1) * x.stride(-2) +
+                         std::max<int64_t>(0, k - 1) * x.stride(-1));
 }
 
 at::Tensor batched_matmul(const at::Tensor& x, const at::Tensor& y) {

@@ -6,8 +6,13 @@
 // chosen once at run time. On the AMD VM (AVX2, one thread): 39 GFLOP/s on 16×64 matrices, 86 on
 // 64×64 (its peak sgemm there, BLAS on large matrices, is 73–91).
 #pragma once
+#include <climits>
+#include <cstdint>
 
 namespace memscope::model {
+
+// Whether an index or stride fits small_gemm's int arithmetic.
+inline bool fits_gemm_index(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
 // C[m,n] = beta·C0 + alpha·A[m,k]·B[k,n], all float32 and C row-major with rows n apart.
 // - A(i, p) is A[i·ai + p·ap], so A may be stored transposed at no cost (ai = 1, ap = its rows).

@@ -5,7 +5,6 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
-#include <climits>
 #include <vector>
 
 #include "model/memory/batched_matmul.h"
@@ -162,8 +161,6 @@ struct StateUpdateFunction : public torch::autograd::Function<StateUpdateFunctio
   }
 };
 
-bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
-
 }  // namespace
 
 at::Tensor state_update_reference(const at::Tensor& a, const at::Tensor& m, const at::Tensor& c,
@@ -189,7 +186,7 @@ bool state_update_applies(const at::Tensor& a, const at::Tensor& m, const at::Te
     return false;
   // small_gemm indexes in int within one matrix: M's p·q, x's n·p, y's n·q.
   const int64_t p = m.size(-2), q = m.size(-1), n = x.size(-2);
-  if (!fits_int(p * q) || !fits_int(n * p) || !fits_int(n * q)) return false;
+  if (!fits_gemm_index(p * q) || !fits_gemm_index(n * p) || !fits_gemm_index(n * q)) return false;
   return cpu_kernels_on(m.device()) && !autocast_enabled(c10::DeviceType::CPU);
 }
 
