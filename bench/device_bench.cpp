@@ -20,6 +20,8 @@
 //   train-demo-mlp  the same for demo-mqar-titans-mlp: the deep (MLP) memory, trained through
 //              its inner gradient (eager_lm_train.py's mlp_chunkwise pairing); --train-set
 //              KEY=VALUE (repeatable) changes either preset, e.g. to a larger model
+//   train-preset the same for --train-preset NAME (default demo-mqar-hope), e.g. HOPE or
+//              demo-mqar-atlas-mlp, which have no eager pairing
 // Flags: --device D, --tokens T (default 2048), --reps N (default 5; medians), --only CASE,
 //        --train-batch B (default 8), --train-steps N (default 5, after 2 warm-up steps),
 //        --profile PREFIX (train: one more step per dtype under Kineto, LibTorch 2.x; a trace
@@ -30,13 +32,16 @@
 //        (train: float32, then bf16 autocast on CUDA only (all, the default), or just the one,
 //        on any device: bf16 on the CPU counts the calls that autocast adds), --graph all|on|off
 //        (train on CUDA: the training pass as a CUDA graph (engine.cuda_graph,
-//        model/train/graphed_train_pass.h) and without, or just the one; elsewhere no graph).
+//        model/train/graphed_train_pass.h) and without, or just the one; elsewhere no graph),
+//        --op-times N (train-demo, train-demo-mlp, train-preset: one more step with its N costliest operators
+//        by self time in the line, aten_op_times.h).
 #include <torch/torch.h>
 
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "bench/aten_call_count.h"
+#include "bench/aten_op_times.h"
 #include "bench/bench_flags.h"
 #include "bench/bench_timing.h"
 #include "bench/kineto_trace.h"
@@ -55,8 +60,10 @@
 
 using namespace memscope::model;
 using memscope::bench::aten_calls;
+using memscope::bench::aten_op_times;
 using memscope::bench::AtenCalls;
 using memscope::bench::median;
+using memscope::bench::OpTime;
 using memscope::bench::seconds_of;
 using memscope::bench::sgemm_peak;
 
@@ -385,7 +392,8 @@ void bench_train(int64_t batch, int64_t steps, const std::string& profile, bool 
     }
 }
 // demo-mqar-titans's own training step, module norms off (the eager step computes none).
-void bench_train_demo(const std::string& preset, int64_t steps, const std::vector<std::string>& sets) {
+void bench_train_demo(const std::string& preset, int64_t steps, const std::vector<std::string>& sets,
+                      int64_t op_times) {
   std::vector<std::string> overrides{"train.module_norms=false"};
   overrides.insert(overrides.end(), sets.begin(), sets.end());
   Trainer trainer(load_preset(preset, overrides));
@@ -409,6 +417,13 @@ void bench_train_demo(const std::string& preset, int64_t steps, const std::vecto
             {"aten_calls", calls.top_level},
             {"aten_calls_nested", calls.all},
             {"sets", sets}});
+  if (op_times > 0) {
+    // One more step with every operator timed (aten_op_times.h): where the step's time goes.
+    nlohmann::json ops = nlohmann::json::array();
+    for (const OpTime& t : aten_op_times([&] { trainer.train_step(); }, static_cast<size_t>(op_times)))
+      ops.push_back({{"op", t.name}, {"self_ms", t.self_ms}, {"calls", t.calls}});
+    j["op_times"] = ops;
+  }
   std::cout << j.dump() << std::endl;
 }
 
@@ -424,6 +439,10 @@ int main(int argc, char** argv) {
   flags.add("--train-batch", train_batch).add("--train-steps", train_steps);
   std::vector<std::string> train_sets;
   flags.add("--train-set", train_sets);
+  int64_t op_times = 0;
+  flags.add("--op-times", op_times);
+  std::string train_preset = "demo-mqar-hope";
+  flags.add("--train-preset", train_preset);
   std::string profile;
   int64_t fused_memory = 1, chunk_scan = -1;
   std::string dtype = "all", graphs = "all";
@@ -457,7 +476,8 @@ int main(int argc, char** argv) {
   }
   if (only.empty() || only == "train")
     bench_train(train_batch, train_steps, profile, fused_memory != 0, chunk_scan, dtype, graphs);
-  if (only == "train-demo") bench_train_demo("demo-mqar-titans", train_steps, train_sets);
-  if (only == "train-demo-mlp") bench_train_demo("demo-mqar-titans-mlp", train_steps, train_sets);
+  if (only == "train-demo") bench_train_demo("demo-mqar-titans", train_steps, train_sets, op_times);
+  if (only == "train-demo-mlp") bench_train_demo("demo-mqar-titans-mlp", train_steps, train_sets, op_times);
+  if (only == "train-preset") bench_train_demo(train_preset, train_steps, train_sets, op_times);
   return 0;
 }

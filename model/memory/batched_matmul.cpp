@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -23,21 +25,40 @@ using torch::autograd::variable_list;
 
 std::vector<int64_t> batch_sizes(const at::Tensor& t) { return t.sizes().slice(0, t.dim() - 2).vec(); }
 
+// A column-major k×n matrix (element (p, j) at j·k + p) into row-major `rows` (at p·n + j), by
+// 8×8 tiles, so that both sides' cache lines are used whole.
+void transpose_to_rows(const float* column_major, int64_t k, int64_t n, float* rows) {
+  constexpr int64_t kTile = 8;
+  for (int64_t j0 = 0; j0 < n; j0 += kTile)
+    for (int64_t p0 = 0; p0 < k; p0 += kTile) {
+      const int64_t j1 = std::min(n, j0 + kTile), p1 = std::min(k, p0 + kTile);
+      for (int64_t p = p0; p < p1; ++p)
+        for (int64_t j = j0; j < j1; ++j) rows[p * n + j] = column_major[j * k + p];
+    }
+}
+
 // The product without autograd. Both batches broadcast to one shape; x's matrices are read through
 // their strides (small_gemm's A, so a transposed view costs nothing). small_gemm reads B's rows a
 // register wide, so y's matrices must be row-major. A transposed weight (W₂ᵀ, column-major) is
 // taken as the transposed product instead, (x y)ᵀ = yᵀ xᵀ with yᵀ row-major, where copying x and
 // the result through a scratch buffer moves less than copying y would (a few tokens' rows against
-// a [d,4d] weight, for a chunk of at least 16 tokens); any other layout of y is copied whole.
+// a [d,4d] weight, for a chunk of at least 16 tokens). A transposed weight against fewer rows is
+// transposed matrix by matrix into a thread's scratch, where it stays in cache for the product
+// (ATen's copy of the whole stack ran at 3 GB/s and was a sixth of HOPE's training step); any
+// other layout of y, and a transposed y broadcast over the batch, is copied whole once.
 at::Tensor stacked_product(const at::Tensor& x, const at::Tensor& y_in) {
   const int64_t m = x.size(-2), k = x.size(-1), n = y_in.size(-1);
   std::vector<int64_t> batch = at::infer_size(batch_sizes(x), batch_sizes(y_in));
+  const int64_t batch_count = std::accumulate(batch.begin(), batch.end(), int64_t{1}, std::multiplies<>());
   const bool row_major = y_in.stride(-1) == 1 && y_in.stride(-2) == n;
+  const bool y_column_major =
+      !row_major && y_in.stride(-2) == 1 && y_in.stride(-1) == k && fits_gemm_index(y_in.stride(-1));
   // m ≥ 16: the transposed product's rows are x's m columns, and below a register's width
   // small_gemm takes them one scalar at a time.
-  const bool transposed = !row_major && y_in.stride(-2) == 1 && y_in.stride(-1) == k && m >= 16 &&
-                          m * (k + n) < k * n && fits_gemm_index(y_in.stride(-1));
-  const at::Tensor y = row_major || transposed ? y_in : y_in.contiguous();
+  const bool transposed = y_column_major && m >= 16 && m * (k + n) < k * n;
+  const bool transpose_each =
+      y_column_major && !transposed && k * n > 0 && y_in.numel() / (k * n) == batch_count;  // not broadcast
+  const at::Tensor y = row_major || transposed || transpose_each ? y_in : y_in.contiguous();
   auto matrices_of = [&](int64_t rows, int64_t cols) {
     std::vector<int64_t> sizes = batch;
     sizes.push_back(rows);
@@ -69,6 +90,17 @@ at::Tensor stacked_product(const at::Tensor& x, const at::Tensor& y_in) {
   const int rows = static_cast<int>(m), inner = static_cast<int>(k), cols = static_cast<int>(n);
   // A thread's share is worth its start at about 32k multiply-adds.
   const int64_t grain = std::max<int64_t>(1, 32768 / (m * k * n));
+  if (transpose_each) {
+    at::parallel_for(0, count, grain, [&](int64_t begin, int64_t end) {
+      std::vector<float> y_rows(static_cast<size_t>(k * n));
+      for (int64_t b = begin; b < end; ++b) {
+        transpose_to_rows(yp + y_at[b], k, n, y_rows.data());
+        small_gemm(xp + x_at[b], ai, ap, y_rows.data(), nullptr, op + b * m * n, rows, inner, cols, 1.0f,
+                   0.0f);
+      }
+    });
+    return out;
+  }
   if (!transposed) {
     at::parallel_for(0, count, grain, [&](int64_t begin, int64_t end) {
       for (int64_t b = begin; b < end; ++b)

@@ -161,22 +161,23 @@ at::Tensor ContinuumMemoryImpl::level_stretch(int64_t level, const at::Tensor& z
   const auto l = static_cast<size_t>(level);
   const at::Tensor z = z_in.unsqueeze(1);  // [B,1,n,D]
   const at::Tensor ln_w = ln_weight[l].to(z.dtype()), ln_b = ln_bias[l].to(z.dtype());
-  // Every token is its own row against the shared W ([B,1,n,1,D] × [B,1,1,D,4D]), which keeps
-  // mlp_pass on its broadcast (small_matmul) route: the batched-matmul route gave wrong float32
-  // outer gradients through the updates with LibTorch 1.13 on CPU (test "cms: float32 ...").
-  auto pass_of = [&](const at::Tensor& rows, const at::Tensor& w1, const at::Tensor& w2) {
-    return mlp_pass(rows.unsqueeze(-2), w1.unsqueeze(2), w2.unsqueeze(2), ln_w, ln_b);  // [B,1,n,1,…]
-  };
-  const at::Tensor y = pass_of(z, s.weights[0], s.weights[1]).y.squeeze(-2);
+  // The stretch's n tokens are the rows of one product with the shared W ([B,1,n,D] × [B,1,D,4D]):
+  // batched_matmul.h's loop on the CPU, at::matmul elsewhere. Each token had been a 1-row product
+  // of its own ([B,1,n,1,D] against [B,1,1,D,4D]), which small_matmul takes as a broadcast multiply
+  // and sum through [B,1,n,D,4D] temporaries: a tenth of HOPE's training step. That form dated from
+  // an inner gradient by autograd, whose float32 double backward through bmm LibTorch 1.13 got
+  // wrong; the gradient below is analytic, the outer backward a plain one, and "cms: float32 outer
+  // gradients ..." holds both routes to float64.
+  const at::Tensor y = mlp_pass(z, s.weights[0], s.weights[1], ln_w, ln_b).y;  // [B,1,n,D]
   const at::Tensor k = at::matmul(z, w_k[l].t()), v = at::matmul(z, w_v[l].t());
   const at::Tensor eta = options_.max_lr * at::sigmoid(at::matmul(z, lr_w[l]) + lr_b[l]);  // [B,1,n]
 
   // The per-token inner gradients analytically (mlp_inner_gradient): with grad mode on, autograd
   // takes the outer gradient through them with a plain backward, where the autograd::grad form
   // needed create_graph and a double backward per stretch.
-  const MlpPass pass = pass_of(k, s.weights[0], s.weights[1]);
-  const MlpInnerGradient inner = mlp_inner_gradient(pass, v.unsqueeze(-2), s.weights[0].unsqueeze(2), ln_w);
-  const at::Tensor d_h = inner.delta_h.squeeze(-2), d_o = inner.delta_o.squeeze(-2), a = pass.a.squeeze(-2), key = k;
+  const MlpPass pass = mlp_pass(k, s.weights[0], s.weights[1], ln_w, ln_b);
+  const MlpInnerGradient inner = mlp_inner_gradient(pass, v, s.weights[0], ln_w);
+  const at::Tensor &d_h = inner.delta_h, &d_o = inner.delta_o, &a = pass.a, &key = k;
   const at::Tensor norm_sq = d_o.pow(2).sum(-1) * a.pow(2).sum(-1) + d_h.pow(2).sum(-1) * key.pow(2).sum(-1);
   const at::Tensor weight = (clip_factor(norm_sq, options_.inner_clip) * eta).unsqueeze(-1);  // [B,1,n,1]
   // Σ_t w_t δo_t a_tᵀ and Σ_t w_t δh_t k_tᵀ, one GEMM each over the stretch's tokens. They were

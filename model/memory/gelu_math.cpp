@@ -86,6 +86,12 @@ constexpr float kSqrtHalf = 0.707106781f, kInvSqrt2Pi = 0.398942280f;  // 1/√2
     x[i] *= 0.5f * (1.0f + erf_float(v * kSqrtHalf)) + v * exp_float(-0.5f * v * v) * kInvSqrt2Pi;
   }
 }
+[[gnu::always_inline]] inline void second_derivative_loop(const float* h, float* x, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) {
+    const float v = h[i];
+    x[i] *= exp_float(-0.5f * v * v) * kInvSqrt2Pi * (2.0f - v * v);
+  }
+}
 [[gnu::always_inline]] inline void erf_loop(const float* x, float* out, int64_t count) {
   for (int64_t i = 0; i < count; ++i) out[i] = erf_float(x[i]);
 }
@@ -94,6 +100,7 @@ constexpr float kSqrtHalf = 0.707106781f, kInvSqrt2Pi = 0.398942280f;  // 1/√2
 struct Kernels {
   void (*gelu)(const float*, float*, int64_t);
   void (*derivative)(const float*, float*, int64_t);
+  void (*second_derivative)(const float*, float*, int64_t);
   void (*erf)(const float*, float*, int64_t);
 };
 
@@ -102,25 +109,33 @@ struct Kernels {
 [[gnu::target("avx512f,fma")]] void derivative_avx512(const float* h, float* x, int64_t n) {
   derivative_loop(h, x, n);
 }
+[[gnu::target("avx512f,fma")]] void second_derivative_avx512(const float* h, float* x, int64_t n) {
+  second_derivative_loop(h, x, n);
+}
 [[gnu::target("avx512f,fma")]] void erf_avx512(const float* x, float* o, int64_t n) { erf_loop(x, o, n); }
 [[gnu::target("avx2,fma")]] void gelu_avx2(const float* h, float* o, int64_t n) { gelu_loop(h, o, n); }
 [[gnu::target("avx2,fma")]] void derivative_avx2(const float* h, float* x, int64_t n) {
   derivative_loop(h, x, n);
 }
+[[gnu::target("avx2,fma")]] void second_derivative_avx2(const float* h, float* x, int64_t n) {
+  second_derivative_loop(h, x, n);
+}
 [[gnu::target("avx2,fma")]] void erf_avx2(const float* x, float* o, int64_t n) { erf_loop(x, o, n); }
 #endif
 void gelu_portable(const float* h, float* o, int64_t n) { gelu_loop(h, o, n); }
 void derivative_portable(const float* h, float* x, int64_t n) { derivative_loop(h, x, n); }
+void second_derivative_portable(const float* h, float* x, int64_t n) { second_derivative_loop(h, x, n); }
 void erf_portable(const float* x, float* o, int64_t n) { erf_loop(x, o, n); }
 
 const Kernels& kernels() {
   static const Kernels chosen = [] {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (__builtin_cpu_supports("avx512f")) return Kernels{&gelu_avx512, &derivative_avx512, &erf_avx512};
+    if (__builtin_cpu_supports("avx512f"))
+      return Kernels{&gelu_avx512, &derivative_avx512, &second_derivative_avx512, &erf_avx512};
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-      return Kernels{&gelu_avx2, &derivative_avx2, &erf_avx2};
+      return Kernels{&gelu_avx2, &derivative_avx2, &second_derivative_avx2, &erf_avx2};
 #endif
-    return Kernels{&gelu_portable, &derivative_portable, &erf_portable};
+    return Kernels{&gelu_portable, &derivative_portable, &second_derivative_portable, &erf_portable};
   }();
   return chosen;
 }
@@ -130,6 +145,9 @@ const Kernels& kernels() {
 void gelu_array(const float* h, float* out, int64_t count) { kernels().gelu(h, out, count); }
 void multiply_by_gelu_derivative(const float* h, float* x, int64_t count) {
   kernels().derivative(h, x, count);
+}
+void multiply_by_gelu_second_derivative(const float* h, float* x, int64_t count) {
+  kernels().second_derivative(h, x, count);
 }
 void erf_array(const float* x, float* out, int64_t count) { kernels().erf(x, out, count); }
 

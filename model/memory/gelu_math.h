@@ -14,6 +14,9 @@ void gelu_array(const float* h, float* out, int64_t count);
 // x[i] *= GELU'(h[i]) = Φ(h) + h·φ(h), as mlp_memory.cpp's exact_gelu_derivative.
 void multiply_by_gelu_derivative(const float* h, float* x, int64_t count);
 
+// x[i] *= GELU''(h[i]) = φ(h)(2 − h²), for the outer backward through an inner gradient's GELU'.
+void multiply_by_gelu_second_derivative(const float* h, float* x, int64_t count);
+
 // erf over an array, for the accuracy test (tests/model/test_gelu_math.cpp).
 void erf_array(const float* x, float* out, int64_t count);
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "model/memory/causal_conv.h"
 #include "model/memory/feature_map.h"
 #include "model/memory/gate_bias.h"
 #include "model/memory/mlp_memory.h"
@@ -269,7 +270,7 @@ ProjectedTokens MemoryLayerImpl::project(const at::Tensor& x, MemoryState& state
     // SPEC §2 / Titans §4.4: depthwise causal conv of width 4, carrying 3 tokens across calls.
     at::Tensor qkv = at::cat({q, k, v}, -1);
     at::Tensor padded = at::cat({state.conv.to(qkv.dtype()), qkv}, 1);
-    at::Tensor out = (padded.unfold(1, 4, 1) * conv_weight).sum(-1);
+    at::Tensor out = causal_depthwise_conv(padded, conv_weight);
     state.conv = padded.slice(1, T, T + 3);
     q = out.slice(-1, 0, width);
     k = out.slice(-1, width, 2 * width);

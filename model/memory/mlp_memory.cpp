@@ -2,8 +2,6 @@
 
 #include <ATen/ATen.h>
 
-#include <cmath>
-
 #include "model/memory/small_matmul.h"
 
 namespace memscope::model {
@@ -19,19 +17,6 @@ at::Tensor ln_view(const at::Tensor& param, int64_t dims) {
   return param.view(view);
 }
 }  // namespace
-
-// GELU (exact, erf) written out: GELU(h) = h·Φ(h) = ½h(1 + erf(h/√2)). Not at::gelu: LibTorch
-// 1.13's CPU gelu_backward returns garbage when its incoming gradient and its input have different
-// memory layouts (a transposed gradient from a matmul's backward meets a contiguous h), which is
-// exactly what the outer backward through an inner gradient (create_graph) produces. It read
-// uninitialised memory in MLP-memory training with c > 1 (the reliability issue's item 1). erf,
-// mul and add have layout-safe derivatives, in both LibTorch 1.13 and 2.x.
-at::Tensor exact_gelu(const at::Tensor& h) { return 0.5 * h * (1.0 + at::erf(h * M_SQRT1_2)); }
-
-at::Tensor exact_gelu_derivative(const at::Tensor& h) {
-  const double inv_sqrt_2pi = 0.5 * M_2_SQRTPI * M_SQRT1_2;  // 1/√(2π)
-  return 0.5 * (1.0 + at::erf(h * M_SQRT1_2)) + h * at::exp(-0.5 * h * h) * inv_sqrt_2pi;
-}
 
 MlpPass mlp_pass(const at::Tensor& z, const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& ln_weight,
                  const at::Tensor& ln_bias) {
@@ -57,7 +42,7 @@ MlpBackward mlp_backward(const MlpPass& pass, const at::Tensor& dy, const at::Te
   const at::Tensor delta_n = dy * ln_view(ln_weight, dy.dim());
   g.delta_o = (delta_n - delta_n.mean(-1, true) - pass.n * (delta_n * pass.n).mean(-1, true)) / pass.stdev;
   // o = W_1 a, a = GELU(h).
-  g.delta_h = small_matmul(g.delta_o, w1) * exact_gelu_derivative(pass.h);
+  g.delta_h = gelu_derivative_times(small_matmul(g.delta_o, w1), pass.h);
   return g;
 }
 

@@ -27,9 +27,12 @@ MlpPass mlp_pass(const at::Tensor& z, const at::Tensor& w1, const at::Tensor& w2
 // caller that gets o another way (the chunkwise self-modifying memory reads W_1 a without W_1).
 void finish_mlp_pass(MlpPass& p, const at::Tensor& z, const at::Tensor& ln_weight, const at::Tensor& ln_bias);
 
-// GELU (exact, erf) and its derivative Φ(h) + h·φ(h), written out (see mlp_memory.cpp for why).
+// GELU (exact, erf), its derivative Φ(h) + h·φ(h), and g·GELU'(h), the step of a backward through
+// it: written out, and on the CPU in float32 as autograd functions over vectorised loops
+// (exact_gelu.cpp says why and how). exact_gelu_derivative is the ATen form only, the reference.
 at::Tensor exact_gelu(const at::Tensor& h);
 at::Tensor exact_gelu_derivative(const at::Tensor& h);
+at::Tensor gelu_derivative_times(const at::Tensor& g, const at::Tensor& h);
 
 // Back through one pass from ∂ℓ/∂y (any inner loss): δo = ∂ℓ/∂o and δh = ∂ℓ/∂h.
 struct MlpBackward {

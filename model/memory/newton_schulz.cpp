@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "model/memory/batched_matmul.h"
 #include "model/memory/small_gemm.h"
 #include "model/util/cpu_kernels.h"
 
@@ -23,8 +24,19 @@ at::Tensor newton_schulz(const at::Tensor& g, const NsSchedule& schedule) {
   // B = b·A + c·A², X = a·X + B·X. Batched over every leading dimension as [N,m,m] matrices.
   const auto shape = x.sizes().vec();
   x = x.reshape({-1, x.size(-2), x.size(-1)});
+  // Small float32 matrices on the CPU (training's route, which newton_schulz_small's loop, having no
+  // backward, leaves to this form) take batched_matmul.h's products and backward. LibTorch 1.13's
+  // CPU bmm hands each matrix to BLAS on its own behind select views, forward and backward: 430k
+  // selects in one training step of demo-mqar-atlas-mlp, and most of its time.
+  const bool loop = batched_matmul_applies(x, x.transpose(-2, -1));
   for (int i = 0; i < schedule.iterations(); ++i) {
     const auto& [a, b, c] = schedule.at(i);
+    if (loop) {
+      const at::Tensor gram = batched_matmul(x, x.transpose(-2, -1));
+      const at::Tensor poly = b * gram + c * batched_matmul(gram, gram);
+      x = a * x + batched_matmul(poly, x);
+      continue;
+    }
     const at::Tensor gram = at::bmm(x, x.transpose(-2, -1));
     const at::Tensor poly = at::baddbmm(gram, gram, gram, /*beta=*/b, /*alpha=*/c);
     x = at::baddbmm(x, poly, x, /*beta=*/a, /*alpha=*/1.0);

@@ -14,6 +14,7 @@
 // this materialises one state per chunk and differentiates plain tensor ops.
 #include <ATen/ATen.h>
 
+#include "model/memory/causal_conv.h"
 #include "model/memory/inner_clip.h"
 #include "model/memory/linear_scan.h"
 #include "model/memory/mlp_memory.h"
@@ -79,7 +80,7 @@ at::Tensor SelfModifyingMemoryImpl::forward_chunk(const at::Tensor& x, SelfModSt
   at::Tensor q_in = at::matmul(x, w_q.t()), k_in = projected.select(1, 0), v_in = projected.select(1, 1);
   if (options_.conv) {
     const at::Tensor window = at::cat({state.conv.to(x.dtype()), at::cat({q_in, k_in, v_in}, -1)}, 1);  // [B,3+n,3d]
-    const at::Tensor mixed = (window.unfold(1, 4, 1) * conv_weight).sum(-1);                          // [B,n,3d]
+    const at::Tensor mixed = causal_depthwise_conv(window, conv_weight);  // [B,n,3d]
     state.conv = window.slice(1, n, n + 3);
     const auto qkv = mixed.chunk(3, -1);
     q_in = qkv[0];

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "model/memory/causal_conv.h"
 #include "model/memory/dgd_preconditioner.h"
 #include "model/memory/gate_bias.h"
 #include "model/memory/inner_clip.h"
@@ -121,7 +122,7 @@ at::Tensor SelfModifyingMemoryImpl::step(const at::Tensor& input, SelfModState& 
              v_in = read_at(SelfModMemory::Value, x_t);
   if (options_.conv) {
     const at::Tensor window = at::cat({state.conv.to(x_t.dtype()), at::cat({q_in, k_in, v_in}, -1).unsqueeze(1)}, 1);
-    const at::Tensor mixed = (window.transpose(1, 2) * conv_weight).sum(-1);  // [B,3d]
+    const at::Tensor mixed = causal_depthwise_conv(window, conv_weight).squeeze(1);  // [B,3d]
     state.conv = window.slice(1, 1, 4);
     const auto parts = mixed.chunk(3, -1);
     q_in = parts[0];

@@ -11,6 +11,7 @@
 #include "model/memory/batched_matmul.h"
 #include "model/util/autocast.h"
 #include "model/util/cpu_kernels.h"
+#include "support/test_device.h"
 
 using namespace memscope::model;
 
@@ -39,11 +40,13 @@ double relative_error(const at::Tensor& ours, const at::Tensor& x, const at::Ten
 
 const std::vector<Case> kCases = {
     {{64, 4, 16}, {64, 16, 64}},                     // a chunk's keys through W₂ᵀ, B·H stacks
-    {{2, 4, 4, 16}, {2, 4, 16, 64}, false, true},    // the same with W₂ᵀ a view (copied)
+    {{2, 4, 4, 16}, {2, 4, 16, 64}, false, true},    // the same with W₂ᵀ a view (transposed one by one)
     {{2, 4, 16, 64}, {2, 4, 64, 256}, false, true},  // a chunk of 16 through W₂ᵀ: (x y)ᵀ = yᵀ xᵀ
     {{3, 17, 16}, {1, 16, 40}, true, true},          // both transposed, y broadcast
     {{3, 16, 64}, {1, 64, 256}, true, true},         // the transposed product with x a view, y broadcast
-    {{2, 64, 16}, {2, 16, 8}, false, true},          // y transposed, but cheaper to copy than x
+    {{2, 64, 16}, {2, 16, 8}, false, true},          // y transposed, but cheaper to transpose than x
+    {{3, 5, 20}, {3, 20, 13}, false, true},          // ragged sides, y transposed one by one
+    {{3, 5, 20}, {1, 20, 13}, false, true},          // the same y broadcast: copied once
     {{2, 4, 64, 4}, {2, 4, 4, 16}, true, false},     // Σ_r δo_r a_rᵀ: the transposed left operand
     {{2, 1, 3, 5, 7}, {4, 1, 7, 9}},                 // batches broadcast both ways
     {{3, 5, 7}, {1, 7, 9}},                          // one right matrix for every left one
@@ -57,6 +60,7 @@ const std::vector<Case> kCases = {
 }  // namespace
 
 TEST_CASE("batched_matmul equals at::matmul in float64 for every shape the memory passes it", "[model]") {
+  if (!memscope::test::cpu_kernels_testable()) return;  // MEMSCOPE_CPU_KERNELS=0: the loop is off
   torch::manual_seed(3);
   for (size_t i = 0; i < kCases.size(); ++i) {
     const Case& c = kCases[i];
@@ -131,6 +135,7 @@ TEST_CASE("batched_matmul gives the same bits at any thread count", "[model]") {
 }
 
 TEST_CASE("batched_matmul reads expanded operands and sums their gradients back", "[model]") {
+  if (!memscope::test::cpu_kernels_testable()) return;  // MEMSCOPE_CPU_KERNELS=0: the loop is off
   torch::manual_seed(13);
   // x's batch expanded by stride 0 (one matrix for every head), y a strided slice of a larger stack.
   const at::Tensor x0 = torch::randn({1, 4, 16}), y_base = torch::randn({5, 16, 24});

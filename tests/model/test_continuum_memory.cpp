@@ -6,8 +6,10 @@
 #include <torch/torch.h>
 
 #include <catch2/catch.hpp>
+#include <optional>
 
 #include "model/memory/continuum_memory.h"
+#include "model/util/cpu_kernels.h"
 #include "model/util/errors.h"
 #include "support/test_device.h"
 #include "support/under_autocast.h"
@@ -346,23 +348,30 @@ TEST_CASE("cms: the outer gradient of the batched form equals the per-token step
 }
 
 TEST_CASE("cms: float32 outer gradients through the updates match float64", "[model]") {
-  // Guards the broadcast products of the batched form: the float32 double backward of GEMM
-  // forms (matmul, einsum) gave gradients wrong by orders of magnitude here; float64 was right.
+  // Guards the stretch's products in float32, on both routes: batched_matmul.h's loop, and
+  // at::matmul's bmm (ScopedAtenForms, the GPU's route), whose float32 double backward LibTorch 1.13
+  // got wrong by orders of magnitude when the inner gradient came from autograd; float64 was right.
   auto cms = make_cms({1, 16}, CmsVariant::Sequential, 0.0, 16);
   auto x = input(2, 40, 16);
-  std::vector<std::vector<torch::Tensor>> grads;
-  for (auto dtype : {torch::kFloat64, torch::kFloat32}) {
+  auto gradients = [&](torch::Dtype dtype) {
     cms->to(dtype);
     cms->zero_grad();
     CmsState s = cms->initial_state(2);
     cms->forward(x.to(dtype), s).pow(2).mean().backward();
     std::vector<torch::Tensor> g;
     for (const auto& p : cms->parameters()) g.push_back(p.grad().to(torch::kFloat64));
-    grads.push_back(g);
-  }
-  for (size_t i = 0; i < grads[0].size(); ++i) {
-    const double scale = std::max(1e-3, grads[0][i].abs().max().item<double>());
-    CHECK(max_abs_diff(grads[0][i], grads[1][i]) < 1e-3 * scale);
+    return g;
+  };
+  const std::vector<torch::Tensor> reference = gradients(torch::kFloat64);
+  for (const bool aten_forms : {false, true}) {
+    INFO((aten_forms ? "at::matmul" : "batched_matmul"));
+    std::optional<ScopedAtenForms> forms;
+    if (aten_forms) forms.emplace();
+    const std::vector<torch::Tensor> ours = gradients(torch::kFloat32);
+    for (size_t i = 0; i < reference.size(); ++i) {
+      const double scale = std::max(1e-3, reference[i].abs().max().item<double>());
+      CHECK(max_abs_diff(reference[i], ours[i]) < 1e-3 * scale);
+    }
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include "model/memory/state_update.h"
 #include "model/util/cpu_kernels.h"
+#include "support/test_device.h"
 
 using namespace memscope::model;
 
@@ -63,6 +64,7 @@ std::vector<at::Tensor> derivatives(const Operands& o, const at::Tensor& weight,
 }  // namespace
 
 TEST_CASE("state_update equals its ATen form: values, gradients and a second derivative", "[model]") {
+  if (!memscope::test::cpu_kernels_testable()) return;  // MEMSCOPE_CPU_KERNELS=0: the loop is off
   torch::manual_seed(11);
   for (const bool momentum : {false, true}) {
     for (const int64_t n : {4, 16, 21}) {
@@ -106,6 +108,7 @@ TEST_CASE("state_update leaves to its ATen form what its loop does not take", "[
 
 TEST_CASE("state_update takes views as the dual form passes them, and gradients for some inputs only",
           "[model]") {
+  if (!memscope::test::cpu_kernels_testable()) return;  // MEMSCOPE_CPU_KERNELS=0: the loop is off
   torch::manual_seed(17);
   const int64_t B = 2, H = 3, n = 5, p = 16, q = 24;
   // As dual_end_state passes them: a is one column of a [B,H,n] product, x and y chunks split from
