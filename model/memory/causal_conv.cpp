@@ -1,7 +1,9 @@
 // causal_depthwise_conv: on the CPU in float32, an autograd function over three loops (forward,
 // input gradient, tap gradient), each one pass over a contiguous [B,T,C] with C innermost, so
 // that it vectorises; elsewhere, and for a backward that must itself be differentiable, K shifted
-// multiply-adds in ATen. The two are held equal in tests/model/test_causal_conv.cpp.
+// multiply-adds in ATen. The two are held equal in tests/model/test_causal_conv.cpp, forward to the
+// bit: this file is built without contracting a multiply and an add into one FMA
+// (model/CMakeLists.txt), as ATen's separate mul and add never are.
 #include "model/memory/causal_conv.h"
 
 #include <ATen/ATen.h>
@@ -152,6 +154,7 @@ at::Tensor causal_depthwise_conv(const at::Tensor& padded, const at::Tensor& tap
   TORCH_CHECK(padded.dim() == 3 && taps.dim() == 2 && taps.size(0) == padded.size(2),
               "causal_depthwise_conv: padded [B,T+K-1,C] and taps [C,K], got ", padded.sizes(), " and ",
               taps.sizes());
+  TORCH_CHECK(taps.size(1) >= 1, "causal_depthwise_conv: taps [C,K] need K >= 1, got ", taps.sizes());
   TORCH_CHECK(padded.size(1) >= taps.size(1) - 1, "causal_depthwise_conv: ", padded.size(1),
               " padded tokens for ", taps.size(1), " taps");
   const bool loops = padded.scalar_type() == at::kFloat && taps.scalar_type() == at::kFloat &&

@@ -8,16 +8,16 @@
 
 namespace memscope::model {
 
-// out[i] = GELU(h[i]) = ½h(1 + erf(h/√2)), as mlp_memory.cpp's exact_gelu. out may be h.
+// out[i] = GELU(h[i]) = ½h(1 + erf(h/√2)), as exact_gelu.cpp's ATen form. out may be h.
 void gelu_array(const float* h, float* out, int64_t count);
 
-// x[i] *= GELU'(h[i]) = Φ(h) + h·φ(h), as mlp_memory.cpp's exact_gelu_derivative.
+// x[i] *= GELU'(h[i]) = Φ(h) + h·φ(h), as exact_gelu_derivative.
 void multiply_by_gelu_derivative(const float* h, float* x, int64_t count);
 
 // x[i] *= GELU''(h[i]) = φ(h)(2 − h²), for the outer backward through an inner gradient's GELU'.
 void multiply_by_gelu_second_derivative(const float* h, float* x, int64_t count);
 
-// erf over an array, for the accuracy test (tests/model/test_gelu_math.cpp).
+// erf over an array, for the accuracy test (tests/model/test_fused_mlp_chunkwise.cpp).
 void erf_array(const float* x, float* out, int64_t count);
 
 }  // namespace memscope::model

@@ -12,6 +12,17 @@
 
 namespace memscope::model {
 
+namespace {
+
+// The largest matrices the loops take (newton_schulz_small's, and newton_schulz's products through
+// batched_matmul): a short side (the Gram matrix's) up to 64 and a long one up to 256, so that X and
+// its Gram matrix stay in L2. Beyond them BLAS's blocking wins over the loop
+// (AMD VM, one thread, 2026-11-27: this loop against ATen's form at 16×64 76 µs against 328, at
+// 64×256 1.7 ms against 2.4; at 128×128 the two alike; at 256×256 9.4 ms against 6.2).
+constexpr int64_t kSmallShortSide = 64, kSmallLongSide = 256;
+
+}  // namespace
+
 at::Tensor newton_schulz(const at::Tensor& g, const NsSchedule& schedule) {
   TORCH_CHECK(g.dim() >= 2, "newton_schulz: expected a matrix or a batch of matrices, got ",
               g.sizes());
@@ -27,8 +38,10 @@ at::Tensor newton_schulz(const at::Tensor& g, const NsSchedule& schedule) {
   // Small float32 matrices on the CPU (training's route, which newton_schulz_small's loop, having no
   // backward, leaves to this form) take batched_matmul.h's products and backward. LibTorch 1.13's
   // CPU bmm hands each matrix to BLAS on its own behind select views, forward and backward: 430k
-  // selects in one training step of demo-mqar-atlas-mlp, and most of its time.
-  const bool loop = batched_matmul_applies(x, x.transpose(-2, -1));
+  // selects in one training step of demo-mqar-atlas-mlp, and most of its time. Within the loop's
+  // sizes below: on larger matrices BLAS's blocking wins.
+  const bool loop = batched_matmul_applies(x, x.transpose(-2, -1)) && x.size(-2) <= kSmallShortSide &&
+                    x.size(-1) <= kSmallLongSide;
   for (int i = 0; i < schedule.iterations(); ++i) {
     const auto& [a, b, c] = schedule.at(i);
     if (loop) {
@@ -45,16 +58,6 @@ at::Tensor newton_schulz(const at::Tensor& g, const NsSchedule& schedule) {
   if (transposed) x = x.transpose(-2, -1);
   return x.contiguous();
 }
-
-namespace {
-
-// The largest matrices this path takes: a short side (the Gram matrix's) up to 64 and a long one up
-// to 256, so that X and its Gram matrix stay in L2. Beyond them BLAS's blocking wins over the loop
-// (AMD VM, one thread, 2026-11-27: this loop against ATen's form at 16×64 76 µs against 328, at
-// 64×256 1.7 ms against 2.4; at 128×128 the two alike; at 256×256 9.4 ms against 6.2).
-constexpr int64_t kSmallShortSide = 64, kSmallLongSide = 256;
-
-}  // namespace
 
 at::Tensor newton_schulz_small(const at::Tensor& g, const NsSchedule& schedule) {
   if (g.dim() < 2 || !cpu_kernels_on(g.device()) || g.scalar_type() != at::kFloat || g.requires_grad() ||

@@ -96,6 +96,7 @@ TEST_CASE("causal_depthwise_conv takes its loops on the CPU in float32 and names
                     Catch::Contains("padded [B,T+K-1,C] and taps [C,K]"));
   CHECK_THROWS_WITH(causal_depthwise_conv(torch::randn({2, 2, 5}), w),
                     Catch::Contains("2 padded tokens for 4 taps"));
+  CHECK_THROWS_WITH(causal_depthwise_conv(x, torch::randn({5, 0})), Catch::Contains("need K >= 1"));
 }
 
 TEST_CASE("causal_depthwise_conv's gradients are the same bits at one and two threads", "[model]") {

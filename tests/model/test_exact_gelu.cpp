@@ -25,10 +25,12 @@ double relative_error(const at::Tensor& ours, const at::Tensor& reference) {
 // The orders of one scalar loss through GELU, each a function of (h, w, u, s) in any dtype:
 //   value  L0 = Σ w·GELU(h)
 //   first  ∂L0/∂h = w·GELU'(h)                            (GeluFunction's backward)
-//   second ∂/∂(h, w) of Σ u·∂L0/∂h                         (GeluBackwardFunction's backward)
+//   second ∂/∂(h, w) of Σ u·∂L0/∂h                         (GeluBackwardFunction's backward: its loops
+//          by a plain backward, its ATen branch by a create_graph one)
 //   third  ∂/∂h of Σ s·∂²(Σ u·∂L0/∂h)/∂h², create_graph all the way (its differentiable branch)
 struct Orders {
   at::Tensor value, first, second_h, second_w, third;
+  at::Tensor second_h_plain;  // the second, by a plain backward (GeluBackwardFunction's loops)
 };
 
 Orders orders(const at::Tensor& h_in, const at::Tensor& w_in, const at::Tensor& u, const at::Tensor& s) {
@@ -38,6 +40,7 @@ Orders orders(const at::Tensor& h_in, const at::Tensor& w_in, const at::Tensor& 
   o.value = a.detach();
   const at::Tensor first = torch::autograd::grad({(w * a).sum()}, {h}, {}, true, true)[0];
   o.first = first.detach();
+  o.second_h_plain = torch::autograd::grad({(u * first).sum()}, {h}, {}, /*retain_graph=*/true)[0];
   const auto second = torch::autograd::grad({(u * first).sum()}, {h, w}, {}, true, true);
   o.second_h = second[0].detach();
   o.second_w = second[1].detach();
@@ -52,6 +55,7 @@ void check_orders(const at::Tensor& h, const at::Tensor& w, const at::Tensor& u,
   CHECK(relative_error(ours.value, reference.value) < 1e-6);
   CHECK(relative_error(ours.first, reference.first) < 1e-6);
   CHECK(relative_error(ours.second_h, reference.second_h) < 1e-6);
+  CHECK(relative_error(ours.second_h_plain, reference.second_h) < 1e-6);
   CHECK(relative_error(ours.second_w, reference.second_w) < 1e-6);
   CHECK(relative_error(ours.third, reference.third) < 1e-5);
 }

@@ -183,4 +183,13 @@ TEST_CASE("GELU and its derivative over arrays equal mlp_memory's exact GELU in 
   const at::Tensor bound = 4e-7 * (1 + h64.abs());
   CHECK(((gelu.to(torch::kFloat64) - exact_gelu(h64)).abs() <= bound).all().item<bool>());
   CHECK(((derivative.to(torch::kFloat64) - exact_gelu_derivative(h64)).abs() <= bound).all().item<bool>());
+  // GELU''(h) = φ(h)(2 − h²), the outer backward's through an inner gradient (exact_gelu.cpp); it
+  // is 0 to float precision far out, and stays 0 for a diverged h (exp's clamp must not show).
+  at::Tensor second = torch::ones_like(h);
+  multiply_by_gelu_second_derivative(h.data_ptr<float>(), second.data_ptr<float>(), h.numel());
+  const at::Tensor second64 = at::exp(-0.5 * h64 * h64) * (0.5 * M_2_SQRTPI * M_SQRT1_2) * (2.0 - h64 * h64);
+  CHECK(((second.to(torch::kFloat64) - second64).abs() <= 4e-7).all().item<bool>());
+  at::Tensor far = torch::tensor({1e4f, -1e15f, 3e38f}), far_out = torch::ones({3});
+  multiply_by_gelu_second_derivative(far.data_ptr<float>(), far_out.data_ptr<float>(), 3);
+  CHECK(far_out.abs().max().item<float>() == 0.0f);
 }
