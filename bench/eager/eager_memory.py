@@ -225,23 +225,28 @@ def run_memory_chunkwise(m0, phi_k, v, phi_q, retain, lr, momentum, gamma=None, 
     attn = A * (q @ phi.transpose(-1, -2))              # A[t,r] (q_t . phi_r), lower triangular
     w_s = Db * eta[..., None, :]                        # S_t's coefficient of psi_r phi_r^T
 
+    # Each chunk's slices, taken once: indexing [i] in the loop would give every chunk's backward a
+    # zero-filled gradient of the whole tensor (select's), quadratic in the chunk count; unbind's
+    # backward is one stack. memscope splits its chunks once too (chunkwise_forward.cpp).
+    phi, q, val, scale, Pa, Pb, c, A, attn, w_s = (
+        t.unbind(0) for t in (phi, q, val, scale, Pa, Pb, c, A, attn, w_s))
     M = m0
     S = torch.zeros_like(m0)
     ys, Ms, Ss = [], [m0[None]], [S[None]]
     for i in range(N):
         e = b - 1 if i < N - 1 else e_last
         psi = chunk_psi(scale[i], phi[i], M, val[i], inner_clip)                 # [H,b,d_v]
-        ys.append(Pa[i, ..., None] * (q[i] @ M.transpose(-1, -2))
-                  - c[i, ..., None] * (q[i] @ S.transpose(-1, -2)) - attn[i] @ psi)
+        ys.append(Pa[i][..., None] * (q[i] @ M.transpose(-1, -2))
+                  - c[i][..., None] * (q[i] @ S.transpose(-1, -2)) - attn[i] @ psi)
         if record:
-            Ms.append((Pa[i, :, :e + 1, None, None] * M[:, None] - c[i, :, :e + 1, None, None] * S[:, None]
-                       - torch.einsum("htr,hrv,hrp->htvp", A[i, :, :e + 1], psi, phi[i])).transpose(0, 1))
-            Ss.append((Pb[i, :, :e + 1, None, None] * S[:, None]
-                       + torch.einsum("htr,hrv,hrp->htvp", w_s[i, :, :e + 1], psi, phi[i])).transpose(0, 1))
+            Ms.append((Pa[i][:, :e + 1, None, None] * M[:, None] - c[i][:, :e + 1, None, None] * S[:, None]
+                       - torch.einsum("htr,hrv,hrp->htvp", A[i][:, :e + 1], psi, phi[i])).transpose(0, 1))
+            Ss.append((Pb[i][:, :e + 1, None, None] * S[:, None]
+                       + torch.einsum("htr,hrv,hrp->htvp", w_s[i][:, :e + 1], psi, phi[i])).transpose(0, 1))
         # The chunk-end state from row e (the next chunk's gradient point, §9).
-        M, S = (Pa[i, :, e, None, None] * M - c[i, :, e, None, None] * S
-                - (psi * A[i, :, e, :, None]).transpose(-1, -2) @ phi[i],
-                Pb[i, :, e, None, None] * S + (psi * w_s[i, :, e, :, None]).transpose(-1, -2) @ phi[i])
+        M, S = (Pa[i][:, e, None, None] * M - c[i][:, e, None, None] * S
+                - (psi * A[i][:, e, :, None]).transpose(-1, -2) @ phi[i],
+                Pb[i][:, e, None, None] * S + (psi * w_s[i][:, e, :, None]).transpose(-1, -2) @ phi[i])
     y = torch.stack(ys).transpose(1, 2).reshape(N * b, H, -1)[:T]
     if record:
         return y, torch.cat(Ms), torch.cat(Ss)
