@@ -11,7 +11,12 @@
 # and the one split of a sequence into chunks stay) and eager, at two sizes:
 #   demo   the preset: d_model 64, 4 memory heads of 16 (hidden 64), batch 16 × 28 tokens, chunk 4
 #   d256   d_model 256, 4 memory heads of 64 (hidden 256), the copy task, batch 8 × 256, chunk 16
-# and prints one summary line per size: the medians and the ratios.
+#   atlas  demo-mqar-atlas-mlp as its preset has it: Atlas's rule (Muon, an Omega window of 4,
+#          polynomial features) on the MLP memory, MAG blocks, batch 16, chunk 4, against
+#          eager_mlp_memory.mlp_chunkwise_muon (every S_t built and orthogonalised in one batched
+#          Newton–Schulz per chunk), checked first the same way
+# and prints one summary line per size: the medians and the ratios (GFLOP/s where the step's FLOPs
+# are counted: Titans' dual form, not Atlas's).
 # Needs Debian's python3-torch, for this benchmark only: apt-get install python3-torch.
 # Usage: bench/deep_train_compare.sh [REPS]
 set -euo pipefail
@@ -40,6 +45,17 @@ field() { echo "$STEP3" | "$PY" -c "import json,sys;print(json.load(sys.stdin)['
   --check-loss "$(field loss)" --check-grad-norm "$(field grad_norm)" >>"$OUT/eager.jsonl"
 tail -1 "$OUT/eager.jsonl"
 
+# Atlas's MLP memory: its own weights and batch, checked the same way.
+ATLAS=demo-mqar-atlas-mlp
+"$CLI" train --preset $ATLAS --steps 2 --out "$OUT/atlas.safetensors" --force >/dev/null
+rm -rf "$OUT/atlas3.memscope"
+"$CLI" step --ckpt "$OUT/atlas.safetensors" --set train.steps=3 --train-step 3 --record "$OUT/atlas3.memscope" >/dev/null
+"$CLI" export "$OUT/atlas3.memscope" --csv "$OUT/atlas3.csv" --force >/dev/null
+STEP3=$("$CLI" train --preset $ATLAS --steps 3 --json | grep '"step":3,' | grep -v eval)
+"$PY" bench/eager/eager_lm_train.py --ckpt "$OUT/atlas.safetensors" --batch-csv "$OUT/atlas3.csv" --chunk 4 \
+  --check-loss "$(field loss)" --check-grad-norm "$(field grad_norm)" >>"$OUT/eager.jsonl"
+tail -1 "$OUT/eager.jsonl"
+
 tag() { sed "s/^{/{\"size\":\"$1\",\"variant\":\"$2\",/"; }
 for _ in $(seq 1 "$REPS"); do
   "$DEVICE_BENCH" --device cpu --only train-demo-mlp --train-steps 10 | tag demo loop >>"$OUT/memscope.jsonl"
@@ -54,28 +70,36 @@ for _ in $(seq 1 "$REPS"); do
   "$PY" bench/eager/eager_lm_train.py --ckpt "$OUT/d256.safetensors" --random-batch 8,256 --chunk 16 --time 3 \
     --case train/$PRESET |
     tag d256 eager >>"$OUT/eager.jsonl"
+  "$DEVICE_BENCH" --device cpu --only train-preset --train-preset $ATLAS --train-steps 10 | tag atlas loop >>"$OUT/memscope.jsonl"
+  MEMSCOPE_BATCHED_MATMUL=0 "$DEVICE_BENCH" --device cpu --only train-preset --train-preset $ATLAS --train-steps 10 |
+    tag atlas aten >>"$OUT/memscope.jsonl"
+  "$PY" bench/eager/eager_lm_train.py --ckpt "$OUT/atlas.safetensors" --batch-csv "$OUT/atlas3.csv" --chunk 4 \
+    --time 10 --case train/$ATLAS | tag atlas eager >>"$OUT/eager.jsonl"
 done
 
 "$PY" - "$OUT" <<'PY'
 import json, statistics, sys
 out = sys.argv[1]
 rows = [json.loads(l) for f in ("memscope", "eager") for l in open(f"{out}/{f}.jsonl") if l.startswith('{"size"')]
-for size in ("demo", "d256"):
+for size in ("demo", "d256", "atlas"):
     median = lambda variant: statistics.median(r["tokens_per_s"] for r in rows
                                                if r["size"] == size and r["variant"] == variant)
     loop, aten, eager = median("loop"), median("aten"), median("eager")
     ours = [r for r in rows if r["size"] == size and r["variant"] != "eager"]
     calls = {r["variant"]: r["aten_calls_nested"] for r in ours}
+    line = {"bench": "deep_train_compare", "size": size, "memscope_tokens_per_s": round(loop, 1),
+            "memscope_aten_matmul_tokens_per_s": round(aten, 1), "eager_tokens_per_s": round(eager, 1),
+            "ratio": round(loop / eager, 3), "ratio_aten_matmul": round(aten / eager, 3),
+            "product_loop_gain": round(loop / aten, 3)}
     # device_bench's count of the step's matrix FLOPs (mlp_training_flops_per_token), the same model on
-    # both sides, and this core's sgemm peak measured in each of its runs.
-    flops = ours[0]["flops_per_token"]
-    peak = statistics.median(r["sgemm_peak_gflops"] for r in ours)
-    print(json.dumps({"bench": "deep_train_compare", "size": size, "memscope_tokens_per_s": round(loop, 1),
-                      "memscope_aten_matmul_tokens_per_s": round(aten, 1), "eager_tokens_per_s": round(eager, 1),
-                      "ratio": round(loop / eager, 3), "ratio_aten_matmul": round(aten / eager, 3),
-                      "product_loop_gain": round(loop / aten, 3), "flops_per_token": flops,
-                      "memscope_gflops": round(flops * loop / 1e9, 2), "eager_gflops": round(flops * eager / 1e9, 2),
-                      "sgemm_peak_gflops": round(peak, 1), "memscope_share_of_peak": round(flops * loop / 1e9 / peak, 3),
-                      "aten_calls_nested": calls,
-                      "rounds": sum(r["size"] == size and r["variant"] == "eager" for r in rows)}))
+    # both sides, and this core's sgemm peak measured in each of its runs; Titans' form only.
+    flops = ours[0].get("flops_per_token")
+    if flops:
+        peak = statistics.median(r["sgemm_peak_gflops"] for r in ours)
+        line.update({"flops_per_token": flops, "memscope_gflops": round(flops * loop / 1e9, 2),
+                     "eager_gflops": round(flops * eager / 1e9, 2), "sgemm_peak_gflops": round(peak, 1),
+                     "memscope_share_of_peak": round(flops * loop / 1e9 / peak, 3)})
+    line.update({"aten_calls_nested": calls,
+                 "rounds": sum(r["size"] == size and r["variant"] == "eager" for r in rows)})
+    print(json.dumps(line))
 PY

@@ -403,7 +403,10 @@ void bench_train_demo(const std::string& preset, int64_t steps, const std::vecto
   const AtenCalls calls =
       aten_calls([&] { trainer.train_step(); });  // one more step's (eager_lm_train.py --count-aten)
   auto j = line("train/" + preset);
-  if (trainer.preset().memory.structure == Structure::Mlp) {
+  // The FLOP count is the MLP dual form's (Titans' rule at c = 1); Atlas's Muon form, with a
+  // window and Newton–Schulz per token, has none here, and its line reports no GFLOP/s.
+  const MemoryRule& rule = trainer.preset().memory;
+  if (rule.structure == Structure::Mlp && rule.optimiser == Optimiser::GdMomentum && rule.window == 1) {
     const double per_token = mlp_training_flops_per_token(trainer, trainer.preset().train.chunk);
     j.update({{"flops_per_token", per_token},
               {"gflops", per_token * tokens / seconds / 1e9},

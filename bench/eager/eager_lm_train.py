@@ -1,16 +1,18 @@
 #!/usr/bin/python3
-"""demo-mqar-titans's and demo-mqar-titans-mlp's training steps in eager PyTorch: what a researcher
-would write instead of memscope's Trainer (issue 20's "demo-mqar training step" baseline, and the
-deep memory's).
+"""demo-mqar-titans's, demo-mqar-titans-mlp's and demo-mqar-atlas-mlp's training steps in eager
+PyTorch: what a researcher would write instead of memscope's Trainer (issue 20's "demo-mqar training
+step" baseline, and the deep memories').
 
 The model of eager_lm.py over whole sequences [B,T]: MAG blocks (the attention with a causal window
 mask beside the memory) or LMM blocks (the memory alone), the memory layer batched over all tokens
 and sequences (batch and heads folded together, chunks of train.chunk from each sequence's start)
 in the §9 chunkwise form: eager_memory.run_memory_chunkwise for the linear memory (the dual form),
 eager_mlp_memory.mlp_chunkwise for the MLP memory (its inner gradient by torch.autograd.grad with
-create_graph, so the outer backward goes through it); then the task loss (summed cross-entropy over
-the scored targets / their count), autograd, clip_grad_norm_ and torch.optim.AdamW. Titans' rule
-only: gd-momentum at window 1 with identity features.
+create_graph, so the outer backward goes through it), eager_mlp_memory.mlp_chunkwise_muon for Atlas's
+rule on the MLP memory (Muon, an Omega window, polynomial features); then the task loss (summed
+cross-entropy over the scored targets / their count), autograd, clip_grad_norm_ and
+torch.optim.AdamW. Titans' rule (gd-momentum at window 1 with identity features) on either memory,
+or Atlas's on the MLP memory.
 
     # against memscope's step S (`step --train-step S --record`, exported --csv) and the loss and
     # gradient norm `train --json` printed for S, with the weights from before S:
@@ -47,11 +49,15 @@ IGNORE = -100  # model/data/batch.h kIgnoreIndex
 class EagerTrainLM:
     def __init__(self, tensors, config, rule):
         self.c = settings(config, rule, structures=("linear", "mlp"), blocks=("mag", "lmm"))
-        if self.c["optimiser"] != "gd-momentum" or self.c["window_c"] != 1 or self.c["poly"]:
+        titans = self.c["optimiser"] == "gd-momentum" and self.c["window_c"] == 1 and not self.c["poly"]
+        atlas_mlp = self.c["optimiser"] == "muon" and self.c["structure"] == "mlp"
+        if not (titans or atlas_mlp):
             # eager_memory.run_memory_chunkwise and eager_mlp_memory.mlp_chunkwise are Titans' rule
-            # only (c = 1, identity features).
-            raise SystemExit("eager_lm_train: the chunkwise form here is gd-momentum at c = 1 with identity "
-                             "features; this checkpoint's memory is not")
+            # (c = 1, identity features); eager_mlp_memory.mlp_chunkwise_muon is Atlas's on the MLP
+            # memory (Muon, any window, polynomial features).
+            raise SystemExit("eager_lm_train: the chunkwise forms here are Titans' rule (gd-momentum at c = 1 "
+                             "with identity features) and Atlas's on the MLP memory; this checkpoint's memory "
+                             "is neither")
         self.params = {name: t.clone().requires_grad_(True) for name, t in tensors.items()}
 
     def memory(self, p, x, chunk):
@@ -63,11 +69,19 @@ class EagerTrainLM:
             qkv = F.conv1d(qkv.transpose(1, 2), p["conv_weight"][:, None], padding=3,
                            groups=qkv.size(-1))[..., :T].transpose(1, 2)
         q, k, v = qkv.view(B, T, 3, H, -1).unbind(2)
-        unit = lambda z: z / z.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+        unit = lambda z: eager_memory.features(z, p.get("poly_coefficients"))  # φ: L2 norm, then the poly map
         gate = lambda name: torch.sigmoid(F.linear(x, p[f"gate_{name}_w"], p[f"gate_{name}_b"]))  # [B,T,H]
         if self.c["structure"] == "mlp":  # the deep memory: [B,T,H,...] -> [B*H,T,...], sequences as more heads
             groups = lambda z: z.transpose(1, 2).reshape(B * H, T, *z.shape[3:])
             per_group = lambda w: w.repeat(B, *([1] * (w.dim() - 1)))
+            if self.c["optimiser"] == "muon":
+                y = eager_mlp_memory.mlp_chunkwise_muon(
+                    per_group(p["w1_0"]), per_group(p["w2_0"]), per_group(p["ln_weight"][:, None]),
+                    per_group(p["ln_bias"][:, None]), groups(unit(k)), groups(v), groups(unit(q)),
+                    groups(gate("retain")), groups(self.c["max_lr"] * gate("lr")), groups(gate("momentum")),
+                    chunk=chunk, window=self.c["window_c"], clip=self.c["clip"], ns_steps=self.c["ns_steps"],
+                    ns_coefficients=self.c["ns_coefficients"])
+                return y.view(B, H, T, -1).transpose(1, 2).reshape(B, T, -1)
             y, _ = eager_mlp_memory.mlp_chunkwise(
                 per_group(p["w1_0"]), per_group(p["w2_0"]), per_group(p["ln_weight"][:, None]),
                 per_group(p["ln_bias"][:, None]), groups(unit(k)), groups(v), groups(unit(q)),

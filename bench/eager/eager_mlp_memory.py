@@ -206,6 +206,62 @@ def mlp_chunkwise(w1_0, w2_0, ln_w, ln_b, phi_k, v, phi_q, retain, lr, momentum,
     return torch.cat(ys, 1), ends
 
 
+def mlp_chunkwise_muon(w1_0, w2_0, ln_w, ln_b, phi_k, v, phi_q, retain, lr, momentum, *, chunk, window, clip=0.0,
+                       ns_steps=5, ns_coefficients=eager_memory.MUON_COEFFICIENTS):
+    """Atlas's rule on the MLP memory in the chunkwise form (SPEC §9), as a researcher trains it in
+    eager PyTorch: G independent memories, inputs as mlp_chunkwise's, an Omega window of `window`
+    slots with uniform weights 1/c (the slots before the sequence start weigh 0), Muon. Inside a
+    chunk every gradient is taken at the chunk start's weights: one pass over the chunk's keys and
+    the c - 1 before them, their factors dL/dh, dL/do by torch.autograd.grad with create_graph, and
+    token t's gradient the weighted sum over its window's slots, g_1,t = sum_j w_tj do_j a_j^T and
+    g_2,t = sum_j w_tj dh_j k_j^T, built per token (clipped per token over both weights). The
+    momentum S_t = beta_t S_t-1 + g_t is a linear scan (eager_memory.decay_matrix), but
+    Newton-Schulz is not linear, so every S_t is built and orthogonalised in one batched
+    eager_memory.newton_schulz, and W_t = alpha_t W_t-1 - eta_t NS(S_t) is the retention scan over
+    those; the read y_t = M_t(q_t) after the write takes every token's own W_t. What memscope's
+    materialised chunkwise path computes (chunkwise_forward.cpp). Returns y [G,T,d]."""
+    G, T, _ = phi_k.shape
+    c, b = window, chunk
+    pad = lambda z: torch.cat([z.new_zeros(G, c - 1, *z.shape[2:]), z], 1)  # noqa: E731
+    keys, values, real = pad(phi_k), pad(v), pad(phi_k.new_ones(G, T))   # [G,T+c-1,...]
+    windows = lambda z: z.unfold(1, c, 1).movedim(-1, 2)  # noqa: E731  [G,n+c-1,...] -> [G,n,c,...]
+    ns = lambda s: eager_memory.newton_schulz(s.flatten(0, 1), ns_steps, ns_coefficients).view_as(s)  # noqa: E731
+    W1, W2 = w1_0, w2_0
+    S1, S2 = torch.zeros_like(W1), torch.zeros_like(W2)
+    ys = []
+    for start in range(0, T, b):
+        n = min(b, T - start)
+        k_ext, v_ext = keys[:, start:start + n + c - 1], values[:, start:start + n + c - 1]
+        q, alpha, eta, beta = (z[:, start:start + n] for z in (phi_q, retain, lr, momentum))
+        with torch.enable_grad():  # every key's factors at the chunk start's weights
+            h = k_ext @ W2.transpose(-1, -2)
+            if not h.requires_grad:
+                h.requires_grad_()
+            a = exact_gelu(h)
+            o = a @ W1.transpose(-1, -2)
+            y_k = k_ext + F.layer_norm(o, o.shape[-1:]) * ln_w + ln_b
+            d_h, d_o = torch.autograd.grad(0.5 * (y_k - v_ext).pow(2).sum(), (h, o), create_graph=True)
+        w = windows(real[:, start:start + n + c - 1]) / c                               # [G,n,c]
+        g1 = torch.einsum("gtj,gtjd,gtje->gtde", w, windows(d_o), windows(a))          # [G,n,d,4d]
+        g2 = torch.einsum("gtj,gtje,gtjd->gted", w, windows(d_h), windows(k_ext))      # [G,n,4d,d]
+        if clip > 0:
+            norm = (g1.pow(2).sum((-2, -1)) + g2.pow(2).sum((-2, -1))).sqrt()
+            factor = (clip / norm.clamp_min(1e-30)).clamp_max(1.0)[..., None, None]
+            g1, g2 = g1 * factor, g2 * factor
+        Da, Db = eager_memory.decay_matrix(alpha), eager_memory.decay_matrix(beta)     # [G,n,n]
+        Pa, Pb = alpha.cumprod(-1)[..., None, None], beta.cumprod(-1)[..., None, None]
+        S1_t = Pb * S1[:, None] + torch.einsum("gtr,grde->gtde", Db, g1)
+        S2_t = Pb * S2[:, None] + torch.einsum("gtr,grde->gtde", Db, g2)
+        U1, U2 = eta[..., None, None] * ns(S1_t), eta[..., None, None] * ns(S2_t)
+        W1_t = Pa * W1[:, None] - torch.einsum("gts,gsde->gtde", Da, U1)
+        W2_t = Pa * W2[:, None] - torch.einsum("gts,gsde->gtde", Da, U2)
+        h_q = (q[:, :, None] @ W2_t.transpose(-1, -2))[:, :, 0]                        # [G,n,4d]
+        o_q = (exact_gelu(h_q)[:, :, None] @ W1_t.transpose(-1, -2))[:, :, 0]          # [G,n,d]
+        ys.append(q + F.layer_norm(o_q, o_q.shape[-1:]) * ln_w + ln_b)
+        W1, W2, S1, S2 = W1_t[:, -1], W2_t[:, -1], S1_t[:, -1], S2_t[:, -1]
+    return torch.cat(ys, 1)
+
+
 def layer_for(params, rule):
     m = rule["memory"]
     return MlpMemoryLayer(params, int(params["w1_0"].size(0)), m["optimiser"], window=m["window"]["c"],
