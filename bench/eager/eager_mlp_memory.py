@@ -146,6 +146,21 @@ def exact_gelu(h):
     return 0.5 * h * (1.0 + torch.erf(h * 0.7071067811865476))
 
 
+def key_factors(k, val, W1, W2, ln_w, ln_b, gelu, create_graph):
+    """Every key's pass at the chunk start's weights and the factors of its inner gradient, by one
+    torch.autograd.grad to the activations: a = GELU(W_2 k), dL/dh and dL/do for the l2 loss
+    L = sum 1/2 |M(k) - v|^2, so that grad W_1 = do a^T and grad W_2 = dh k^T per key."""
+    with torch.enable_grad():
+        h = k @ W2.transpose(-1, -2)
+        if not h.requires_grad:
+            h.requires_grad_()
+        a = gelu(h)
+        o = a @ W1.transpose(-1, -2)
+        y_k = k + F.layer_norm(o, o.shape[-1:]) * ln_w + ln_b
+        d_h, d_o = torch.autograd.grad(0.5 * (y_k - val).pow(2).sum(), (h, o), create_graph=create_graph)
+    return a, d_h, d_o
+
+
 def mlp_chunkwise(w1_0, w2_0, ln_w, ln_b, phi_k, v, phi_q, retain, lr, momentum, *, chunk, clip=0.0,
                   differentiable=False):
     """The MLP memory's chunkwise form (SPEC §9) of gd with momentum at window c = 1, as eager
@@ -172,14 +187,7 @@ def mlp_chunkwise(w1_0, w2_0, ln_w, ln_b, phi_k, v, phi_q, retain, lr, momentum,
     # The chunks by one split per input ([G,n,...] each): a slice per chunk would cost autograd's
     # backward a zero-filled gradient of the whole sequence for every chunk.
     for k, q, val, alpha, eta, beta in zip(*(z.split(b, 1) for z in (phi_k, phi_q, v, retain, lr, momentum))):
-        with torch.enable_grad():  # the inner gradient's factors at the chunk start's weights
-            h = k @ W2.transpose(-1, -2)
-            if not h.requires_grad:
-                h.requires_grad_()
-            a = gelu(h)
-            o = a @ W1.transpose(-1, -2)
-            y_k = k + F.layer_norm(o, o.shape[-1:]) * ln_w + ln_b
-            d_h, d_o = torch.autograd.grad(0.5 * (y_k - val).pow(2).sum(), (h, o), create_graph=differentiable)
+        a, d_h, d_o = key_factors(k, val, W1, W2, ln_w, ln_b, gelu, differentiable)
         if not differentiable:
             a = a.detach()
         if clip > 0:  # |g_t|^2 = |do|^2 |a|^2 + |dh|^2 |k|^2
@@ -233,14 +241,7 @@ def mlp_chunkwise_muon(w1_0, w2_0, ln_w, ln_b, phi_k, v, phi_q, retain, lr, mome
         n = min(b, T - start)
         k_ext, v_ext = keys[:, start:start + n + c - 1], values[:, start:start + n + c - 1]
         q, alpha, eta, beta = (z[:, start:start + n] for z in (phi_q, retain, lr, momentum))
-        with torch.enable_grad():  # every key's factors at the chunk start's weights
-            h = k_ext @ W2.transpose(-1, -2)
-            if not h.requires_grad:
-                h.requires_grad_()
-            a = exact_gelu(h)
-            o = a @ W1.transpose(-1, -2)
-            y_k = k_ext + F.layer_norm(o, o.shape[-1:]) * ln_w + ln_b
-            d_h, d_o = torch.autograd.grad(0.5 * (y_k - v_ext).pow(2).sum(), (h, o), create_graph=True)
+        a, d_h, d_o = key_factors(k_ext, v_ext, W1, W2, ln_w, ln_b, exact_gelu, True)
         w = windows(real[:, start:start + n + c - 1]) / c                               # [G,n,c]
         g1 = torch.einsum("gtj,gtjd,gtje->gtde", w, windows(d_o), windows(a))          # [G,n,d,4d]
         g2 = torch.einsum("gtj,gtje,gtjd->gted", w, windows(d_h), windows(k_ext))      # [G,n,4d,d]
