@@ -150,9 +150,11 @@ std::optional<int64_t> fitting_peak(const RowsPass& run, AdamW& optimiser, int64
 // The one line a step that did not fit ends with: what it needs, what there is, and the knob that
 // makes it fit. Two small micro-batched passes are measured for it: two sequences one at a time,
 // and four two at a time. Every group after the first runs with the gradients and the first
-// group's state held, so the peak grows by the same amount with each sequence added to a group:
-// the line through the two gives how many at a time fit. Only a step that does not fit pays for
-// these (six sequences).
+// group's state held, so the peak grows by about the same amount with each sequence added to a
+// group: the line through the two gives how many at a time should fit. The line is a model (on
+// the GPU's ATen forms the kB-sized demo's peak grows faster than it), so the advice is then
+// tried: two groups of that many, under the limit, and fewer until they fit, so that the knob the
+// line names is one that works. Only a step that does not fit pays for these passes.
 std::string does_not_fit(const RowsPass& run, AdamW& optimiser, const StepShape& s,
                          const StepMemoryLimit& limit) {
   optimiser.zero_grad();
@@ -174,11 +176,19 @@ std::string does_not_fit(const RowsPass& run, AdamW& optimiser, const StepShape&
     const int64_t each = slope ? *by_two - *by_one : *by_one;
     // A twentieth kept back: blocks under 1 MB are counted at their power-of-two size class
     // (small_block_cache.h), which does not grow in a straight line.
-    const int64_t fits = std::clamp<int64_t>((bytes - bytes / 20 - *by_one) / each + 1, 1, s.group - 1);
+    int64_t fits = std::clamp<int64_t>((bytes - bytes / 20 - *by_one) / each + 1, 1, s.group - 1);
+    std::optional<int64_t> tried = fits == 1 ? by_one : std::nullopt;
+    // At most eight tries, each an eighth fewer (at least one): a step of 64 at a time pays for
+    // eight passes of up to 128 sequences at most, and only when the line was wrong.
+    for (int attempt = 0; !tried && attempt < 8 && fits > 1; ++attempt) {
+      tried = fitting_peak(run, optimiser, std::min<int64_t>(2 * fits, s.rows), fits, bytes);
+      if (!tried) fits -= std::max<int64_t>(1, fits / 8);
+    }
+    if (!tried) fits = 1, tried = by_one;
     error << s.group << " sequences at once need about " << memory_size_text(*by_one + (s.group - 1) * each)
           << " (" << memory_size_text(each) << " each), and " << room << "; set train.micro_batch=" << fits
-          << " to run " << fits << " at a time (the same step, in about "
-          << memory_size_text(*by_one + (fits - 1) * each) << "), or lower train.batch";
+          << " to run " << fits << " at a time (the same step, in about " << memory_size_text(*tried)
+          << "), or lower train.batch";
   } else {
     error << "one sequence of " << s.T << " tokens"
           << (s.segment < s.T ? " (in segments of " + std::to_string(s.segment) + ")" : "")
