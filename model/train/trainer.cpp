@@ -184,7 +184,10 @@ std::string does_not_fit(const RowsPass& run, AdamW& optimiser, const StepShape&
       tried = fitting_peak(run, optimiser, std::min<int64_t>(2 * fits, s.rows), fits, bytes);
       if (!tried) fits -= std::max<int64_t>(1, fits / 8);
     }
-    if (!tried) fits = 1, tried = by_one;
+    if (!tried) {  // no group above one fitted: one at a time, which did
+      fits = 1;
+      tried = by_one;
+    }
     error << s.group << " sequences at once need about " << memory_size_text(*by_one + (s.group - 1) * each)
           << " (" << memory_size_text(each) << " each), and " << room << "; set train.micro_batch=" << fits
           << " to run " << fits << " at a time (the same step, in about " << memory_size_text(*tried)
