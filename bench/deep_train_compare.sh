@@ -34,34 +34,32 @@ for s in "${D256[@]}"; do
   bench_sets+=(--train-set "$s")
 done
 
-"$CLI" train --preset $PRESET --steps 2 --out "$OUT/demo.safetensors" --force >/dev/null
+# One pairing's check: the preset trained 2 steps (NAME.safetensors), step 3's batch recorded and
+# exported (NAME3.csv), and eager's loss and gradient norm on them against `train --json`'s step 3.
+checked_pair() {
+  local name=$1 preset=$2 step3
+  "$CLI" train --preset "$preset" --steps 2 --out "$OUT/$name.safetensors" --force >/dev/null
+  rm -rf "$OUT/${name}3.memscope"
+  "$CLI" step --ckpt "$OUT/$name.safetensors" --set train.steps=3 --train-step 3 --record "$OUT/${name}3.memscope" >/dev/null
+  "$CLI" export "$OUT/${name}3.memscope" --csv "$OUT/${name}3.csv" --force >/dev/null
+  step3=$("$CLI" train --preset "$preset" --steps 3 --json | grep '"step":3,' | grep -v eval)
+  field() { echo "$step3" | "$PY" -c "import json,sys;print(json.load(sys.stdin)['$1'])"; }
+  "$PY" bench/eager/eager_lm_train.py --ckpt "$OUT/$name.safetensors" --batch-csv "$OUT/${name}3.csv" --chunk 4 \
+    --check-loss "$(field loss)" --check-grad-norm "$(field grad_norm)" >>"$OUT/eager.jsonl"
+  tail -1 "$OUT/eager.jsonl"
+}
 "$CLI" train --preset $PRESET "${cli_sets[@]}" --steps 1 --out "$OUT/d256.safetensors" --force >/dev/null
-rm -rf "$OUT/step3.memscope"
-"$CLI" step --ckpt "$OUT/demo.safetensors" --set train.steps=3 --train-step 3 --record "$OUT/step3.memscope" >/dev/null
-"$CLI" export "$OUT/step3.memscope" --csv "$OUT/step3.csv" --force >/dev/null
-STEP3=$("$CLI" train --preset $PRESET --steps 3 --json | grep '"step":3,' | grep -v eval)
-field() { echo "$STEP3" | "$PY" -c "import json,sys;print(json.load(sys.stdin)['$1'])"; }
-"$PY" bench/eager/eager_lm_train.py --ckpt "$OUT/demo.safetensors" --batch-csv "$OUT/step3.csv" --chunk 4 \
-  --check-loss "$(field loss)" --check-grad-norm "$(field grad_norm)" >>"$OUT/eager.jsonl"
-tail -1 "$OUT/eager.jsonl"
-
+checked_pair demo $PRESET
 # Atlas's MLP memory: its own weights and batch, checked the same way.
 ATLAS=demo-mqar-atlas-mlp
-"$CLI" train --preset $ATLAS --steps 2 --out "$OUT/atlas.safetensors" --force >/dev/null
-rm -rf "$OUT/atlas3.memscope"
-"$CLI" step --ckpt "$OUT/atlas.safetensors" --set train.steps=3 --train-step 3 --record "$OUT/atlas3.memscope" >/dev/null
-"$CLI" export "$OUT/atlas3.memscope" --csv "$OUT/atlas3.csv" --force >/dev/null
-STEP3=$("$CLI" train --preset $ATLAS --steps 3 --json | grep '"step":3,' | grep -v eval)
-"$PY" bench/eager/eager_lm_train.py --ckpt "$OUT/atlas.safetensors" --batch-csv "$OUT/atlas3.csv" --chunk 4 \
-  --check-loss "$(field loss)" --check-grad-norm "$(field grad_norm)" >>"$OUT/eager.jsonl"
-tail -1 "$OUT/eager.jsonl"
+checked_pair atlas $ATLAS
 
 tag() { sed "s/^{/{\"size\":\"$1\",\"variant\":\"$2\",/"; }
 for _ in $(seq 1 "$REPS"); do
   "$DEVICE_BENCH" --device cpu --only train-demo-mlp --train-steps 10 | tag demo loop >>"$OUT/memscope.jsonl"
   MEMSCOPE_BATCHED_MATMUL=0 "$DEVICE_BENCH" --device cpu --only train-demo-mlp --train-steps 10 |
     tag demo aten >>"$OUT/memscope.jsonl"
-  "$PY" bench/eager/eager_lm_train.py --ckpt "$OUT/demo.safetensors" --batch-csv "$OUT/step3.csv" --chunk 4 \
+  "$PY" bench/eager/eager_lm_train.py --ckpt "$OUT/demo.safetensors" --batch-csv "$OUT/demo3.csv" --chunk 4 \
     --time 10 --case train/$PRESET | tag demo eager >>"$OUT/eager.jsonl"
   "$DEVICE_BENCH" --device cpu --only train-demo-mlp --train-steps 3 "${bench_sets[@]}" |
     tag d256 loop >>"$OUT/memscope.jsonl"

@@ -47,14 +47,6 @@ bool loops_apply(const at::Tensor& h, const at::Tensor& g = {}) {
          (g.scalar_type() == at::kFloat && g.device() == h.device() && g.sizes() == h.sizes());
 }
 
-// A fresh contiguous tensor holding `from` (any layout, broadcast to `like`'s shape) for a loop to
-// write over in place.
-at::Tensor fresh_copy(const at::Tensor& from, const at::Tensor& like) {
-  at::Tensor out = at::empty(like.sizes(), like.options().memory_format(at::MemoryFormat::Contiguous));
-  out.copy_(from);
-  return out;
-}
-
 // Runs `loop(h, x, count)` over matching pieces of contiguous h and x, in parallel.
 template <typename Loop>
 void over_elements(const at::Tensor& h, at::Tensor& x, Loop loop) {
@@ -67,22 +59,20 @@ void over_elements(const at::Tensor& h, at::Tensor& x, Loop loop) {
 at::Tensor gelu_loop(const at::Tensor& h) {
   const at::Tensor hc = h.contiguous();
   at::Tensor out = at::empty(hc.sizes(), hc.options());
-  over_elements(hc, out, [](const float* in, float* o, int64_t n) { gelu_array(in, o, n); });
+  over_elements(hc, out, gelu_array);
   return out;
 }
 
-// g·GELU'(h) and g·GELU''(h) without autograd.
-at::Tensor times_derivative_loop(const at::Tensor& g, const at::Tensor& h) {
-  at::Tensor out = fresh_copy(g, h);
-  over_elements(h.contiguous(), out,
-                [](const float* in, float* o, int64_t n) { multiply_by_gelu_derivative(in, o, n); });
+// g·f(h) without autograd, f = GELU' or GELU'': `multiply(h, x, n)` scales x in place, so it runs
+// on a fresh contiguous copy of g (any layout, broadcast to h's shape).
+at::Tensor times_loop(const at::Tensor& g, const at::Tensor& h,
+                      void (*multiply)(const float*, float*, int64_t)) {
+  at::Tensor out = g.expand(h.sizes()).clone(at::MemoryFormat::Contiguous);
+  over_elements(h.contiguous(), out, multiply);
   return out;
 }
-at::Tensor times_second_derivative_loop(const at::Tensor& g, const at::Tensor& h) {
-  at::Tensor out = fresh_copy(g, h);
-  over_elements(h.contiguous(), out,
-                [](const float* in, float* o, int64_t n) { multiply_by_gelu_second_derivative(in, o, n); });
-  return out;
+at::Tensor times_derivative_loop(const at::Tensor& g, const at::Tensor& h) {
+  return times_loop(g, h, multiply_by_gelu_derivative);
 }
 
 struct GeluBackwardFunction : public torch::autograd::Function<GeluBackwardFunction> {
@@ -97,7 +87,7 @@ struct GeluBackwardFunction : public torch::autograd::Function<GeluBackwardFunct
     if (ctx->needs_input_grad(0)) d_g = gelu_derivative_times(gg, h);
     if (ctx->needs_input_grad(1))
       d_h = at::GradMode::is_enabled() ? gg * g * second_derivative_aten(h)
-                                       : times_second_derivative_loop(gg * g, h);
+                                       : times_loop(gg * g, h, multiply_by_gelu_second_derivative);
     return {d_g, d_h};
   }
 };
