@@ -2,7 +2,9 @@
 # The deep (MLP) memory's training step against the eager-PyTorch one a researcher would write, in one
 # run: demo-mqar-titans-mlp (Titans' rule on the 2-layer MLP memory, LMM blocks) trained through its
 # inner gradient, memscope's Trainer (device_bench --only train-demo-mlp) against
-# bench/eager/eager_lm_train.py (eager_mlp_memory.mlp_chunkwise with create_graph, autograd, AdamW).
+# bench/eager/eager_lm_train.py (eager_mlp_memory.mlp_chunkwise with create_graph, autograd, AdamW);
+# then the same for Atlas's rule on that memory and for HOPE (eager_hope.py), whose memories are all
+# MLP memories trained through their inner gradients too.
 #
 # First the check: the same weights (a checkpoint at step 2) and batch (step 3's, recorded by
 # `step --train-step 3`) give eager the loss and gradient norm `train --json` reports for step 3.
@@ -15,8 +17,14 @@
 #          polynomial features) on the MLP memory, MAG blocks, batch 16, chunk 4, against
 #          eager_mlp_memory.mlp_chunkwise_muon (every S_t built and orthogonalised in one batched
 #          Newton–Schulz per chunk), checked first the same way
+#   hope   demo-mqar-hope as its preset has it: HOPE blocks (the self-modifying memory, five MLP
+#          memories written by dgd, then the CMS with periods 1, 4, 16 in the FFN's place, and the
+#          auxiliary retrieval loss), batch 16, chunk 4, against eager_hope.selfmod_chunkwise (the
+#          chunk's reads batched, inner-gradient factors by autograd.grad with create_graph, the dgd
+#          decays by cumprod, the main memory's reads in the dual form) and eager_hope.cms, checked
+#          first the same way; 5 timed steps a round (a step is about a second on each side)
 # and prints one summary line per size: the medians and the ratios (GFLOP/s where the step's FLOPs
-# are counted: Titans' dual form, not Atlas's).
+# are counted: Titans' dual form, not Atlas's or HOPE's).
 # Needs Debian's python3-torch, for this benchmark only: apt-get install python3-torch.
 # Usage: bench/deep_train_compare.sh [REPS]
 set -euo pipefail
@@ -53,6 +61,9 @@ checked_pair demo $PRESET
 # Atlas's MLP memory: its own weights and batch, checked the same way.
 ATLAS=demo-mqar-atlas-mlp
 checked_pair atlas $ATLAS
+# HOPE: its own weights and batch, checked the same way.
+HOPE=demo-mqar-hope
+checked_pair hope $HOPE
 
 tag() { sed "s/^{/{\"size\":\"$1\",\"variant\":\"$2\",/"; }
 for _ in $(seq 1 "$REPS"); do
@@ -73,13 +84,18 @@ for _ in $(seq 1 "$REPS"); do
     tag atlas aten >>"$OUT/memscope.jsonl"
   "$PY" bench/eager/eager_lm_train.py --ckpt "$OUT/atlas.safetensors" --batch-csv "$OUT/atlas3.csv" --chunk 4 \
     --time 10 --case train/$ATLAS | tag atlas eager >>"$OUT/eager.jsonl"
+  "$DEVICE_BENCH" --device cpu --only train-preset --train-preset $HOPE --train-steps 5 | tag hope loop >>"$OUT/memscope.jsonl"
+  MEMSCOPE_BATCHED_MATMUL=0 "$DEVICE_BENCH" --device cpu --only train-preset --train-preset $HOPE --train-steps 5 |
+    tag hope aten >>"$OUT/memscope.jsonl"
+  "$PY" bench/eager/eager_lm_train.py --ckpt "$OUT/hope.safetensors" --batch-csv "$OUT/hope3.csv" --chunk 4 \
+    --time 5 --case train/$HOPE | tag hope eager >>"$OUT/eager.jsonl"
 done
 
 "$PY" - "$OUT" <<'PY'
 import json, statistics, sys
 out = sys.argv[1]
 rows = [json.loads(l) for f in ("memscope", "eager") for l in open(f"{out}/{f}.jsonl") if l.startswith('{"size"')]
-for size in ("demo", "d256", "atlas"):
+for size in ("demo", "d256", "atlas", "hope"):
     median = lambda variant: statistics.median(r["tokens_per_s"] for r in rows
                                                if r["size"] == size and r["variant"] == variant)
     loop, aten, eager = median("loop"), median("aten"), median("eager")

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""demo-mqar-titans's, demo-mqar-titans-mlp's and demo-mqar-atlas-mlp's training steps in eager
-PyTorch: what a researcher would write instead of memscope's Trainer (issue 20's "demo-mqar training
-step" baseline, and the deep memories').
+"""demo-mqar-titans's, demo-mqar-titans-mlp's, demo-mqar-atlas-mlp's and demo-mqar-hope's training
+steps in eager PyTorch: what a researcher would write instead of memscope's Trainer (issue 20's
+"demo-mqar training step" baseline, and the deep memories').
 
 The model of eager_lm.py over whole sequences [B,T]: MAG blocks (the attention with a causal window
 mask beside the memory) or LMM blocks (the memory alone), the memory layer batched over all tokens
@@ -13,6 +13,12 @@ rule on the MLP memory (Muon, an Omega window, polynomial features); then the ta
 cross-entropy over the scored targets / their count), autograd, clip_grad_norm_ and
 torch.optim.AdamW. Titans' rule (gd-momentum at window 1 with identity features) on either memory,
 or Atlas's on the MLP memory.
+
+HOPE blocks (model.block = "hope", block.cpp): the self-modifying memory on the RMS-normed stream
+(eager_hope.selfmod_chunkwise, chunks of train.chunk) through w_memory_out, then the CMS in the FFN's
+place (eager_hope.cms), h + (CMS(n) - n); the objective adds model.hope.aux_weight times the
+auxiliary retrieval loss per token and sequence (trainer.cpp), while the loss checked and printed is
+the task loss alone, as `train --json` reports it.
 
     # against memscope's step S (`step --train-step S --record`, exported --csv) and the loss and
     # gradient norm `train --json` printed for S, with the weights from before S:
@@ -38,6 +44,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import eager_hope  # noqa: E402
 import eager_memory  # noqa: E402
 import eager_mlp_memory  # noqa: E402
 from check_against_trace import read_safetensors  # noqa: E402
@@ -47,7 +54,14 @@ IGNORE = -100  # model/data/batch.h kIgnoreIndex
 
 
 class EagerTrainLM:
-    def __init__(self, tensors, config, rule):
+    def __init__(self, tensors, config, rule, train=None):
+        self.params = {name: t.clone().requires_grad_(True) for name, t in tensors.items()}
+        # HOPE blocks: eager_hope's self-modifying memory and CMS; the memory rule gives them only
+        # their inner lr ceiling and clip.
+        self.hope = None
+        if _dig(config, "block", "mag") == "hope":
+            self.hope = eager_hope.hope_settings(config, rule, train or {})
+            return
         self.c = settings(config, rule, structures=("linear", "mlp"), blocks=("mag", "lmm"))
         titans = self.c["optimiser"] == "gd-momentum" and self.c["window_c"] == 1 and not self.c["poly"]
         atlas_mlp = self.c["optimiser"] == "muon" and self.c["structure"] == "mlp"
@@ -58,7 +72,6 @@ class EagerTrainLM:
             raise SystemExit("eager_lm_train: the chunkwise forms here are Titans' rule (gd-momentum at c = 1 "
                              "with identity features) and Atlas's on the MLP memory; this checkpoint's memory "
                              "is neither")
-        self.params = {name: t.clone().requires_grad_(True) for name, t in tensors.items()}
 
     def memory(self, p, x, chunk):
         """The memory layer over x [B,T,D] -> [B,T,H*d] (eager_memory.MemoryLayer.project, batched)."""
@@ -121,12 +134,38 @@ class EagerTrainLM:
         out = (torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(B, T, D)
         return out @ p["w_o"].t()
 
+    def hope_block(self, p, h, chunk):
+        """A HOPE block (block.cpp): the self-modifying memory on the normed stream through
+        w_memory_out, then the CMS in the FFN's place, h + (CMS(n) - n). Returns h and the block's
+        auxiliary retrieval loss (summed over sequences and tokens)."""
+        c = self.hope
+        sub = lambda prefix: {k[len(prefix):]: t for k, t in p.items() if k.startswith(prefix)}  # noqa: E731
+        # Under --bf16 the memories stay in the weights' dtype, as memscope keeps them (AutocastOff):
+        # every product there reads or writes a memory.
+        dtype = p["norm_memory.weight"].dtype
+        with torch.autocast(h.device.type, enabled=False):
+            y, aux = eager_hope.selfmod_chunkwise(
+                sub("selfmod."), rms(h, p["norm_memory.weight"]).to(dtype), chunk=chunk, max_lr=c["max_lr"],
+                clip=c["clip"], conv=c["conv"], shared_gates=c["shared_gates"], self_lr_scale=c["self_lr_scale"])
+        h = h + y @ p["w_memory_out"].t()
+        n = rms(h, p["norm_ffn.weight"])
+        with torch.autocast(h.device.type, enabled=False):
+            levels = eager_hope.cms(sub("cms."), n.to(dtype), periods=c["periods"], variant=c["variant"],
+                                    max_lr=c["max_lr"], clip=c["clip"])
+        return h + (levels - n), aux
+
     def forward(self, tokens, chunk):
-        """tokens [B,T] -> logits [B,T,V]; every sequence from a fresh state (memscope's trainer)."""
+        """tokens [B,T] -> logits [B,T,V] and HOPE's auxiliary loss (0 without HOPE blocks); every
+        sequence from a fresh state (memscope's trainer)."""
         P = self.params
         h = P["embedding"][tokens]
-        for i in range(self.c["layers"]):
+        aux = 0.0
+        for i in range(self.hope["layers"] if self.hope else self.c["layers"]):
             p = {k[len(f"block{i}."):]: t for k, t in P.items() if k.startswith(f"block{i}.")}
+            if self.hope:
+                h, block_aux = self.hope_block(p, h, chunk)
+                aux = aux + block_aux
+                continue
             sub = lambda prefix: {k[len(prefix):]: t for k, t in p.items() if k.startswith(prefix)}
             m = self.memory(sub("memory."), rms(h, p["norm_memory.weight"]), chunk) @ p["w_memory_out"].t()
             if self.c["block"] == "lmm":  # the memory alone (block.cpp)
@@ -137,13 +176,19 @@ class EagerTrainLM:
                 h = h + g * self.attention(sub("attention."), n) + (1 - g) * m
             n = rms(h, p["norm_ffn.weight"])
             h = h + (F.silu(n @ p["ffn.w_gate"].t()) * (n @ p["ffn.w_up"].t())) @ p["ffn.w_down"].t()
-        return rms(h, P["norm_out.weight"]) @ P["embedding"].t()
+        return rms(h, P["norm_out.weight"]) @ P["embedding"].t(), aux
 
     def loss(self, tokens, targets, chunk):
-        logits = self.forward(tokens, chunk)
+        """The task loss (what `train --json` reports) and the objective the step differentiates: the
+        task loss, plus for HOPE model.hope.aux_weight times the auxiliary loss per token and
+        sequence (trainer.cpp)."""
+        logits, aux = self.forward(tokens, chunk)
         count = max(1, int((targets != IGNORE).sum()))
-        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=IGNORE,
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=IGNORE,
                                reduction="sum") / count
+        if not self.hope:
+            return loss, loss
+        return loss, loss + self.hope["aux_weight"] * aux / tokens.numel()
 
 
 def batch_from_csv(path):
@@ -201,7 +246,7 @@ def main():
     tensors, metadata = read_safetensors(args.ckpt)
     config = tomllib.loads(metadata["config"])
     model = EagerTrainLM({k[len("model/"):]: t for k, t in tensors.items() if k.startswith("model/")},
-                         config.get("model", {}), config.get("memory", {}))
+                         config.get("model", {}), config.get("memory", {}), config.get("train", {}))
     if args.random_batch:
         b, t = (int(x) for x in args.random_batch.split(","))
         g = torch.Generator().manual_seed(0)
@@ -216,8 +261,8 @@ def main():
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     ok = True
     if args.check_loss is not None:
-        loss = model.loss(tokens, targets, args.chunk)
-        loss.backward()
+        loss, objective = model.loss(tokens, targets, args.chunk)
+        objective.backward()
         grad_norm = math.sqrt(sum(float(t.grad.double().pow(2).sum()) for t in model.params.values() if t.grad is not None))
         rel = lambda a, b: abs(a - b) / max(1e-12, abs(b))
         result = {"bench": "eager_lm_train_check", "loss": float(loss), "memscope_loss": args.check_loss,
@@ -235,8 +280,8 @@ def main():
         def step():
             optimiser.zero_grad()
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16):
-                loss = model.loss(tokens, targets, args.chunk)
-            loss.backward()
+                _, objective = model.loss(tokens, targets, args.chunk)
+            objective.backward()
             torch.nn.utils.clip_grad_norm_(params, clip)
             optimiser.step()
             sync()

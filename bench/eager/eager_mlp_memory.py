@@ -146,10 +146,11 @@ def exact_gelu(h):
     return 0.5 * h * (1.0 + torch.erf(h * 0.7071067811865476))
 
 
-def key_factors(k, val, W1, W2, ln_w, ln_b, gelu, create_graph):
+def key_factors(k, val, W1, W2, ln_w, ln_b, gelu, create_graph, scale=1.0, with_read=False):
     """Every key's pass at the chunk start's weights and the factors of its inner gradient, by one
     torch.autograd.grad to the activations: a = GELU(W_2 k), dL/dh and dL/do for the l2 loss
-    L = sum 1/2 |M(k) - v|^2, so that grad W_1 = do a^T and grad W_2 = dh k^T per key."""
+    L = scale sum 1/2 |M(k) - v|^2, so that grad W_1 = do a^T and grad W_2 = dh k^T per key; with
+    with_read, M(k) too, after a."""
     with torch.enable_grad():
         h = k @ W2.transpose(-1, -2)
         if not h.requires_grad:
@@ -157,8 +158,8 @@ def key_factors(k, val, W1, W2, ln_w, ln_b, gelu, create_graph):
         a = gelu(h)
         o = a @ W1.transpose(-1, -2)
         y_k = k + F.layer_norm(o, o.shape[-1:]) * ln_w + ln_b
-        d_h, d_o = torch.autograd.grad(0.5 * (y_k - val).pow(2).sum(), (h, o), create_graph=create_graph)
-    return a, d_h, d_o
+        d_h, d_o = torch.autograd.grad(scale * 0.5 * (y_k - val).pow(2).sum(), (h, o), create_graph=create_graph)
+    return (a, y_k, d_h, d_o) if with_read else (a, d_h, d_o)
 
 
 def mlp_chunkwise(w1_0, w2_0, ln_w, ln_b, phi_k, v, phi_q, retain, lr, momentum, *, chunk, clip=0.0,

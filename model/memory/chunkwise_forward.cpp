@@ -6,6 +6,7 @@
 
 #include "model/memory/attentional_bias.h"
 #include "model/memory/decayed_contractions.h"
+#include "model/memory/decayed_write.h"
 #include "model/memory/dgd_preconditioner.h"
 #include "model/memory/fused_linear_chunkwise.h"
 #include "model/memory/fused_mlp_chunkwise.h"
@@ -18,6 +19,7 @@
 #include "model/memory/newton_schulz.h"
 #include "model/memory/retention.h"
 #include "model/memory/small_matmul.h"
+#include "model/memory/weight_views.h"
 #include "model/util/autocast.h"
 #include "model/util/cpu_kernels.h"
 
@@ -256,7 +258,26 @@ class ChunkRunner {
   struct SlotGradients {
     at::Tensor phi, a, d_o, d_h;
   };
-  SlotGradients slot_gradients(const std::vector<at::Tensor>& gradient_point) const {
+  // The chunk-start weights for each of their uses in an MLP dual form, each use through its own view
+  // (weight_views.h), so that training sums a weight's gradients in one pass rather than autograd's
+  // pairwise weight-sized adds (7% of the d256 MLP-memory training step). A call that continues a
+  // chunk takes its gradients at the stored anchor instead, and keeps plain uses.
+  struct ChunkStart {
+    std::vector<at::Tensor> pass;       // the slots' pass (the gradient point)
+    at::Tensor backward_w1;             // W_1 in their backward
+    std::vector<at::Tensor> read, end;  // the memory in the dual read and in the chunk-end state
+  };
+  ChunkStart chunk_start(const std::vector<at::Tensor>& gradient_point) const {
+    const std::vector<at::Tensor>& w = state_.memory;
+    if (!gradient_point[0].is_same(w[0]) || !gradient_point[1].is_same(w[1]))
+      return {gradient_point, gradient_point[0], w, w};
+    const std::vector<at::Tensor> w1 = weight_views(w[0], 0, std::vector<WeightRange>(4)),
+                                  w2 = weight_views(w[1], 0, std::vector<WeightRange>(3));
+    return {{w1[0], w2[0]}, w1[1], {w1[2], w2[1]}, {w1[3], w2[2]}};
+  }
+
+  SlotGradients slot_gradients(const std::vector<at::Tensor>& gradient_point,
+                               const at::Tensor& backward_w1) const {
     const int64_t n = win_phi_.size(2), c = rule_.window;
     const at::Tensor ln_w = layer_.ln_weight.to(win_phi_.dtype()), ln_b = layer_.ln_bias.to(win_phi_.dtype());
     SlotGradients g;
@@ -273,7 +294,7 @@ class ChunkRunner {
     at_slots.y = windowed(distinct.y);
     auto slots = [&](const at::Tensor& t) { return t.unflatten(2, {n, c}); };  // [B,H,n·c,…] → [B,H,n,c,…]
     const at::Tensor psi = bias_grad(slots(at_slots.y), win_v_, rule_, win_delta_) * loss_weights_.unsqueeze(-1);
-    const MlpBackward back = mlp_backward(at_slots, psi.flatten(2, 3), gradient_point[0], ln_w);
+    const MlpBackward back = mlp_backward(at_slots, psi.flatten(2, 3), backward_w1, ln_w);
     g.a = at_slots.a;
     g.d_o = back.delta_o;
     g.d_h = back.delta_h;
@@ -291,21 +312,22 @@ class ChunkRunner {
   at::Tensor mlp_dual_form(const std::vector<at::Tensor>& gradient_point, const at::Tensor& q,
                            const at::Tensor& alpha, const at::Tensor& eta, const at::Tensor& beta) {
     const at::Tensor ln_w = layer_.ln_weight.to(q.dtype()), ln_b = layer_.ln_bias.to(q.dtype());
-    const SlotGradients g = slot_gradients(gradient_point);
+    const ChunkStart w0 = chunk_start(gradient_point);  // the recurrence starts here
+    const SlotGradients g = slot_gradients(w0.pass, w0.backward_w1);
     const at::Tensor &phi = g.phi, &d_o = g.d_o, &d_h = g.d_h;
     const DualCoefficients k = dual_coefficients(rule_, alpha, eta, beta);
-    const std::vector<at::Tensor> w0 = state_.memory, s0 = state_.momentum;  // the recurrence starts here
+    const std::vector<at::Tensor> s0 = state_.momentum;
     MlpPass y;
-    y.h = dual_read(k, q, phi, d_h, w0[1], s0[1]);
+    y.h = dual_read(k, q, phi, d_h, w0.read[1], s0[1]);
     y.a = exact_gelu(y.h);
-    y.o = dual_read(k, y.a, g.a, d_o, w0[0], s0[0]);
+    y.o = dual_read(k, y.a, g.a, d_o, w0.read[0], s0[0]);
     finish_mlp_pass(y, q, ln_w, ln_b);
 
     // The chunk-end state: W_n = P_n W_0 − s_n S_0 − Σ_r coef[n,r] g_r, and S_n likewise.
     const EndCoefficients e = end_coefficients(rule_, k, eta);
     const std::vector<at::Tensor> deltas{d_o, d_h}, inputs{g.a, phi};
     for (size_t i = 0; i < 2; ++i) {
-      const DualEnd end = dual_end_state(e, inputs[i], deltas[i], w0[i], s0[i]);
+      const DualEnd end = dual_end_state(e, inputs[i], deltas[i], w0.end[i], s0[i]);
       state_.memory[i] = end.memory;
       if (end.momentum.defined()) state_.momentum[i] = end.momentum;
     }
@@ -351,13 +373,13 @@ class ChunkRunner {
                                const at::Tensor& alpha, const at::Tensor& eta) {
     const int64_t n = q.size(2), c = rule_.window;
     const at::Tensor ln_w = layer_.ln_weight.to(q.dtype()), ln_b = layer_.ln_bias.to(q.dtype());
-    const SlotGradients g = slot_gradients(gradient_point);
+    const ChunkStart w0 = chunk_start(gradient_point);
+    const SlotGradients g = slot_gradients(w0.pass, w0.backward_w1);
     const at::Tensor k_sq = key_squares();  // [B,H,n,d_φ]
     const at::Tensor lr = rule_.dgd_per_feature ? eta : eta.unsqueeze(-1).expand_as(k_sq);
     const at::Tensor keep = (rule_.dgd_per_feature ? alpha : alpha.unsqueeze(-1).expand_as(k_sq)) - lr * k_sq;
     const bool before_write = rule_.read == ReadOrder::BeforeWrite;  // y_t = M_{t−1} q_t: the products of row t−1
     auto slots = [&](const at::Tensor& t) { return t.unflatten(2, {n, c}); };  // [B,H,n,c,…]
-    const at::Tensor w1 = state_.memory[0], w2 = state_.memory[1];
     // Inference takes the two contractions over D as loops (decayed_contractions.h) and never
     // builds D; autograd, and set_fused_step(false), the ATen form.
     const bool loops = layer_.fused_step_on() && decayed_contractions_apply(q);
@@ -380,21 +402,25 @@ class ChunkRunner {
     const at::Tensor key_query =
         loops ? decayed_key_query(keep, q, lr, slots(g.phi), before_write)
               : at::einsum("bhtrf,bhrjf->bhtrj", {D * q.unsqueeze(3), slots(g.phi) * lr.unsqueeze(3)}).flatten(3, 4);
-    y.h = small_matmul(P * q, w2.transpose(-1, -2)) - small_matmul(key_query, g.d_h);
+    y.h = small_matmul(P * q, w0.read[1].transpose(-1, -2)) - small_matmul(key_query, g.d_h);
     y.a = exact_gelu(y.h);
     const at::Tensor gram = small_matmul(y.a, g.a.transpose(-1, -2));  // ⟨a_t, a_{r,j}⟩: [B,H,n,n·c]
     // Σ_r D[t,r] ⊙ η_r ⊙ Σ_j ⟨a_t, a_{r,j}⟩ δo_{r,j} → [B,H,n,d_φ]
     const at::Tensor mixed =
         loops ? decayed_mixed_read(keep, lr, gram, slots(g.d_o), before_write)
               : (D * lr.unsqueeze(2) * at::einsum("bhtrj,bhrjf->bhtrf", {gram.unflatten(3, {n, c}), slots(g.d_o)})).sum(3);
-    y.o = P * small_matmul(y.a, w1.transpose(-1, -2)) - mixed;
+    y.o = P * small_matmul(y.a, w0.read[0].transpose(-1, -2)) - mixed;
     finish_mlp_pass(y, q, ln_w, ln_b);
 
     const at::Tensor to_end = (lr * D_end).unsqueeze(3);  // η_r ⊙ D[n,r]: [B,H,n,1,d_φ]
+    // W_n = W_0 ⊙ P_n − Σ_r η_r D[n,r] g_r: the sum's sign on its small factor, one decayed_write each.
+    const at::Tensor minus_to_end = -to_end;
     state_.memory[0] =
-        P_end.unsqueeze(-1) * w1 - small_matmul((slots(g.d_o) * to_end).flatten(2, 3).transpose(-1, -2), g.a);
-    state_.memory[1] = w2 * P_end.unsqueeze(-2) -
-                       small_matmul(g.d_h.transpose(-1, -2), (slots(g.phi) * to_end).flatten(2, 3));
+        decayed_write(w0.end[0], P_end.unsqueeze(-1),
+                      small_matmul((slots(g.d_o) * minus_to_end).flatten(2, 3).transpose(-1, -2), g.a));
+    state_.memory[1] =
+        decayed_write(w0.end[1], P_end.unsqueeze(-2),
+                      small_matmul(g.d_h.transpose(-1, -2), (slots(g.phi) * minus_to_end).flatten(2, 3)));
     return y.y;
   }
 

@@ -112,6 +112,7 @@ CmsState ContinuumMemoryImpl::initial_state(int64_t batch) const {
       level.weights.push_back(w0.unsqueeze(0).expand(sizes).clone());
       level.accumulated.push_back(at::zeros(sizes, w0.options()));
     }
+    level.accumulated_zero = true;
     s.levels.push_back(std::move(level));
   }
   return s;
@@ -150,6 +151,7 @@ at::Tensor ContinuumMemoryImpl::level_step(int64_t level, const at::Tensor& z_t,
       s.accumulated[i] = at::zeros_like(s.accumulated[i]);
     }
   }
+  s.accumulated_zero = update;
   return y.squeeze(2).squeeze(1);
 }
 
@@ -168,14 +170,17 @@ at::Tensor ContinuumMemoryImpl::level_stretch(int64_t level, const at::Tensor& z
   // an inner gradient by autograd, whose float32 double backward through bmm LibTorch 1.13 got
   // wrong; the gradient below is analytic, the outer backward a plain one, and "cms: float32 outer
   // gradients ..." holds both routes to float64.
-  const at::Tensor y = mlp_pass(z, s.weights[0], s.weights[1], ln_w, ln_b).y;  // [B,1,n,D]
   const at::Tensor k = at::matmul(z, w_k[l].t()), v = at::matmul(z, w_v[l].t());
   const at::Tensor eta = options_.max_lr * at::sigmoid(at::matmul(z, lr_w[l]) + lr_b[l]);  // [B,1,n]
+  // The read at z and the inner loss's pass at k read the same W: one pass over both sets of rows.
+  const int64_t n = z.size(2);
+  const MlpPass both = mlp_pass(at::cat({z, k}, 2), s.weights[0], s.weights[1], ln_w, ln_b);
+  const at::Tensor y = both.y.narrow(2, 0, n);  // [B,1,n,D]
 
   // The per-token inner gradients analytically (mlp_inner_gradient): with grad mode on, autograd
   // takes the outer gradient through them with a plain backward, where the autograd::grad form
   // needed create_graph and a double backward per stretch.
-  const MlpPass pass = mlp_pass(k, s.weights[0], s.weights[1], ln_w, ln_b);
+  const MlpPass pass = pass_rows(both, n, n);
   const MlpInnerGradient inner = mlp_inner_gradient(pass, v, s.weights[0], ln_w);
   const at::Tensor &d_h = inner.delta_h, &d_o = inner.delta_o, &a = pass.a, &key = k;
   const at::Tensor norm_sq = d_o.pow(2).sum(-1) * a.pow(2).sum(-1) + d_h.pow(2).sum(-1) * key.pow(2).sum(-1);
@@ -185,17 +190,26 @@ at::Tensor ContinuumMemoryImpl::level_stretch(int64_t level, const at::Tensor& z
   // training step) while the outer gradient went through a double backward, whose float32 GEMM
   // form LibTorch 1.13 got wrong; with the analytic inner gradient it is a plain backward, and
   // "cms: float32 outer gradients ..." holds the GEMM form to float64.
+  // The sign goes on the small factor, so that W's update is an add, whose backward copies nothing.
   auto outer_sum = [](const at::Tensor& u, const at::Tensor& w) {
     return small_matmul(u.transpose(-1, -2), w);
   };
-  s.accumulated[0] = s.accumulated[0] + outer_sum(d_o * weight, a);
-  s.accumulated[1] = s.accumulated[1] + outer_sum(d_h * weight, key);
+  const at::Tensor minus_weight = -weight;
+  const std::vector<at::Tensor> step{outer_sum(d_o * minus_weight, a), outer_sum(d_h * minus_weight, key)};
+  if (update && s.accumulated_zero) {
+    // The period's whole sum is this stretch's: W ← W − Σ_t w_t g_t, and G stays zero. The same
+    // bits as the general form's W − (0 + Σ).
+    for (size_t i = 0; i < 2; ++i) s.weights[i] = s.weights[i] + step[i];
+    return y.squeeze(1);
+  }
+  for (size_t i = 0; i < 2; ++i) s.accumulated[i] = s.accumulated[i] - step[i];
   if (update) {
     for (size_t i = 0; i < 2; ++i) {
       s.weights[i] = s.weights[i] - s.accumulated[i];
       s.accumulated[i] = at::zeros_like(s.accumulated[i]);
     }
   }
+  s.accumulated_zero = update;
   return y.squeeze(1);
 }
 
@@ -257,6 +271,7 @@ void ContinuumMemoryImpl::apply_resets(CmsState& state, int64_t position, CmsTra
     CmsLevelState& fast = state.levels[static_cast<size_t>(l)];
     fast.weights = state.levels[static_cast<size_t>(l + 1)].weights;  // never modified in place
     for (auto& g : fast.accumulated) g = at::zeros_like(g);
+    fast.accumulated_zero = true;
     if (trace) {
       for (size_t i = 0; i < 2; ++i) {
         at::Tensor& w = trace->weights[static_cast<size_t>(l)][i];  // [B,n,…]: the last token's weights change

@@ -52,6 +52,11 @@ std::vector<int64_t> parse_cms_periods(const std::string& text, const std::strin
 struct CmsLevelState {
   std::vector<at::Tensor> weights;      // {W1 [B,1,D,4D], W2 [B,1,4D,D]}, the "head" axis is 1
   std::vector<at::Tensor> accumulated;  // G, shaped like `weights`
+  // Whether G is known to be zero (at the start, and after an update or a reset), so that a stretch
+  // that ends its period writes its own sum into W directly: for a period-1 level, every token. A
+  // state made any other way leaves it false, which is always right, and a few weight-sized passes
+  // slower.
+  bool accumulated_zero = false;
 };
 
 struct CmsState {

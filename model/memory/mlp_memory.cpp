@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <utility>
+
 #include "model/memory/small_matmul.h"
 
 namespace memscope::model {
@@ -25,6 +27,18 @@ MlpPass mlp_pass(const at::Tensor& z, const at::Tensor& w1, const at::Tensor& w2
   p.a = exact_gelu(p.h);
   p.o = small_matmul(p.a, w1.transpose(-1, -2));
   finish_mlp_pass(p, z, ln_weight, ln_bias);
+  return p;
+}
+
+MlpPass pass_rows(const MlpPass& pass, int64_t start, int64_t length) {
+  MlpPass p;
+  for (auto [from, to] : {std::pair{&pass.h, &p.h},
+                          {&pass.a, &p.a},
+                          {&pass.o, &p.o},
+                          {&pass.n, &p.n},
+                          {&pass.stdev, &p.stdev},
+                          {&pass.y, &p.y}})
+    *to = from->narrow(-2, start, length);
   return p;
 }
 

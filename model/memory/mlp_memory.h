@@ -23,6 +23,11 @@ struct MlpPass {
 MlpPass mlp_pass(const at::Tensor& z, const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& ln_weight,
                  const at::Tensor& ln_bias);
 
+// Tokens [start, start + length) of a pass over several inputs' rows (every field narrowed on the
+// token axis): a caller that reads one memory at two sets of inputs makes it one pass, one product
+// per weight instead of two (and, in training, one weight-sized gradient per weight instead of two).
+MlpPass pass_rows(const MlpPass& pass, int64_t start, int64_t length);
+
 // The pass's LN and residual from its pre-LN output p.o: fills p.n, p.stdev and p.y. For a
 // caller that gets o another way (the chunkwise self-modifying memory reads W_1 a without W_1).
 void finish_mlp_pass(MlpPass& p, const at::Tensor& z, const at::Tensor& ln_weight, const at::Tensor& ln_bias);

@@ -15,11 +15,13 @@
 #include <ATen/ATen.h>
 
 #include "model/memory/causal_conv.h"
+#include "model/memory/decayed_write.h"
 #include "model/memory/inner_clip.h"
 #include "model/memory/linear_scan.h"
 #include "model/memory/mlp_memory.h"
 #include "model/memory/self_modifying_memory.h"
 #include "model/memory/small_matmul.h"
+#include "model/memory/weight_views.h"
 #include "model/util/autocast.h"
 
 namespace memscope::model {
@@ -66,17 +68,22 @@ at::Tensor SelfModifyingMemoryImpl::forward_chunk(const at::Tensor& x, SelfModSt
     ln_w.push_back(ln_weight[m].to(x.dtype()));
     ln_b.push_back(ln_bias[m].to(x.dtype()));
   }
-  const at::Tensor w1 = stacked ? state.stacked[0] : at::cat(parts1, 1);
-  const at::Tensor w2 = stacked ? state.stacked[1] : at::cat(parts2, 1);
+  const at::Tensor w1_stack = stacked ? state.stacked[0] : at::cat(parts1, 1);
+  const at::Tensor w2_stack = stacked ? state.stacked[1] : at::cat(parts2, 1);
+  // Each use of a stacked weight through its own view, so that training sums their gradients in one
+  // pass (weight_views.h). The targets' pass at v is a stop-gradient and shares the projections'.
+  enum Use { Projections, AtKey, InnerGradient, MainRead, Write };
+  const std::vector<WeightRange> uses{{0, kProjections}, {}, {}, {kMain, 1}, {}};
+  const std::vector<at::Tensor> w1 = weight_views(w1_stack, 1, uses), w2 = weight_views(w2_stack, 1, uses);
   const at::Tensor gain = at::cat(ln_w, 0), shift = at::cat(ln_b, 0);
-  auto pass = [&](int64_t first, int64_t count, const at::Tensor& z) {
-    return mlp_pass(z, w1.narrow(1, first, count), w2.narrow(1, first, count), gain.narrow(0, first, count),
-                    shift.narrow(0, first, count));
+  auto projections = [&](const at::Tensor& z) {
+    return mlp_pass(z, w1[Projections], w2[Projections], gain.narrow(0, 0, kProjections),
+                    shift.narrow(0, 0, kProjections));
   };
   auto per_memory = [&](const at::Tensor& z, int64_t count) { return z.unsqueeze(1).expand({B, count, n, d}); };
 
   // k, v, η, α at the chunk-start projections; q static (SPEC §7).
-  const at::Tensor projected = pass(0, kProjections, per_memory(x, kProjections)).y;  // [B,4,n,d]
+  const at::Tensor projected = projections(per_memory(x, kProjections)).y;  // [B,4,n,d]
   at::Tensor q_in = at::matmul(x, w_q.t()), k_in = projected.select(1, 0), v_in = projected.select(1, 1);
   if (options_.conv) {
     const at::Tensor window = at::cat({state.conv.to(x.dtype()), at::cat({q_in, k_in, v_in}, -1)}, 1);  // [B,3+n,3d]
@@ -92,15 +99,20 @@ at::Tensor SelfModifyingMemoryImpl::forward_chunk(const at::Tensor& x, SelfModSt
   const at::Tensor alpha = gate(projected.select(1, 3) + b_retain);
 
   // Targets v̂_□ = sg(M_□(v_t)), and v_t for the main memory; every memory writes at key k_t.
-  const at::Tensor targets = at::cat({pass(0, kProjections, per_memory(v, kProjections)).y.detach(), v.unsqueeze(1)}, 1);
+  at::Tensor projected_targets;
+  {
+    const at::NoGradGuard stop_gradient;
+    projected_targets = projections(per_memory(v, kProjections)).y;
+  }
+  const at::Tensor targets = at::cat({projected_targets, v.unsqueeze(1)}, 1);
   const at::Tensor key = per_memory(k, kSelfModCount);
-  const MlpPass at_key = mlp_pass(key, w1, w2, gain, shift);
+  const MlpPass at_key = mlp_pass(key, w1[AtKey], w2[AtKey], gain, shift);
 
   // seed 004 change 1's auxiliary retrieval loss, at the chunk-start main memory: M(k_t) is the
   // main memory's read at its key, already in the pass above.
   const at::Tensor retrieved = at_key.y.select(1, kMain);
   state.aux = state.aux + ((retrieved - v.detach()).pow(2).mean(-1) + (retrieved.detach() - v).pow(2).mean(-1)).sum(1);
-  const MlpInnerGradient inner = mlp_inner_gradient(at_key, targets, w1, gain);
+  const MlpInnerGradient inner = mlp_inner_gradient(at_key, targets, w1[InnerGradient], gain);
   at::Tensor delta_o = inner.delta_o, delta_h = inner.delta_h;  // [B,5,n,d], [B,5,n,4d]
   if (options_.inner_clip > 0) {
     // ‖δo ⊗ a‖² + ‖δh ⊗ k‖² = ‖δo‖²‖a‖² + ‖δh‖²‖k‖², per memory and token.
@@ -122,8 +134,13 @@ at::Tensor SelfModifyingMemoryImpl::forward_chunk(const at::Tensor& x, SelfModSt
   const at::Tensor P = per_feature.from_start.transpose(-1, -2);         // [B,5,n,d]
   const at::Tensor to_end = rate * D.select(2, n - 1);  // η_i ⊙ D[n−1,i]: [B,5,n,d]
   const at::Tensor P_end = P.select(2, n - 1);          // [B,5,d]
-  const at::Tensor w1_end = w1 * P_end.unsqueeze(-1) - small_matmul((to_end * delta_o).transpose(-1, -2), at_key.a);
-  const at::Tensor w2_end = w2 * P_end.unsqueeze(-2) - small_matmul(delta_h.transpose(-1, -2), to_end * k.unsqueeze(1));
+  // W_end = W_s ⊙ P_end − Σ_i η_i D[n−1,i] ∇_i: the sum's sign goes on its small factor, so that the
+  // write is one decayed_write and its backward hands the sum its gradient uncopied.
+  const at::Tensor minus_to_end = -to_end;
+  const at::Tensor w1_end = decayed_write(w1[Write], P_end.unsqueeze(-1),
+                                          small_matmul((minus_to_end * delta_o).transpose(-1, -2), at_key.a));
+  const at::Tensor w2_end = decayed_write(
+      w2[Write], P_end.unsqueeze(-2), small_matmul(delta_h.transpose(-1, -2), minus_to_end * k.unsqueeze(1)));
 
   // y_j = M_j(q_j) after write j, from W_s and the chunk's rank-1 writes:
   //   W_2,j q_j = W_2,s (P_j ⊙ q_j) − Σ_{i≤j} δh_i ⟨η_i ⊙ D[j,i] ⊙ k_i, q_j⟩
@@ -132,10 +149,11 @@ at::Tensor SelfModifyingMemoryImpl::forward_chunk(const at::Tensor& x, SelfModSt
   const at::Tensor main_D = D.select(1, kMain), main_P = P.select(1, kMain);
   const at::Tensor key_query = ((eta * k).unsqueeze(1) * main_D * q.unsqueeze(2)).sum(-1);  // [B,n(j),n(i)], 0 for i > j
   MlpPass read;
-  read.h = small_matmul(main_P * q, w2.select(1, kMain).transpose(-1, -2)) - small_matmul(key_query, main_dh);
+  read.h =
+      small_matmul(main_P * q, w2[MainRead].squeeze(1).transpose(-1, -2)) - small_matmul(key_query, main_dh);
   read.a = exact_gelu(read.h);
   const at::Tensor gram = small_matmul(read.a, main_a.transpose(-1, -2));  // ⟨a_i, a_j⟩ [B,n(j),n(i)]
-  read.o = main_P * small_matmul(read.a, w1.select(1, kMain).transpose(-1, -2)) -
+  read.o = main_P * small_matmul(read.a, w1[MainRead].squeeze(1).transpose(-1, -2)) -
            (gram.unsqueeze(-1) * main_D * (eta * main_do).unsqueeze(1)).sum(2);
   finish_mlp_pass(read, q, gain.narrow(0, kMain, 1), shift.narrow(0, kMain, 1));
 

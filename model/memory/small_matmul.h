@@ -6,13 +6,20 @@
 #pragma once
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "model/memory/batched_matmul.h"
 
 namespace memscope::model {
 
+constexpr int64_t kLoopFromElements = 1024;
+
 // x [...,m,k] @ y [...,k,n] with broadcasting, as at::matmul.
 inline at::Tensor small_matmul(const at::Tensor& x, const at::Tensor& y) {
   if (x.dim() >= 3 && y.dim() >= 3) {
+    const int64_t m = x.size(-2), k = x.size(-1), n = y.size(-1);
+    if (std::max({m * k, k * n, m * n}) >= kLoopFromElements && batched_matmul_applies(x, y))
+      return batched_matmul(x, y);
     if (x.size(-1) == 1) return x * y;                                             // rank 1: [m,1]·[1,n]
     if (x.size(-2) == 1) return (x.transpose(-1, -2) * y).sum(-2, /*keepdim=*/true);  // row × matrix
     if (y.size(-1) == 1) return (x * y.transpose(-1, -2)).sum(-1, /*keepdim=*/true);  // matrix × column

@@ -1,8 +1,9 @@
 // Shared helpers for the memory tests (tests/model/test_memory_*.cpp).
 #pragma once
-#include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <catch2/catch.hpp>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,15 @@ inline double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
 // max|a − b| / max|b|: one number for how far a is from the reference b.
 inline double relative_error(const torch::Tensor& a, const torch::Tensor& b) {
   return ((a - b).abs().max() / (b.abs().max() + 1e-30)).item<double>();
+}
+
+// max|a − b| / max(1, max|b|), in float64: relative to the reference's scale, absolute where that is
+// below 1 (values and gradients of order one), and 0 for empty tensors.
+inline double error_at_unit_scale(const torch::Tensor& a, const torch::Tensor& b) {
+  REQUIRE(a.sizes() == b.sizes());
+  if (b.numel() == 0) return 0.0;
+  const double scale = std::max(1.0, b.abs().max().item<double>());
+  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>() / scale;
 }
 
 // Two runs' parameter gradients (parameters() order, undefined where a parameter got none): the

@@ -11,19 +11,13 @@
 #include "model/util/cpu_kernels.h"
 
 using namespace memscope::model;
+using memscope::test::error_at_unit_scale;
 
 namespace {
 
 // The definition: out[b,t,c] = Σ_k padded[b,t+k,c]·taps[c,k].
 at::Tensor unfolded(const at::Tensor& padded, const at::Tensor& taps) {
   return (padded.unfold(1, taps.size(1), 1) * taps).sum(-1);
-}
-
-double relative_error(const at::Tensor& ours, const at::Tensor& reference) {
-  REQUIRE(ours.sizes() == reference.sizes());
-  if (reference.numel() == 0) return 0.0;
-  const double scale = std::max(1.0, reference.abs().max().item<double>());
-  return (ours.to(at::kDouble) - reference).abs().max().item<double>() / scale;
 }
 
 struct Grads {
@@ -65,11 +59,11 @@ TEST_CASE(
     }
     INFO("T = " << T);
     for (const Grads* ours : std::vector<const Grads*>{&loops, &aten}) {
-      CHECK(relative_error(ours->out, reference.out) < 1e-6);
-      CHECK(relative_error(ours->d_x, reference.d_x) < 1e-6);
-      CHECK(relative_error(ours->d_w, reference.d_w) < 1e-5);  // a sum over B·T rows
-      CHECK(relative_error(ours->dd_x, reference.dd_x) < 1e-6);
-      CHECK(relative_error(ours->dd_w, reference.dd_w) < 1e-5);
+      CHECK(error_at_unit_scale(ours->out, reference.out) < 1e-6);
+      CHECK(error_at_unit_scale(ours->d_x, reference.d_x) < 1e-6);
+      CHECK(error_at_unit_scale(ours->d_w, reference.d_w) < 1e-5);  // a sum over B·T rows
+      CHECK(error_at_unit_scale(ours->dd_x, reference.dd_x) < 1e-6);
+      CHECK(error_at_unit_scale(ours->dd_w, reference.dd_w) < 1e-5);
     }
     // Forward, the loops add the taps in the ATen form's order: the same bits.
     CHECK(at::equal(loops.out, aten.out));

@@ -206,6 +206,25 @@ TEST_CASE("cms: splitting the stream into calls of any lengths gives identical r
   }
 }
 
+TEST_CASE("cms: a state that does not know its sums are zero writes the same bits", "[model]") {
+  // CmsLevelState::accumulated_zero lets a stretch that ends its period write W directly; without
+  // it (a state made elsewhere) the general form runs, W − (G + Σ), and must agree to the bit.
+  for (CmsVariant variant : kVariants) {
+    auto cms = make_cms({1, 4, 32}, variant, 0.5);
+    auto x = input(2, 70, 8);
+    CmsState known = cms->initial_state(2), unknown = cms->initial_state(2);
+    for (auto& level : unknown.levels) level.accumulated_zero = false;
+    const torch::Tensor y_known = cms->forward(x.narrow(1, 0, 37), known);
+    const torch::Tensor y_unknown = cms->forward(x.narrow(1, 0, 37), unknown);
+    INFO(to_string(variant));
+    CHECK(torch::equal(y_known, y_unknown));
+    CHECK(state_diff(known, unknown) == 0.0);
+    for (auto& level : unknown.levels) level.accumulated_zero = false;  // again, mid-period
+    CHECK(torch::equal(cms->forward(x.narrow(1, 37, 33), known), cms->forward(x.narrow(1, 37, 33), unknown)));
+    CHECK(state_diff(known, unknown) == 0.0);
+  }
+}
+
 TEST_CASE("cms: nested restarts each level from the next slower level whenever that one updates", "[model]") {
   // Reference: the sequential chain token by token (tested above against the by-hand level),
   // with the nested reset written here: after the token at position p, for ℓ from slow to fast,

@@ -13,14 +13,9 @@
 #include "model/util/cpu_kernels.h"
 
 using namespace memscope::model;
+using memscope::test::error_at_unit_scale;
 
 namespace {
-
-double relative_error(const at::Tensor& ours, const at::Tensor& reference) {
-  REQUIRE(ours.sizes() == reference.sizes());
-  const double scale = std::max(1.0, reference.abs().max().item<double>());
-  return (ours.to(at::kDouble) - reference).abs().max().item<double>() / scale;
-}
 
 // The orders of one scalar loss through GELU, each a function of (h, w, u, s) in any dtype:
 //   value  L0 = Σ w·GELU(h)
@@ -52,12 +47,12 @@ void check_orders(const at::Tensor& h, const at::Tensor& w, const at::Tensor& u,
   const Orders ours = orders(h, w, u, s);
   const auto d = [](const at::Tensor& t) { return t.to(at::kDouble); };
   const Orders reference = orders(d(h), d(w), d(u), d(s));
-  CHECK(relative_error(ours.value, reference.value) < 1e-6);
-  CHECK(relative_error(ours.first, reference.first) < 1e-6);
-  CHECK(relative_error(ours.second_h, reference.second_h) < 1e-6);
-  CHECK(relative_error(ours.second_h_plain, reference.second_h) < 1e-6);
-  CHECK(relative_error(ours.second_w, reference.second_w) < 1e-6);
-  CHECK(relative_error(ours.third, reference.third) < 1e-5);
+  CHECK(error_at_unit_scale(ours.value, reference.value) < 1e-6);
+  CHECK(error_at_unit_scale(ours.first, reference.first) < 1e-6);
+  CHECK(error_at_unit_scale(ours.second_h, reference.second_h) < 1e-6);
+  CHECK(error_at_unit_scale(ours.second_h_plain, reference.second_h) < 1e-6);
+  CHECK(error_at_unit_scale(ours.second_w, reference.second_w) < 1e-6);
+  CHECK(error_at_unit_scale(ours.third, reference.third) < 1e-5);
 }
 
 std::string node_name(const at::Tensor& t) { return t.grad_fn() ? t.grad_fn()->name() : std::string("none"); }
@@ -101,10 +96,10 @@ TEST_CASE("gelu_derivative_times equals g times exact_gelu_derivative, with grad
   const auto ours = run(h, g, v);
   const auto d = [](const at::Tensor& t) { return t.to(at::kDouble); };
   const auto reference = run(d(h), d(g), d(v));
-  CHECK(relative_error(ours[0], d(g) * exact_gelu_derivative(d(h))) < 1e-6);
-  CHECK(relative_error(ours[0], reference[0]) < 1e-6);
-  CHECK(relative_error(ours[1], reference[1]) < 1e-6);
-  CHECK(relative_error(ours[2], reference[2]) < 1e-6);
+  CHECK(error_at_unit_scale(ours[0], d(g) * exact_gelu_derivative(d(h))) < 1e-6);
+  CHECK(error_at_unit_scale(ours[0], reference[0]) < 1e-6);
+  CHECK(error_at_unit_scale(ours[1], reference[1]) < 1e-6);
+  CHECK(error_at_unit_scale(ours[2], reference[2]) < 1e-6);
   // The loops' path is the one taken (its node is ours), so the checks above are of it.
   if (!memscope::test::cpu_kernels_testable()) return;
   INFO(node_name(ours[3]));
@@ -125,7 +120,7 @@ TEST_CASE("exact_gelu takes its loops on the CPU in float32 and its ATen form un
     aten = exact_gelu(h);
     CHECK(node_name(aten).find("Gelu") == std::string::npos);
   }
-  CHECK(relative_error(loops.detach(), aten.detach().to(at::kDouble)) < 1e-6);
+  CHECK(error_at_unit_scale(loops.detach(), aten.detach().to(at::kDouble)) < 1e-6);
   // float64 and no-grad float32 need no autograd function; NaN passes through.
   CHECK(node_name(exact_gelu(h.to(at::kDouble))).find("Gelu") == std::string::npos);
   {
