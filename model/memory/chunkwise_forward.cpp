@@ -271,8 +271,9 @@ class ChunkRunner {
     const std::vector<at::Tensor>& w = state_.memory;
     if (!gradient_point[0].is_same(w[0]) || !gradient_point[1].is_same(w[1]))
       return {gradient_point, gradient_point[0], w, w};
-    const std::vector<at::Tensor> w1 = weight_views(w[0], 0, std::vector<WeightRange>(4)),
-                                  w2 = weight_views(w[1], 0, std::vector<WeightRange>(3));
+    // Along the rows, so that the gradient sum has B·H·rows rows to share among threads.
+    const std::vector<at::Tensor> w1 = weight_views(w[0], -2, whole(4)),
+                                  w2 = weight_views(w[1], -2, whole(3));
     return {{w1[0], w2[0]}, w1[1], {w1[2], w2[1]}, {w1[3], w2[2]}};
   }
 

@@ -198,7 +198,7 @@ at::Tensor ContinuumMemoryImpl::level_stretch(int64_t level, const at::Tensor& z
   const std::vector<at::Tensor> step{outer_sum(d_o * minus_weight, a), outer_sum(d_h * minus_weight, key)};
   if (update && s.accumulated_zero) {
     // The period's whole sum is this stretch's: W ← W − Σ_t w_t g_t, and G stays zero. The same
-    // bits as the general form's W − (0 + Σ).
+    // values as the general form's W − (0 + Σ) (a signed zero aside).
     for (size_t i = 0; i < 2; ++i) s.weights[i] = s.weights[i] + step[i];
     return y.squeeze(1);
   }

@@ -55,7 +55,7 @@ struct CmsLevelState {
   // Whether G is known to be zero (at the start, and after an update or a reset), so that a stretch
   // that ends its period writes its own sum into W directly: for a period-1 level, every token. A
   // state made any other way leaves it false, which is always right, and a few weight-sized passes
-  // slower.
+  // slower. Whatever writes G must keep it true only while G is zero.
   bool accumulated_zero = false;
 };
 

@@ -4,11 +4,12 @@
 #include "model/memory/decayed_write.h"
 
 #include <ATen/ATen.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "model/util/cpu_kernels.h"
 

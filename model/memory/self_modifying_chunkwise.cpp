@@ -72,8 +72,9 @@ at::Tensor SelfModifyingMemoryImpl::forward_chunk(const at::Tensor& x, SelfModSt
   const at::Tensor w2_stack = stacked ? state.stacked[1] : at::cat(parts2, 1);
   // Each use of a stacked weight through its own view, so that training sums their gradients in one
   // pass (weight_views.h). The targets' pass at v is a stop-gradient and shares the projections'.
-  enum Use { Projections, AtKey, InnerGradient, MainRead, Write };
-  const std::vector<WeightRange> uses{{0, kProjections}, {}, {}, {kMain, 1}, {}};
+  enum Use { Projections, AtKey, InnerGradient, MainRead, Write, UseCount };
+  const std::vector<WeightRange> uses{{0, kProjections}, {}, {}, {kMain, 1}, {}};  // one per Use, in order
+  TORCH_INTERNAL_ASSERT(uses.size() == UseCount);
   const std::vector<at::Tensor> w1 = weight_views(w1_stack, 1, uses), w2 = weight_views(w2_stack, 1, uses);
   const at::Tensor gain = at::cat(ln_w, 0), shift = at::cat(ln_b, 0);
   auto projections = [&](const at::Tensor& z) {

@@ -1,8 +1,9 @@
 // x @ y for stacks of tiny matrices. The chunkwise form multiplies a different matrix per token
 // (per-token memories, per-token outer products); LibTorch's CPU bmm then loops over thousands of
 // 1-row or rank-1 GEMMs, ~10 µs each. A broadcast multiply and sum does the same arithmetic in one
-// vectorised pass, so matrix–vector products and outer products take that route; stacks of small
-// matrices take batched_matmul.h's loop.
+// vectorised pass, so small matrix–vector products and outer products take that route; stacks of
+// small matrices, and those products where batched_matmul.h's loop applies and a matrix is large,
+// take the loop.
 #pragma once
 #include <ATen/ATen.h>
 
@@ -12,6 +13,9 @@
 
 namespace memscope::model {
 
+// From a matrix this large, the broadcast route's weight-sized temporaries (the multiply's, and its
+// backward's product and sum) cost more than the loop's call: the CMS's one-token reads and writes
+// of a [64,256] weight went through them, a tenth of HOPE's training step.
 constexpr int64_t kLoopFromElements = 1024;
 
 // x [...,m,k] @ y [...,k,n] with broadcasting, as at::matmul.

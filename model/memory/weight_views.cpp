@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
@@ -27,7 +28,9 @@ std::vector<Span> spans_of(const at::Tensor& w, int64_t dim, const std::vector<W
   std::vector<Span> spans;
   const int64_t size = w.size(dim);
   for (const WeightRange& r : ranges) {
-    const int64_t length = r.length < 0 ? size - r.start : r.length;
+    TORCH_CHECK(r.length >= -1, "weight_views: a range's length is -1 (to the end) or at least 0, got ",
+                r.length);
+    const int64_t length = r.length == -1 ? size - r.start : r.length;
     TORCH_CHECK(r.start >= 0 && length >= 0 && r.start + length <= size, "weight_views: range [", r.start,
                 ", ", r.start + length, ") is outside dim ", dim, " of size ", size);
     spans.push_back({r.start, length});
@@ -127,8 +130,11 @@ std::vector<at::Tensor> weight_views(const at::Tensor& w, int64_t dim_in,
               "-d weight");
   const std::vector<Span> spans = spans_of(w, dim, ranges);
   if (!weight_views_loop_applies(w) || !at::GradMode::is_enabled() || !w.requires_grad()) {
+    // Autograd's own sums. A whole range is the weight itself: a narrow's backward would fill a
+    // weight-sized gradient with zeros first.
     std::vector<at::Tensor> views;
-    for (const Span& s : spans) views.push_back(w.narrow(dim, s.start, s.length));
+    for (const Span& s : spans)
+      views.push_back(s.start == 0 && s.length == w.size(dim) ? w : w.narrow(dim, s.start, s.length));
     return views;
   }
   std::vector<int64_t> starts, lengths;

@@ -21,9 +21,15 @@ struct WeightRange {
 };
 
 // One view w.narrow(dim, r.start, r.length) per range, differentiable, their gradients summed in one
-// pass. Give each use its own view: two uses of one view are added by autograd again.
+// pass. Give each use its own view: two uses of one view are added by autograd again. The views are
+// outputs of a custom autograd function, so autograd refuses an in-place change to them (or to
+// views of them); read them only. Where the loop does not apply they are plain narrows, and a whole
+// range is w itself.
 std::vector<at::Tensor> weight_views(const at::Tensor& w, int64_t dim,
                                      const std::vector<WeightRange>& ranges);
+
+// n whole ranges: a weight's n uses.
+inline std::vector<WeightRange> whole(size_t n) { return std::vector<WeightRange>(n); }
 
 // Whether the CPU's loop sums these views' gradients (for the tests).
 bool weight_views_loop_applies(const at::Tensor& w);

@@ -206,7 +206,7 @@ TEST_CASE("cms: splitting the stream into calls of any lengths gives identical r
   }
 }
 
-TEST_CASE("cms: a state that does not know its sums are zero writes the same bits", "[model]") {
+TEST_CASE("cms: a state that does not know its sums are zero writes the same values", "[model]") {
   // CmsLevelState::accumulated_zero lets a stretch that ends its period write W directly; without
   // it (a state made elsewhere) the general form runs, W − (G + Σ), and must agree to the bit.
   for (CmsVariant variant : kVariants) {

@@ -69,6 +69,35 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("decayed_write holds for one-row and one-column matrices and for strided operands", "[model]") {
+  memscope::test::ScopedCpuDevice cpu;
+  torch::manual_seed(23);
+  const auto d = [](const at::Tensor& t) { return t.to(at::kDouble); };
+  struct Case {
+    at::Tensor w, p;
+  };
+  const std::vector<Case> cases{
+      {torch::randn({4, 1, 9}), torch::rand({4, 1, 1})},                     // one row, p along it
+      {torch::randn({4, 1, 9}), torch::rand({4, 1, 9})},                     // one row, p along its columns
+      {torch::randn({4, 9, 1}), torch::rand({4, 1, 1})},                     // one column
+      {torch::randn({4, 9, 6}).transpose(-1, -2), torch::rand({4, 6, 1})},   // W a transposed view
+      {torch::randn({4, 6, 9}), torch::rand({4, 9}).unsqueeze(1)},           // p a strided view
+      {torch::randn({1, 6, 9}).expand({4, 6, 9}), torch::rand({4, 1, 9})}};  // W broadcast (stride 0)
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const at::Tensor &w = cases[i].w, &p = cases[i].p;
+    const at::Tensor u = torch::randn(w.sizes()), g = torch::randn(w.sizes());
+    const at::Tensor s = torch::randn(w.sizes()), r = torch::randn(p.sizes());
+    const Grads reference = run(written_out, d(w), d(p), d(u), d(g), d(s), d(r));
+    const Grads ours = run(decayed_write, w, p, u, g, s, r);
+    INFO("case " << i);
+    CHECK(error_at_unit_scale(ours.out, reference.out) < 1e-6);
+    CHECK(error_at_unit_scale(ours.d_w, reference.d_w) < 1e-6);
+    CHECK(error_at_unit_scale(ours.d_p, reference.d_p) < 1e-5);
+    CHECK(error_at_unit_scale(ours.d_u, reference.d_u) < 1e-6);
+    CHECK(error_at_unit_scale(ours.dd_p, reference.dd_p) < 1e-5);
+  }
+}
+
 TEST_CASE("decayed_write takes its loop on the CPU in float32 only for a stack it can read", "[model]") {
   memscope::test::ScopedCpuDevice cpu;
   const at::Tensor w = torch::randn({2, 3, 4, 5}, torch::requires_grad()), u = torch::randn({2, 3, 4, 5});

@@ -80,6 +80,31 @@ TEST_CASE("weight_views: no gradient for unused views, plain narrows without aut
   }
   CHECK_THROWS_WITH(weight_views(w, 1, {{3, 4}}), Catch::Contains("range [3, 7) is outside dim 1 of size 5"));
   CHECK_THROWS_WITH(weight_views(w, 3, {{}}), Catch::Contains("dim 3 is outside a 3-d weight"));
+  CHECK_THROWS_WITH(weight_views(w, 1, {{0, -2}}),
+                    Catch::Contains("length is -1 (to the end) or at least 0, got -2"));
+}
+
+TEST_CASE("weight_views: whole ranges along the rows, as the MLP dual forms take them, and the ATen route",
+          "[model]") {
+  memscope::test::ScopedCpuDevice cpu;
+  torch::manual_seed(33);
+  const at::Tensor w0 = torch::randn({2, 3, 6, 7});
+  std::vector<at::Tensor> coefficients;
+  for (int i = 0; i < 4; ++i) coefficients.push_back(torch::randn({2, 3, 6, 7}));
+  auto gradient = [&](const at::Tensor& w, const std::vector<at::Tensor>& views) {
+    at::Tensor total = (views[0] * coefficients[0]).sum() + (views[1].pow(2) * coefficients[1]).sum();
+    total = total + (views[2].sin() * coefficients[2]).sum() + (views[3] * coefficients[3]).sum();
+    return torch::autograd::grad({total}, {w})[0];
+  };
+  const at::Tensor w64 = w0.to(at::kDouble).requires_grad_(true);
+  const at::Tensor reference = gradient(w64, {w64, w64, w64, w64});
+  const at::Tensor w = w0.clone().requires_grad_(true);
+  CHECK(error_at_unit_scale(gradient(w, weight_views(w, -2, whole(4))), reference) < 1e-6);
+  ScopedAtenForms aten_forms;  // a GPU's route: autograd's own sums, and a whole range is w itself
+  const auto plain = weight_views(w, -2, {{}, {2, 3}});
+  CHECK(plain[0].is_same(w));
+  CHECK(plain[1].sizes() == at::IntArrayRef{2, 3, 3, 7});
+  CHECK(error_at_unit_scale(gradient(w, weight_views(w, -2, whole(4))), reference) < 1e-6);
 }
 
 TEST_CASE("weight_views' summed gradient is the same bits at one and two threads", "[model]") {
