@@ -31,13 +31,15 @@ Stack stack_of(const at::Tensor& w, const at::Tensor& p) {
   return {r * c == 0 ? 0 : w.numel() / (r * c), r, c, p.size(-1) == 1 && p.size(-2) == r};
 }
 
-// A thread's share is worth its start at about 32k elements.
+// body(b, i, at) for row i of matrix b, whose elements start at `at`; the matrices in parallel, a
+// thread's share worth its start at about 32k elements.
 template <typename Body>
-void over_matrices(const Stack& s, Body body) {
-  at::parallel_for(0, s.count, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, s.r * s.c)),
-                   [&](int64_t begin, int64_t end) {
-                     for (int64_t b = begin; b < end; ++b) body(b);
-                   });
+void over_rows(const Stack& s, Body body) {
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, s.r * s.c));
+  at::parallel_for(0, s.count, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b)
+      for (int64_t i = 0; i < s.r; ++i) body(b, i, (b * s.r + i) * s.c);
+  });
 }
 
 at::Tensor write_loop(const at::Tensor& w_in, const at::Tensor& p_in, const at::Tensor& u_in) {
@@ -46,21 +48,18 @@ at::Tensor write_loop(const at::Tensor& w_in, const at::Tensor& p_in, const at::
   at::Tensor out = at::empty(w.sizes(), w.options());
   const float *wp = w.data_ptr<float>(), *pp = p.data_ptr<float>(), *up = u.data_ptr<float>();
   float* op = out.data_ptr<float>();
-  over_matrices(s, [&](int64_t b) {
-    const int64_t at = b * s.r * s.c;
-    for (int64_t i = 0; i < s.r; ++i) {
-      const float* __restrict wr = wp + at + i * s.c;
-      const float* __restrict ur = up + at + i * s.c;
-      float* __restrict orow = op + at + i * s.c;
-      if (s.rows) {
-        const float scale = pp[b * s.r + i];
+  over_rows(s, [&](int64_t b, int64_t i, int64_t at) {
+    const float* __restrict wr = wp + at;
+    const float* __restrict ur = up + at;
+    float* __restrict orow = op + at;
+    if (s.rows) {
+      const float scale = pp[b * s.r + i];
 #pragma GCC ivdep
-        for (int64_t j = 0; j < s.c; ++j) orow[j] = wr[j] * scale + ur[j];
-      } else {
-        const float* __restrict scale = pp + b * s.c;
+      for (int64_t j = 0; j < s.c; ++j) orow[j] = wr[j] * scale + ur[j];
+    } else {
+      const float* __restrict scale = pp + b * s.c;
 #pragma GCC ivdep
-        for (int64_t j = 0; j < s.c; ++j) orow[j] = wr[j] * scale[j] + ur[j];
-      }
+      for (int64_t j = 0; j < s.c; ++j) orow[j] = wr[j] * scale[j] + ur[j];
     }
   });
   return out;
@@ -74,29 +73,26 @@ std::pair<at::Tensor, at::Tensor> backward_loop(const at::Tensor& g_in, const at
   at::Tensor d_w = at::empty(w.sizes(), w.options()), d_p = at::zeros(p.sizes(), p.options());
   const float *gp = g.data_ptr<float>(), *wp = w.data_ptr<float>(), *pp = p.data_ptr<float>();
   float *dwp = d_w.data_ptr<float>(), *dpp = d_p.data_ptr<float>();
-  over_matrices(s, [&](int64_t b) {
-    const int64_t at = b * s.r * s.c;
-    for (int64_t i = 0; i < s.r; ++i) {
-      const float* __restrict gr = gp + at + i * s.c;
-      const float* __restrict wr = wp + at + i * s.c;
-      float* __restrict dwr = dwp + at + i * s.c;
-      if (s.rows) {
-        const float scale = pp[b * s.r + i];
-        float sum = 0;
+  over_rows(s, [&](int64_t b, int64_t i, int64_t at) {
+    const float* __restrict gr = gp + at;
+    const float* __restrict wr = wp + at;
+    float* __restrict dwr = dwp + at;
+    if (s.rows) {
+      const float scale = pp[b * s.r + i];
+      float sum = 0;
 #pragma GCC ivdep
-        for (int64_t j = 0; j < s.c; ++j) {
-          dwr[j] = gr[j] * scale;
-          sum += gr[j] * wr[j];
-        }
-        dpp[b * s.r + i] = sum;
-      } else {
-        const float* __restrict scale = pp + b * s.c;
-        float* __restrict sums = dpp + b * s.c;
+      for (int64_t j = 0; j < s.c; ++j) {
+        dwr[j] = gr[j] * scale;
+        sum += gr[j] * wr[j];
+      }
+      dpp[b * s.r + i] = sum;
+    } else {  // rows of one matrix in order: ∂p's sums over i do not depend on the threads
+      const float* __restrict scale = pp + b * s.c;
+      float* __restrict sums = dpp + b * s.c;
 #pragma GCC ivdep
-        for (int64_t j = 0; j < s.c; ++j) {
-          dwr[j] = gr[j] * scale[j];
-          sums[j] += gr[j] * wr[j];
-        }
+      for (int64_t j = 0; j < s.c; ++j) {
+        dwr[j] = gr[j] * scale[j];
+        sums[j] += gr[j] * wr[j];
       }
     }
   });
