@@ -20,12 +20,9 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-struct Span {
-  int64_t start, length;
-};
-
-std::vector<Span> spans_of(const at::Tensor& w, int64_t dim, const std::vector<WeightRange>& ranges) {
-  std::vector<Span> spans;
+// The ranges with every length resolved (−1: to the end), checked against w's size along dim.
+std::vector<WeightRange> resolved(const at::Tensor& w, int64_t dim, const std::vector<WeightRange>& ranges) {
+  std::vector<WeightRange> spans;
   const int64_t size = w.size(dim);
   for (const WeightRange& r : ranges) {
     TORCH_CHECK(r.length >= -1, "weight_views: a range's length is -1 (to the end) or at least 0, got ",
@@ -39,7 +36,7 @@ std::vector<Span> spans_of(const at::Tensor& w, int64_t dim, const std::vector<W
 }
 
 // Σ of the defined gradients, each placed at its span along `dim` of `sizes`, without autograd.
-at::Tensor sum_loop(const variable_list& grads, const std::vector<Span>& spans, at::IntArrayRef sizes,
+at::Tensor sum_loop(const variable_list& grads, const std::vector<WeightRange>& spans, at::IntArrayRef sizes,
                     int64_t dim, const at::TensorOptions& options) {
   at::Tensor out = at::empty(sizes, options);
   int64_t outer = 1, inner = 1;
@@ -95,7 +92,7 @@ struct WeightViewsFunction : public torch::autograd::Function<WeightViewsFunctio
     const std::vector<int64_t> sizes = ctx->saved_data["sizes"].toIntVector();
     const std::vector<int64_t> starts = ctx->saved_data["starts"].toIntVector(),
                                lengths = ctx->saved_data["lengths"].toIntVector();
-    std::vector<Span> spans;
+    std::vector<WeightRange> spans;
     at::Tensor any;
     for (size_t i = 0; i < grads.size(); ++i) {
       spans.push_back({starts[i], lengths[i]});
@@ -128,17 +125,17 @@ std::vector<at::Tensor> weight_views(const at::Tensor& w, int64_t dim_in,
   const int64_t dim = dim_in < 0 ? dim_in + w.dim() : dim_in;
   TORCH_CHECK(dim >= 0 && dim < w.dim(), "weight_views: dim ", dim_in, " is outside a ", w.dim(),
               "-d weight");
-  const std::vector<Span> spans = spans_of(w, dim, ranges);
+  const std::vector<WeightRange> spans = resolved(w, dim, ranges);
   if (!weight_views_loop_applies(w) || !at::GradMode::is_enabled() || !w.requires_grad()) {
     // Autograd's own sums. A whole range is the weight itself: a narrow's backward would fill a
     // weight-sized gradient with zeros first.
     std::vector<at::Tensor> views;
-    for (const Span& s : spans)
+    for (const WeightRange& s : spans)
       views.push_back(s.start == 0 && s.length == w.size(dim) ? w : w.narrow(dim, s.start, s.length));
     return views;
   }
   std::vector<int64_t> starts, lengths;
-  for (const Span& s : spans) {
+  for (const WeightRange& s : spans) {
     starts.push_back(s.start);
     lengths.push_back(s.length);
   }
