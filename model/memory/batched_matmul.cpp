@@ -71,26 +71,33 @@ void transpose_to_rows(const float* column_major, int64_t k, int64_t n, float* r
 
 // The product without autograd. Both batches broadcast to one shape; x's matrices are read through
 // their strides (small_gemm's A, so a transposed view costs nothing). small_gemm reads B's rows a
-// register wide, so y's matrices must be row-major. A transposed weight (W₂ᵀ, column-major) is
-// taken as the transposed product instead, (x y)ᵀ = yᵀ xᵀ with yᵀ row-major, where copying x and
-// the result through a scratch buffer moves less than copying y would (a few tokens' rows against
-// a [d,4d] weight, for a chunk of at least 16 tokens). A transposed weight against fewer rows is
-// transposed matrix by matrix into a thread's scratch, where it stays in cache for the product
-// (ATen's copy of the whole stack ran at 3 GB/s and was a sixth of HOPE's training step); any
-// other layout of y, and a transposed y broadcast over the batch, is copied whole once.
-at::Tensor stacked_product(const at::Tensor& x, const at::Tensor& y_in) {
-  const int64_t m = x.size(-2), k = x.size(-1), n = y_in.size(-1);
-  std::vector<int64_t> batch = at::infer_size(batch_sizes(x), batch_sizes(y_in));
+// register wide, so y's matrices must be row-major. A transposed weight (W₂ᵀ, column-major):
+// - against fewer than 16 rows (a chunk's few tokens, or one token's row) is read in place by
+//   small_gemm_nt, as dot products of x's rows with W's. Each matrix had been transposed into a
+//   scratch first, which cost more than the product: two fifths of the CMS's one-token products'
+//   time, and 13% of HOPE's training step.
+// - against more rows, is taken as the transposed product, (x y)ᵀ = yᵀ xᵀ with yᵀ row-major, where
+//   copying x and the result through a scratch buffer moves less than copying y would (a chunk of
+//   at least 16 tokens against a [d,4d] weight); else it is transposed matrix by matrix into a
+//   thread's scratch, where it stays in cache for the product.
+// Any other layout of y, and a transposed y broadcast over the batch that the first route does not
+// take, is copied whole once.
+at::Tensor stacked_product(const at::Tensor& x_in, const at::Tensor& y_in) {
+  const int64_t m = x_in.size(-2), k = x_in.size(-1), n = y_in.size(-1);
+  std::vector<int64_t> batch = at::infer_size(batch_sizes(x_in), batch_sizes(y_in));
   const int64_t batch_count = std::accumulate(batch.begin(), batch.end(), int64_t{1}, std::multiplies<>());
   const bool row_major = y_in.stride(-1) == 1 && y_in.stride(-2) == n;
   const bool y_column_major =
       !row_major && y_in.stride(-2) == 1 && y_in.stride(-1) == k && fits_gemm_index(y_in.stride(-1));
+  const bool in_place = y_column_major && m < 16;
   // m ≥ 16: the transposed product's rows are x's m columns, and below a register's width
   // small_gemm takes them one scalar at a time.
-  const bool transposed = y_column_major && m >= 16 && m * (k + n) < k * n;
-  const bool transpose_each =
-      y_column_major && !transposed && k * n > 0 && y_in.numel() / (k * n) == batch_count;  // not broadcast
-  const at::Tensor y = row_major || transposed || transpose_each ? y_in : y_in.contiguous();
+  const bool transposed = y_column_major && !in_place && m * (k + n) < k * n;
+  const bool transpose_each = y_column_major && !in_place && !transposed && k * n > 0 &&
+                              y_in.numel() / (k * n) == batch_count;  // not broadcast
+  const at::Tensor y = row_major || in_place || transposed || transpose_each ? y_in : y_in.contiguous();
+  // small_gemm_nt reads x's rows whole: a few rows, copied if they are not.
+  const at::Tensor x = in_place && k > 1 && x_in.stride(-1) != 1 ? x_in.contiguous() : x_in;
   auto matrices_of = [&](int64_t rows, int64_t cols) {
     std::vector<int64_t> sizes = batch;
     sizes.push_back(rows);
@@ -122,6 +129,13 @@ at::Tensor stacked_product(const at::Tensor& x, const at::Tensor& y_in) {
   const int rows = static_cast<int>(m), inner = static_cast<int>(k), cols = static_cast<int>(n);
   // A thread's share is worth its start at about 32k multiply-adds.
   const int64_t grain = std::max<int64_t>(1, 32768 / (m * k * n));
+  if (in_place) {
+    at::parallel_for(0, count, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t b = begin; b < end; ++b)
+        small_gemm_nt(xp + x_at[b], ai, yp + y_at[b], op + b * m * n, rows, inner, cols);
+    });
+    return out;
+  }
   if (transpose_each) {
     at::parallel_for(0, count, grain, [&](int64_t begin, int64_t end) {
       std::vector<float> y_rows(static_cast<size_t>(k * n));

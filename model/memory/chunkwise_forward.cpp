@@ -241,8 +241,9 @@ class ChunkRunner {
     const at::Tensor psi = psi_.flatten(2, 3);      // [B,H,n·c,d_v]
     const at::Tensor phi = win_phi_.flatten(2, 3);  // [B,H,n·c,d_φ]
     const at::Tensor m0 = state_.memory[0], s0 = state_.momentum[0];
-    const at::Tensor y = dual_read(k, q, phi, psi, m0, s0);
+    // The end state first: the reads take S_0 through its view (DualEnd::momentum_start).
     const DualEnd end = dual_end_state(end_coefficients(rule_, k, eta), phi, psi, m0, s0);
+    const at::Tensor y = dual_read(k, q, phi, psi, m0, end.momentum_start);
     state_.memory[0] = end.memory;
     if (end.momentum.defined()) state_.momentum[0] = end.momentum;
     return y;
@@ -317,21 +318,22 @@ class ChunkRunner {
     const SlotGradients g = slot_gradients(w0.pass, w0.backward_w1);
     const at::Tensor &phi = g.phi, &d_o = g.d_o, &d_h = g.d_h;
     const DualCoefficients k = dual_coefficients(rule_, alpha, eta, beta);
-    const std::vector<at::Tensor> s0 = state_.momentum;
+    // The chunk-end state first, W_n = P_n W_0 − s_n S_0 − Σ_r coef[n,r] g_r, and S_n likewise: the
+    // reads take S_0 through its view (DualEnd::momentum_start).
+    const EndCoefficients e = end_coefficients(rule_, k, eta);
+    const std::vector<at::Tensor> deltas{d_o, d_h}, inputs{g.a, phi};
+    std::vector<at::Tensor> s0(2);
+    for (size_t i = 0; i < 2; ++i) {
+      const DualEnd end = dual_end_state(e, inputs[i], deltas[i], w0.end[i], state_.momentum[i]);
+      s0[i] = end.momentum_start;
+      state_.memory[i] = end.memory;
+      if (end.momentum.defined()) state_.momentum[i] = end.momentum;
+    }
     MlpPass y;
     y.h = dual_read(k, q, phi, d_h, w0.read[1], s0[1]);
     y.a = exact_gelu(y.h);
     y.o = dual_read(k, y.a, g.a, d_o, w0.read[0], s0[0]);
     finish_mlp_pass(y, q, ln_w, ln_b);
-
-    // The chunk-end state: W_n = P_n W_0 − s_n S_0 − Σ_r coef[n,r] g_r, and S_n likewise.
-    const EndCoefficients e = end_coefficients(rule_, k, eta);
-    const std::vector<at::Tensor> deltas{d_o, d_h}, inputs{g.a, phi};
-    for (size_t i = 0; i < 2; ++i) {
-      const DualEnd end = dual_end_state(e, inputs[i], deltas[i], w0.end[i], s0[i]);
-      state_.memory[i] = end.memory;
-      if (end.momentum.defined()) state_.momentum[i] = end.momentum;
-    }
     return y.y;
   }
 

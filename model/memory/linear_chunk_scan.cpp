@@ -72,7 +72,6 @@ at::Tensor linear_chunk_scan(const MemoryLayerImpl& layer, const ChunkScanInputs
   for (int64_t i = 0; i < N; ++i) {
     const size_t j = static_cast<size_t>(i);
     m_starts.push_back(m);
-    if (momentum) s_starts.push_back(s);
     const at::Tensor psi = linear_window_psi(rule, m, phi_at[j], v_at[j], lw_at[j], delta_at[j], gram_at[j])
                                .flatten(2, 3);  // [B,H,n·c,d_v]
     EndCoefficients e;
@@ -83,6 +82,7 @@ at::Tensor linear_chunk_scan(const MemoryLayerImpl& layer, const ChunkScanInputs
     e.s_weights = sw_at[j];
     e.beta_last = beta_at[j];
     const DualEnd end = dual_end_state(e, rows_at[j], psi, m, s);
+    if (momentum) s_starts.push_back(end.momentum_start);  // S_0 as the reads take it
     m = end.memory;
     if (end.momentum.defined()) s = end.momentum;
     psis.push_back(psi);

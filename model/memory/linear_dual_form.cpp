@@ -98,15 +98,18 @@ at::Tensor dual_read(const DualCoefficients& k, const at::Tensor& q, const at::T
 DualEnd dual_end_state(const EndCoefficients& e, const at::Tensor& phi, const at::Tensor& psi,
                        const at::Tensor& m0, const at::Tensor& s0) {
   DualEnd end;
-  // The same two updates, each one pass per matrix where state_update.h's loop applies.
-  // The check reads shapes only: −last_momentum and −(ψ·last) are made once it holds, so the ATen
-  // form (a GPU's) launches nothing more.
-  const at::Tensor s_in = e.has_momentum ? s0 : at::Tensor();
-  if (state_update_applies(e.last_start, m0, e.has_momentum ? e.last_momentum : at::Tensor(), s_in, psi,
-                           phi)) {
-    const at::Tensor retained = e.has_momentum ? -e.last_momentum : at::Tensor();
-    end.memory = state_update(e.last_start, m0, retained, s_in, -(psi * e.last), phi);
-    if (e.has_momentum) end.momentum = state_update(e.beta_last, s0, {}, {}, psi * e.s_weights, phi);
+  // Each update one pass per matrix where state_update.h's loops apply, gd-momentum's two in one
+  // function. The checks read shapes only: −last_momentum and −(ψ·last) are made once one holds, so
+  // the ATen form (a GPU's) launches nothing more.
+  if (e.has_momentum &&
+      momentum_end_applies({e.last_start, m0, e.last_momentum, s0, psi, e.beta_last, psi, phi})) {
+    const MomentumEnd both = momentum_end_update(
+        {e.last_start, m0, -e.last_momentum, s0, -(psi * e.last), e.beta_last, psi * e.s_weights, phi});
+    return {both.memory, both.momentum, both.start};
+  }
+  end.momentum_start = s0;
+  if (!e.has_momentum && state_update_applies(e.last_start, m0, {}, {}, psi, phi)) {
+    end.memory = state_update(e.last_start, m0, {}, {}, -(psi * e.last), phi);
     return end;
   }
   end.memory = matrix_scale(e.last_start) * m0 - small_matmul((psi * e.last).transpose(-1, -2), phi);

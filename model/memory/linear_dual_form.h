@@ -58,9 +58,11 @@ at::Tensor linear_window_psi(const MemoryRule& rule, const at::Tensor& m, const 
 at::Tensor dual_read(const DualCoefficients& k, const at::Tensor& q, const at::Tensor& phi,
                      const at::Tensor& psi, const at::Tensor& m0, const at::Tensor& s0);
 
-// The chunk-end memory and momentum (momentum undefined without gd-momentum).
+// The chunk-end memory and momentum (momentum undefined without gd-momentum), and S_0 as the
+// chunk's reads should take it: a view whose gradient the end state's backward sums with its own
+// (state_update.h's momentum_end_update), or s0 itself.
 struct DualEnd {
-  at::Tensor memory, momentum;
+  at::Tensor memory, momentum, momentum_start;
 };
 DualEnd dual_end_state(const EndCoefficients& e, const at::Tensor& phi, const at::Tensor& psi,
                        const at::Tensor& m0, const at::Tensor& s0);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 namespace memscope::model {
 
@@ -97,6 +98,103 @@ template <int W>
       for (int j = 0; j < i; ++j) C[i * n + j] = C[j * n + i];
 }
 
+// small_gemm_nt's kernel. Each element C[i,j] = ⟨A row i, B row j⟩ is summed a register wide over
+// p, then across the register's lanes by a fixed tree, ((l0+l1)+(l2+l3))+…, then over the last
+// k mod W terms in order: the same arithmetic for an element of a full block of W rows of B as for
+// one of the ragged rows after them.
+//
+// A block is one row of A against W rows of B: W accumulators, each read of A's strip shared by W
+// FMAs. The block's B rows (W·k floats) stay in L1 while every row of A passes them, so each of B's
+// elements comes from memory once. The W accumulators' lane sums are one tree of shuffles: pairs of
+// registers are folded into one, a lane block of 1, 2, 4, … at a time, until one register holds
+// the W sums in order.
+template <int W>
+struct IndexOf {
+  typedef int type __attribute__((vector_size(W * sizeof(int))));
+};
+
+// One fold of the lane-sum tree: lanes in blocks of b, taken alternately from x and y, plus the
+// blocks beside them. Through pointers, so that no vector crosses a call.
+template <int W, int B, size_t... L>
+[[gnu::always_inline]] inline void fold(const typename StripOf<W>::type* x,
+                                        const typename StripOf<W>::type* y, typename StripOf<W>::type* out,
+                                        std::index_sequence<L...>) {
+#if defined(__clang__)
+  *out = __builtin_shufflevector(*x, *y, ((L / B) % 2 == 0 ? L : W + L - B)...) +
+         __builtin_shufflevector(*x, *y, ((L / B) % 2 == 0 ? L + B : W + L)...);
+#else
+  const typename IndexOf<W>::type near{static_cast<int>((L / B) % 2 == 0 ? L : W + L - B)...};
+  const typename IndexOf<W>::type beside{static_cast<int>((L / B) % 2 == 0 ? L + B : W + L)...};
+  *out = __builtin_shuffle(*x, *y, near) + __builtin_shuffle(*x, *y, beside);
+#endif
+}
+
+// v[0] ends as the W lane sums of v[0..W), in order.
+template <int W, int B>
+[[gnu::always_inline]] inline void fold_lanes(typename StripOf<W>::type* v) {
+  if constexpr (B < W) {
+#pragma GCC unroll 16
+    for (int i = 0; i < W / (2 * B); ++i)
+      fold<W, B>(&v[2 * i], &v[2 * i + 1], &v[i], std::make_index_sequence<W>{});
+    fold_lanes<W, 2 * B>(v);
+  }
+}
+
+// The same tree over one register's lanes, for the ragged rows of B.
+template <int W>
+[[gnu::always_inline]] inline float lane_sum(const typename StripOf<W>::type* v) {
+  float lanes[W];
+  std::memcpy(lanes, v, sizeof lanes);
+  for (int width = 1; width < W; width *= 2)
+    for (int l = 0; l < W; l += 2 * width) lanes[l] += lanes[l + width];
+  return lanes[0];
+}
+
+template <int W>
+[[gnu::always_inline]] inline void small_gemm_nt_strips(const float* A, int lda, const float* B, float* C,
+                                                        int m, int k, int n) {
+  using Strip = typename StripOf<W>::type;
+  const int full = k - k % W;
+  int j0 = 0;
+  for (; j0 + W <= n; j0 += W)
+    for (int i = 0; i < m; ++i) {
+      const float* a = A + i * lda;
+      Strip acc[W] = {};
+      for (int p = 0; p < full; p += W) {
+        Strip av;
+        std::memcpy(&av, a + p, sizeof av);
+#pragma GCC unroll 16
+        for (int s = 0; s < W; ++s) {
+          Strip bv;
+          std::memcpy(&bv, B + (j0 + s) * k + p, sizeof bv);
+          acc[s] += av * bv;
+        }
+      }
+      fold_lanes<W, 1>(acc);
+      float sums[W];
+      std::memcpy(sums, &acc[0], sizeof sums);
+      for (int s = 0; s < W; ++s)
+        for (int p = full; p < k; ++p) sums[s] += a[p] * B[(j0 + s) * k + p];
+      std::memcpy(C + i * n + j0, sums, sizeof sums);
+    }
+  for (int j = j0; j < n; ++j)
+    for (int i = 0; i < m; ++i) {
+      const float* a = A + i * lda;
+      Strip acc = {};
+      for (int p = 0; p < full; p += W) {
+        Strip av, bv;
+        std::memcpy(&av, a + p, sizeof av);
+        std::memcpy(&bv, B + j * k + p, sizeof bv);
+        acc += av * bv;
+      }
+      float sum = lane_sum<W>(&acc);
+      for (int p = full; p < k; ++p) sum += a[p] * B[j * k + p];
+      C[i * n + j] = sum;
+    }
+}
+
+using SmallGemmNt = void (*)(const float*, int, const float*, float*, int, int, int);
+
 using SmallGemm = void (*)(const float*, int, int, const float*, const float*, float*, int, int, int, float,
                            float, bool);
 
@@ -110,6 +208,14 @@ using SmallGemm = void (*)(const float*, int, int, const float*, const float*, f
                                                  const float* C0, float* C, int m, int k, int n, float alpha,
                                                  float beta, bool symmetric) {
   small_gemm_strips<8>(A, ai, ap, B, C0, C, m, k, n, alpha, beta, symmetric);
+}
+[[gnu::target("avx512f")]] void small_gemm_nt_avx512(const float* A, int lda, const float* B, float* C, int m,
+                                                     int k, int n) {
+  small_gemm_nt_strips<16>(A, lda, B, C, m, k, n);
+}
+[[gnu::target("avx2,fma")]] void small_gemm_nt_avx2(const float* A, int lda, const float* B, float* C, int m,
+                                                    int k, int n) {
+  small_gemm_nt_strips<8>(A, lda, B, C, m, k, n);
 }
 #endif
 void small_gemm_portable(const float* A, int ai, int ap, const float* B, const float* C0, float* C, int m,
@@ -130,6 +236,21 @@ void small_gemm(const float* A, int ai, int ap, const float* B, const float* C0,
     return &small_gemm_portable;
   }();
   kernel(A, ai, ap, B, C0, C, m, k, n, alpha, beta, symmetric);
+}
+
+void small_gemm_nt_portable(const float* A, int lda, const float* B, float* C, int m, int k, int n) {
+  small_gemm_nt_strips<4>(A, lda, B, C, m, k, n);
+}
+
+void small_gemm_nt(const float* A, int lda, const float* B, float* C, int m, int k, int n) {
+  static const SmallGemmNt kernel = [] {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (__builtin_cpu_supports("avx512f")) return &small_gemm_nt_avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &small_gemm_nt_avx2;
+#endif
+    return &small_gemm_nt_portable;
+  }();
+  kernel(A, lda, B, C, m, k, n);
 }
 
 }  // namespace memscope::model

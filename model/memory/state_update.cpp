@@ -2,9 +2,11 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "model/memory/batched_matmul.h"
@@ -43,6 +45,43 @@ double dot(const float* u, const float* v, int64_t count) {
   for (; e < count; ++e) sum += static_cast<double>(u[e]) * v[e];
   return sum;
 }
+
+// dx [n,p] = y [n,q] · Gᵀ [q,p] for one matrix, with one operand transposed into a thread's
+// row-major scratch: yᵀ [q,n] (a chunk's rows, smaller than G) as dxᵀ = G yᵀ, where the chunk fills a
+// register's width of columns; else Gᵀ.
+class TransposedProduct {
+ public:
+  explicit TransposedProduct(const Shape& z)
+      : p_(static_cast<int>(z.p)),
+        q_(static_cast<int>(z.q)),
+        n_(static_cast<int>(z.n)),
+        by_y_(z.n >= 16),
+        scratch_(static_cast<size_t>(by_y_ ? z.q * z.n : z.p * z.q)),
+        dx_t_(by_y_ ? static_cast<size_t>(z.p * z.n) : 0) {}
+
+  void transposed_product(const float* y, const float* G, float* dx) {
+    const int p = p_, q = q_, n = n_;
+    if (by_y_) {
+      for (int t = 0; t < n; ++t)
+        for (int j = 0; j < q; ++j)
+          scratch_[static_cast<size_t>(j) * n + t] = y[static_cast<int64_t>(t) * q + j];
+      small_gemm(G, q, 1, scratch_.data(), nullptr, dx_t_.data(), p, q, n, 1.0f, 0.0f);
+      for (int t = 0; t < n; ++t)
+        for (int i = 0; i < p; ++i)
+          dx[static_cast<int64_t>(t) * p + i] = dx_t_[static_cast<size_t>(i) * n + t];
+    } else {
+      for (int i = 0; i < p; ++i)
+        for (int j = 0; j < q; ++j)
+          scratch_[static_cast<size_t>(j) * p + i] = G[static_cast<int64_t>(i) * q + j];
+      small_gemm(y, q, 1, scratch_.data(), nullptr, dx, n, q, p, 1.0f, 0.0f);
+    }
+  }
+
+ private:
+  int p_, q_, n_;
+  bool by_y_;
+  std::vector<float> scratch_, dx_t_;
+};
 
 // out = a·M + c·S, then += xᵀy through small_gemm (C0 = C, beta 1). x is [n,p] row-major, so
 // xᵀ(i,t) = x[t·p + i] is small_gemm's A with strides (1, p).
@@ -116,13 +155,8 @@ struct StateUpdateFunction : public torch::autograd::Function<StateUpdateFunctio
     float* dcp = momentum ? d_c.data_ptr<float>() : nullptr;
     float* dsp = momentum ? d_s.data_ptr<float>() : nullptr;
     const int p = static_cast<int>(z.p), q = static_cast<int>(z.q), n = static_cast<int>(z.n);
-    // dx [n,p] = y [n,q] · Gᵀ [q,p] needs one operand transposed into a row-major scratch: yᵀ
-    // [q,n] (a chunk's rows, smaller than G) as dxᵀ = G yᵀ, where the chunk fills a register's width
-    // of columns; else Gᵀ.
-    const bool by_y = n >= 16;
     at::parallel_for(0, z.count, z.grain(), [&](int64_t begin, int64_t end) {
-      std::vector<float> scratch(static_cast<size_t>(by_y ? z.q * n : pq)),
-          dx_t(by_y ? static_cast<size_t>(z.p * n) : 0);
+      TransposedProduct scratch(z);
       for (int64_t g = begin; g < end; ++g) {
         const float* Gg = gp + g * pq;
         const float* M = mp + g * pq;
@@ -137,27 +171,189 @@ struct StateUpdateFunction : public torch::autograd::Function<StateUpdateFunctio
           dcp[g] = static_cast<float>(dot(Gg, S, pq));
           for (int64_t e = 0; e < pq; ++e) dS[e] = other * Gg[e];
         }
-        // out = xᵀy:  dy [n,q] = x [n,p] · G [p,q].
+        // out = xᵀy:  dy [n,q] = x [n,p] · G [p,q], and dx = y Gᵀ.
         small_gemm(xp + g * n * p, p, 1, Gg, nullptr, dyp + g * n * q, n, p, q, 1.0f, 0.0f);
-        const float* yg = yp + g * n * q;
-        float* dx = dxp + g * n * p;
-        if (by_y) {
-          for (int t = 0; t < n; ++t)
-            for (int j = 0; j < q; ++j)
-              scratch[static_cast<size_t>(j) * n + t] = yg[static_cast<int64_t>(t) * q + j];
-          small_gemm(Gg, q, 1, scratch.data(), nullptr, dx_t.data(), p, q, n, 1.0f, 0.0f);
-          for (int t = 0; t < n; ++t)
-            for (int i = 0; i < p; ++i)
-              dx[static_cast<int64_t>(t) * p + i] = dx_t[static_cast<size_t>(i) * n + t];
-        } else {
-          for (int i = 0; i < p; ++i)
-            for (int j = 0; j < q; ++j)
-              scratch[static_cast<size_t>(j) * p + i] = Gg[static_cast<int64_t>(i) * q + j];
-          small_gemm(yg, q, 1, scratch.data(), nullptr, dx, n, q, p, 1.0f, 0.0f);
-        }
+        scratch.transposed_product(yp + g * n * q, Gg, dxp + g * n * p);
       }
     });
     return {d_a, d_m, d_c, d_s, d_x, d_y, at::Tensor()};
+  }
+};
+
+// out[e] = Σ_i scale[i]·term[i][e] over `count` floats, for one to three terms, summed in order.
+void scaled_sum(float* __restrict out, const float* const* term, const float* scale, int terms,
+                int64_t count) {
+  const float* __restrict t0 = term[0];
+  const float s0 = scale[0];
+  if (terms == 1) {
+    for (int64_t e = 0; e < count; ++e) out[e] = s0 * t0[e];
+    return;
+  }
+  const float* __restrict t1 = term[1];
+  const float s1 = scale[1];
+  if (terms == 2) {
+    for (int64_t e = 0; e < count; ++e) out[e] = s0 * t0[e] + s1 * t1[e];
+    return;
+  }
+  const float* __restrict t2 = term[2];
+  const float s2 = scale[2];
+  for (int64_t e = 0; e < count; ++e) out[e] = s0 * t0[e] + s1 * t1[e] + s2 * t2[e];
+}
+
+// memory = a·M + c·S + xᵀy and momentum = b·S + uᵀy, one matrix after the other, each read once.
+std::pair<at::Tensor, at::Tensor> momentum_end_loop(const MomentumEndOperands& o) {
+  const Shape z(o.a, o.m, o.x);
+  at::Tensor memory = at::empty_like(o.m, at::MemoryFormat::Contiguous),
+             momentum = at::empty_like(o.s, at::MemoryFormat::Contiguous);
+  const float *ap = o.a.data_ptr<float>(), *mp = o.m.data_ptr<float>(), *cp = o.c.data_ptr<float>(),
+              *sp = o.s.data_ptr<float>(), *xp = o.x.data_ptr<float>(), *bp = o.b.data_ptr<float>(),
+              *up = o.u.data_ptr<float>(), *yp = o.y.data_ptr<float>();
+  float *wp = memory.data_ptr<float>(), *np = momentum.data_ptr<float>();
+  const int64_t pq = z.p * z.q;
+  const int p = static_cast<int>(z.p), q = static_cast<int>(z.q), n = static_cast<int>(z.n);
+  at::parallel_for(0, z.count, z.grain(), [&](int64_t begin, int64_t end) {
+    for (int64_t g = begin; g < end; ++g) {
+      const float* __restrict M = mp + g * pq;
+      const float* __restrict S = sp + g * pq;
+      float* __restrict W = wp + g * pq;
+      float* __restrict N = np + g * pq;
+      const float a = ap[g], c = cp[g], b = bp[g];
+      for (int64_t e = 0; e < pq; ++e) {
+        W[e] = a * M[e] + c * S[e];
+        N[e] = b * S[e];
+      }
+      // x and u are [n,p] row-major: xᵀ(i,t) = x[t·p + i] is small_gemm's A with strides (1, p).
+      small_gemm(xp + g * n * p, 1, p, yp + g * n * q, W, W, p, n, q, 1.0f, 1.0f);
+      small_gemm(up + g * n * p, 1, p, yp + g * n * q, N, N, p, n, q, 1.0f, 1.0f);
+    }
+  });
+  return {memory, momentum};
+}
+
+// The three gradients S's uses send back, for momentum_end_update's backward: those of the memory,
+// the momentum and the start view, any of them undefined where that output reached no loss.
+struct EndGradients {
+  at::Tensor memory, momentum, start;
+};
+
+// The derivatives as ATen ops, for a backward taken with create_graph.
+variable_list momentum_end_aten_backward(const MomentumEndOperands& o, const EndGradients& G) {
+  variable_list d(8);
+  if (G.memory.defined()) {
+    d[0] = (G.memory * o.m).sum({-2, -1});
+    d[1] = matrix_scale(o.a) * G.memory;
+    d[2] = (G.memory * o.s).sum({-2, -1});
+    d[4] = batched_matmul(o.y, G.memory.transpose(-1, -2));
+  }
+  if (G.momentum.defined()) {
+    d[5] = (G.momentum * o.s).sum({-2, -1});
+    d[6] = batched_matmul(o.y, G.momentum.transpose(-1, -2));
+  }
+  for (const at::Tensor& term :
+       {G.memory.defined() ? matrix_scale(o.c) * G.memory : at::Tensor(),
+        G.momentum.defined() ? matrix_scale(o.b) * G.momentum : at::Tensor(), G.start})
+    if (term.defined()) d[3] = d[3].defined() ? d[3] + term : term;
+  if (G.memory.defined()) d[7] = batched_matmul(o.x, G.memory);
+  if (G.momentum.defined()) {
+    const at::Tensor from_u = batched_matmul(o.u, G.momentum);
+    d[7] = d[7].defined() ? d[7] + from_u : from_u;
+  }
+  return d;
+}
+
+// The same derivatives one matrix at a time: S's three gradients c·G_memory + b·G_momentum + G_start
+// in one pass, dy = x G_memory + u G_momentum accumulated in place.
+variable_list momentum_end_loop_backward(const MomentumEndOperands& o, const EndGradients& G) {
+  const bool has_w = G.memory.defined(), has_n = G.momentum.defined();
+  variable_list d(8);
+  if (!has_w && !has_n) {  // only the reads used S: its gradient is theirs, uncopied
+    d[3] = G.start;
+    return d;
+  }
+  const Shape z(o.a, o.m, o.x);
+  const int64_t pq = z.p * z.q;
+  const int p = static_cast<int>(z.p), q = static_cast<int>(z.q), n = static_cast<int>(z.n);
+  const at::Tensor gw = has_w ? G.memory.contiguous() : at::Tensor(),
+                   gn = has_n ? G.momentum.contiguous() : at::Tensor(),
+                   gr = G.start.defined() ? G.start.contiguous() : at::Tensor();
+  d[3] = at::empty_like(o.s);
+  d[7] = at::empty_like(o.y);
+  if (has_w) {
+    d[0] = at::empty_like(o.a);
+    d[1] = at::empty_like(o.m);
+    d[2] = at::empty_like(o.c);
+    d[4] = at::empty_like(o.x);
+  }
+  if (has_n) {
+    d[5] = at::empty_like(o.b);
+    d[6] = at::empty_like(o.u);
+  }
+  auto ptr = [](const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; };
+  const float *gwp = ptr(gw), *gnp = ptr(gn), *grp = ptr(gr);
+  const float *ap = o.a.data_ptr<float>(), *mp = o.m.data_ptr<float>(), *cp = o.c.data_ptr<float>(),
+              *sp = o.s.data_ptr<float>(), *xp = o.x.data_ptr<float>(), *bp = o.b.data_ptr<float>(),
+              *up = o.u.data_ptr<float>(), *yp = o.y.data_ptr<float>();
+  float *dap = ptr(d[0]), *dmp = ptr(d[1]), *dcp = ptr(d[2]), *dsp = ptr(d[3]), *dxp = ptr(d[4]),
+        *dbp = ptr(d[5]), *dup = ptr(d[6]), *dyp = ptr(d[7]);
+  at::parallel_for(0, z.count, z.grain(), [&](int64_t begin, int64_t end) {
+    TransposedProduct scratch(z);
+    for (int64_t g = begin; g < end; ++g) {
+      const float* M = mp + g * pq;
+      const float* S = sp + g * pq;
+      const float* GW = has_w ? gwp + g * pq : nullptr;
+      const float* GN = has_n ? gnp + g * pq : nullptr;
+      const float* terms[3];
+      float scales[3];
+      int count = 0;
+      if (GW) {
+        dap[g] = static_cast<float>(dot(GW, M, pq));
+        dcp[g] = static_cast<float>(dot(GW, S, pq));
+        scaled_sum(dmp + g * pq, &GW, ap + g, 1, pq);
+        terms[count] = GW;
+        scales[count++] = cp[g];
+      }
+      if (GN) {
+        dbp[g] = static_cast<float>(dot(GN, S, pq));
+        terms[count] = GN;
+        scales[count++] = bp[g];
+      }
+      if (grp) {
+        terms[count] = grp + g * pq;
+        scales[count++] = 1.0f;
+      }
+      scaled_sum(dsp + g * pq, terms, scales, count, pq);
+      // memory = xᵀy + …: dy = x G_W and dx = y G_Wᵀ; momentum = uᵀy + …: dy += u G_N, du = y G_Nᵀ.
+      float* dy = dyp + g * n * q;
+      const float* yg = yp + g * n * q;
+      if (GW) {
+        small_gemm(xp + g * n * p, p, 1, GW, nullptr, dy, n, p, q, 1.0f, 0.0f);
+        scratch.transposed_product(yg, GW, dxp + g * n * p);
+      }
+      if (GN) {
+        small_gemm(up + g * n * p, p, 1, GN, dy, dy, n, p, q, 1.0f, GW ? 1.0f : 0.0f);
+        scratch.transposed_product(yg, GN, dup + g * n * p);
+      }
+    }
+  });
+  return d;
+}
+
+struct MomentumEndFunction : public torch::autograd::Function<MomentumEndFunction> {
+  // Every operand contiguous (momentum_end_update makes them so).
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& m,
+                               const at::Tensor& c, const at::Tensor& s, const at::Tensor& x,
+                               const at::Tensor& b, const at::Tensor& u, const at::Tensor& y) {
+    ctx->set_materialize_grads(false);  // an output no loss reached costs its backward nothing
+    ctx->save_for_backward({a, m, c, s, x, b, u, y});
+    const auto [memory, momentum] = momentum_end_loop({a, m, c, s, x, b, u, y});
+    return {memory, momentum, s.narrow(-2, 0, s.size(-2))};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list v = ctx->get_saved_variables();
+    const MomentumEndOperands o{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
+    const EndGradients G{grads[0], grads[1], grads[2]};
+    return at::GradMode::is_enabled() ? momentum_end_aten_backward(o, G) : momentum_end_loop_backward(o, G);
   }
 };
 
@@ -203,6 +399,31 @@ at::Tensor state_update(const at::Tensor& a, const at::Tensor& m, const at::Tens
                                       dense(x), dense(y), momentum);
   }
   return forward_loop(dense(a), dense(m), dense(c), dense(s), dense(x), dense(y));
+}
+
+MomentumEnd momentum_end_reference(const MomentumEndOperands& o) {
+  return {state_update_reference(o.a, o.m, o.c, o.s, o.x, o.y),
+          state_update_reference(o.b, o.s, {}, {}, o.u, o.y), o.s};
+}
+
+bool momentum_end_applies(const MomentumEndOperands& o) {
+  return o.c.defined() && o.s.defined() && state_update_applies(o.a, o.m, o.c, o.s, o.x, o.y) &&
+         state_update_applies(o.b, o.s, {}, {}, o.u, o.y);
+}
+
+MomentumEnd momentum_end_update(const MomentumEndOperands& o) {
+  if (!momentum_end_applies(o)) return momentum_end_reference(o);
+  const MomentumEndOperands dense{o.a.contiguous(), o.m.contiguous(), o.c.contiguous(), o.s.contiguous(),
+                                  o.x.contiguous(), o.b.contiguous(), o.u.contiguous(), o.y.contiguous()};
+  bool tracked = false;
+  for (const at::Tensor* t : {&o.a, &o.m, &o.c, &o.s, &o.x, &o.b, &o.u, &o.y}) tracked |= t->requires_grad();
+  if (at::GradMode::is_enabled() && tracked) {
+    const variable_list out =
+        MomentumEndFunction::apply(dense.a, dense.m, dense.c, dense.s, dense.x, dense.b, dense.u, dense.y);
+    return {out[0], out[1], out[2]};
+  }
+  const auto [memory, momentum] = momentum_end_loop(dense);
+  return {memory, momentum, o.s};
 }
 
 }  // namespace memscope::model

@@ -30,4 +30,28 @@ at::Tensor state_update_reference(const at::Tensor& a, const at::Tensor& m, cons
 bool state_update_applies(const at::Tensor& a, const at::Tensor& m, const at::Tensor& c, const at::Tensor& s,
                           const at::Tensor& x, const at::Tensor& y);
 
+// gd-momentum's chunk end, the memory and its momentum from one function (SPEC §9):
+//
+//   memory   = a·M + c·S + xᵀy
+//   momentum = b·S + uᵀy           a, c, b [B,H]; M, S [B,H,p,q]; x, u [B,H,n,p]; y [B,H,n,q]
+//   start    = S                   the chunk's own reads of S take this view of it
+//
+// S has three uses, and autograd would write c·G_memory and b·G_momentum and add them to the reads'
+// gradient two at a time, each a weight-sized pass (at d_model 256 those adds were 3% of an
+// MLP-memory training step). Here the backward writes S's gradient in one pass, and y's in one
+// accumulation. Where state_update's loop does not apply, the two ATen forms run and start is S.
+struct MomentumEndOperands {
+  at::Tensor a, m, c, s, x, b, u, y;
+};
+struct MomentumEnd {
+  at::Tensor memory, momentum, start;
+};
+MomentumEnd momentum_end_update(const MomentumEndOperands& o);
+
+// The same as two state_update_references (start = S); the tests' reference.
+MomentumEnd momentum_end_reference(const MomentumEndOperands& o);
+
+// Whether momentum_end_update takes its own loop for these operands (for the tests).
+bool momentum_end_applies(const MomentumEndOperands& o);
+
 }  // namespace memscope::model

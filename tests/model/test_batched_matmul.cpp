@@ -6,9 +6,11 @@
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
+#include <array>
 #include <catch2/catch.hpp>
 
 #include "model/memory/batched_matmul.h"
+#include "model/memory/small_gemm.h"
 #include "model/util/autocast.h"
 #include "model/util/cpu_kernels.h"
 #include "support/test_device.h"
@@ -39,22 +41,27 @@ double relative_error(const at::Tensor& ours, const at::Tensor& x, const at::Ten
 }
 
 const std::vector<Case> kCases = {
-    {{64, 4, 16}, {64, 16, 64}},                     // a chunk's keys through W₂ᵀ, B·H stacks
-    {{2, 4, 4, 16}, {2, 4, 16, 64}, false, true},    // the same with W₂ᵀ a view (transposed one by one)
-    {{2, 4, 16, 64}, {2, 4, 64, 256}, false, true},  // a chunk of 16 through W₂ᵀ: (x y)ᵀ = yᵀ xᵀ
-    {{3, 17, 16}, {1, 16, 40}, true, true},          // both transposed, y broadcast
-    {{3, 16, 64}, {1, 64, 256}, true, true},         // the transposed product with x a view, y broadcast
-    {{2, 64, 16}, {2, 16, 8}, false, true},          // y transposed, but cheaper to transpose than x
-    {{3, 5, 20}, {3, 20, 13}, false, true},          // ragged sides, y transposed one by one
-    {{3, 5, 20}, {1, 20, 13}, false, true},          // the same y broadcast: copied once
-    {{2, 4, 64, 4}, {2, 4, 4, 16}, true, false},     // Σ_r δo_r a_rᵀ: the transposed left operand
-    {{2, 1, 3, 5, 7}, {4, 1, 7, 9}},                 // batches broadcast both ways
-    {{3, 5, 7}, {1, 7, 9}},                          // one right matrix for every left one
-    {{2, 3, 1, 17}, {2, 3, 17, 33}},                 // one row; sides off the vector width
-    {{2, 3, 33, 1}, {2, 3, 1, 1}},                   // one column
-    {{2, 3, 5, 0}, {2, 3, 0, 6}},                    // k = 0: zeros
-    {{2, 0, 5, 4}, {2, 0, 4, 6}},                    // no matrices
-    {{2, 256, 256}, {2, 256, 256}},                  // the largest side it takes
+    {{64, 4, 16}, {64, 16, 64}},                      // a chunk's keys through W₂ᵀ, B·H stacks
+    {{2, 4, 4, 16}, {2, 4, 16, 64}, false, true},     // the same with W₂ᵀ a view (read in place)
+    {{16, 1, 1, 64}, {16, 1, 64, 256}, false, true},  // one token through a CMS level's W₁ᵀ
+    {{2, 3, 2, 64}, {2, 3, 64, 256}, true, true},     // a transposed x's rows copied, Wᵀ read in place
+    {{2, 3, 3}, {2, 3, 10}, false, true},             // fewer terms than a register holds
+    {{2, 32, 64}, {2, 64, 64}, false, true},          // 32 rows: transposed one by one
+    {{2, 4, 16, 64}, {2, 4, 64, 256}, false, true},   // a chunk of 16 through W₂ᵀ: (x y)ᵀ = yᵀ xᵀ
+    {{3, 17, 16}, {1, 16, 40}, true, true},           // both transposed, y broadcast
+    {{3, 16, 64}, {1, 64, 256}, true, true},          // the transposed product with x a view, y broadcast
+    {{2, 64, 16}, {2, 16, 8}, false, true},           // y transposed, but cheaper to transpose than x
+    {{3, 5, 20}, {3, 20, 13}, false, true},           // ragged sides, y read in place
+    {{3, 5, 20}, {1, 20, 13}, false, true},           // the same y broadcast
+    {{3, 20, 20}, {1, 20, 13}, false, true},          // 20 rows against a broadcast Wᵀ: copied once
+    {{2, 4, 64, 4}, {2, 4, 4, 16}, true, false},      // Σ_r δo_r a_rᵀ: the transposed left operand
+    {{2, 1, 3, 5, 7}, {4, 1, 7, 9}},                  // batches broadcast both ways
+    {{3, 5, 7}, {1, 7, 9}},                           // one right matrix for every left one
+    {{2, 3, 1, 17}, {2, 3, 17, 33}},                  // one row; sides off the vector width
+    {{2, 3, 33, 1}, {2, 3, 1, 1}},                    // one column
+    {{2, 3, 5, 0}, {2, 3, 0, 6}},                     // k = 0: zeros
+    {{2, 0, 5, 4}, {2, 0, 4, 6}},                     // no matrices
+    {{2, 256, 256}, {2, 256, 256}},                   // the largest side it takes
 };
 
 }  // namespace
@@ -125,13 +132,38 @@ TEST_CASE("batched_matmul's gradients and second derivatives equal autograd's th
 TEST_CASE("batched_matmul gives the same bits at any thread count", "[model]") {
   torch::manual_seed(9);
   const at::Tensor x = torch::randn({256, 8, 64}), y = torch::randn({256, 64, 48});
+  const at::Tensor y_t = torch::randn({256, 48, 64}).transpose(-1, -2);  // read in place
   const int before = at::get_num_threads();
   at::set_num_threads(1);
-  const at::Tensor one = batched_matmul(x, y);
+  const at::Tensor one = batched_matmul(x, y), one_t = batched_matmul(x, y_t);
   at::set_num_threads(2);
-  const at::Tensor two = batched_matmul(x, y);
+  const at::Tensor two = batched_matmul(x, y), two_t = batched_matmul(x, y_t);
   at::set_num_threads(before);
   CHECK(at::equal(one, two));
+  CHECK(at::equal(one_t, two_t));
+}
+
+TEST_CASE("small_gemm_nt's kernels equal the float64 product, full blocks and ragged rows alike", "[model]") {
+  torch::manual_seed(31);
+  // m × k against B [n,k]: sides on and off every register width (4, 8, 16 floats), a k below it.
+  for (const auto& [m, k, n] : std::vector<std::array<int, 3>>{
+           {1, 64, 256}, {4, 256, 64}, {5, 20, 13}, {3, 3, 17}, {2, 33, 40}, {1, 1, 1}}) {
+    INFO("m " << m << ", k " << k << ", n " << n);
+    const at::Tensor a = torch::randn({m, k}), b = torch::randn({n, k});
+    const at::Tensor reference = at::matmul(a.to(at::kDouble), b.to(at::kDouble).t());
+    const double scale = std::max(1.0, reference.abs().max().item<double>());
+    at::Tensor widest = at::empty({m, n}), portable = at::empty({m, n});
+    small_gemm_nt(a.data_ptr<float>(), k, b.data_ptr<float>(), widest.data_ptr<float>(), m, k, n);
+    small_gemm_nt_portable(a.data_ptr<float>(), k, b.data_ptr<float>(), portable.data_ptr<float>(), m, k, n);
+    const double bound = 2e-6 * std::sqrt(static_cast<double>(k) + 1.0);
+    CHECK((widest.to(at::kDouble) - reference).abs().max().item<double>() / scale < bound);
+    CHECK((portable.to(at::kDouble) - reference).abs().max().item<double>() / scale < bound);
+    // Row j of a full block and the same row as a ragged one (B's first n − 1 rows dropped) sum alike.
+    const at::Tensor last = at::empty({m, 1});
+    small_gemm_nt(a.data_ptr<float>(), k, b[n - 1].contiguous().data_ptr<float>(), last.data_ptr<float>(), m,
+                  k, 1);
+    CHECK(at::equal(last, widest.narrow(1, n - 1, 1)));
+  }
 }
 
 TEST_CASE("batched_matmul reads expanded operands and sums their gradients back", "[model]") {

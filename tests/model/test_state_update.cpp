@@ -144,3 +144,100 @@ TEST_CASE("state_update takes views as the dual form passes them, and gradients 
     }
   }
 }
+
+namespace {
+
+// momentum_end_update's operands at chunk n: every gate a [B,H] scalar, M and S [B,H,p,q].
+MomentumEndOperands end_operands(int64_t n) {
+  const int64_t B = 2, H = 3, p = 16, q = 40;
+  return {torch::rand({B, H}) + 0.5,  torch::randn({B, H, p, q}), -torch::rand({B, H}),
+          torch::randn({B, H, p, q}), torch::randn({B, H, n, p}), torch::rand({B, H}) + 0.2,
+          torch::randn({B, H, n, p}), torch::randn({B, H, n, q})};
+}
+
+// f = Σ over the outputs in `used` (0 memory, 1 momentum, 2 start) of w_i ⊙ out_i², through
+// momentum_end_update (ours) or two state_update_references in float64: its gradients in a, m, c, s,
+// x, b, u, y (zero for an operand f does not reach), then with `second` those of ⟨∇f, cos θ⟩.
+std::vector<at::Tensor> end_derivatives(const MomentumEndOperands& o, const std::vector<at::Tensor>& w,
+                                        const std::vector<int>& used, bool ours, bool second) {
+  std::vector<at::Tensor> leaves;
+  for (const at::Tensor* t : {&o.a, &o.m, &o.c, &o.s, &o.x, &o.b, &o.u, &o.y})
+    leaves.push_back((ours ? t->detach().clone() : t->detach().to(at::kDouble)).requires_grad_(true));
+  const MomentumEndOperands in{leaves[0], leaves[1], leaves[2], leaves[3],
+                               leaves[4], leaves[5], leaves[6], leaves[7]};
+  const MomentumEnd end = ours ? momentum_end_update(in) : momentum_end_reference(in);
+  const at::Tensor outputs[] = {end.memory, end.momentum, end.start};
+  at::Tensor f = at::zeros({}, end.memory.options());
+  for (const int i : used) f = f + (w[i].to(f.dtype()) * outputs[i] * outputs[i]).sum();
+  auto dense = [&](const std::vector<at::Tensor>& grads) {
+    std::vector<at::Tensor> out;
+    for (size_t i = 0; i < grads.size(); ++i)
+      out.push_back(grads[i].defined() ? grads[i] : at::zeros_like(leaves[i]));
+    return out;
+  };
+  const auto first = dense(torch::autograd::grad({f}, leaves, {}, second, second, /*allow_unused=*/true));
+  std::vector<at::Tensor> all;
+  for (const auto& g : first) all.push_back(g.detach());
+  if (!second) return all;
+  at::Tensor directional = at::zeros({}, f.options());
+  for (size_t i = 0; i < first.size(); ++i)
+    if (first[i].requires_grad()) directional = directional + (first[i] * leaves[i].detach().cos()).sum();
+  if (!directional.requires_grad()) return all;
+  for (const auto& g : dense(torch::autograd::grad({directional}, leaves, {}, false, false, true)))
+    all.push_back(g);
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "momentum_end_update equals its two ATen forms, through any of its outputs, to the second derivative",
+    "[model]") {
+  if (!memscope::test::cpu_kernels_testable()) return;  // MEMSCOPE_CPU_KERNELS=0: the loop is off
+  torch::manual_seed(23);
+  for (const int64_t n : {4, 16, 21}) {
+    const MomentumEndOperands o = end_operands(n);
+    REQUIRE(momentum_end_applies(o));
+    {
+      const MomentumEnd ours = momentum_end_update(o);
+      auto d = [](const at::Tensor& t) { return t.to(at::kDouble); };
+      const MomentumEnd reference =
+          momentum_end_reference({d(o.a), d(o.m), d(o.c), d(o.s), d(o.x), d(o.b), d(o.u), d(o.y)});
+      INFO("chunk of " << n);
+      CHECK(relative(ours.memory, reference.memory) < 1e-5);
+      CHECK(relative(ours.momentum, reference.momentum) < 1e-5);
+      CHECK(ours.start.is_same(o.s));  // without autograd, S itself
+    }
+    std::vector<at::Tensor> w;
+    for (int i = 0; i < 3; ++i) w.push_back(torch::randn(o.m.sizes()));
+    // Every output, each one alone (the start alone is the last chunk's case: its gradient passes
+    // through uncopied), and the pairs.
+    const std::vector<std::vector<int>> uses{{0, 1, 2}, {0}, {1}, {2}, {0, 2}, {1, 2}, {0, 1}};
+    for (const auto& used : uses)
+      for (const bool second : {false, true}) {
+        INFO("chunk of " << n << ", outputs used " << used.size() << " from " << used.front() << ", second "
+                         << second);
+        const auto ours = end_derivatives(o, w, used, true, second),
+                   reference = end_derivatives(o, w, used, false, second);
+        REQUIRE(ours.size() == reference.size());
+        for (size_t i = 0; i < ours.size(); ++i) {
+          INFO("derivative " << i << " (first, then second, in the order a, m, c, s, x, b, u, y)");
+          CHECK(relative(ours[i], reference[i]) < 1e-5);
+        }
+      }
+  }
+}
+
+TEST_CASE("momentum_end_update's start is a view of S, and S itself on the ATen route", "[model]") {
+  if (!memscope::test::cpu_kernels_testable()) return;
+  torch::manual_seed(29);
+  const MomentumEndOperands o = end_operands(16);
+  const at::Tensor s = o.s.clone().requires_grad_(true);
+  const MomentumEnd end = momentum_end_update({o.a, o.m, o.c, s, o.x, o.b, o.u, o.y});
+  CHECK(end.start.data_ptr() == s.data_ptr());
+  CHECK(end.start.sizes() == s.sizes());
+  CHECK(end.start.grad_fn() != nullptr);  // the function's node, which sums S's three gradients
+  const memscope::model::ScopedAtenForms gpu_forms;
+  CHECK_FALSE(momentum_end_applies(o));
+  CHECK(momentum_end_update({o.a, o.m, o.c, s, o.x, o.b, o.u, o.y}).start.is_same(s));
+}
