@@ -1,10 +1,12 @@
 // C = β·C0 + α·A·B for the small float32 matrices of the memory's inner loops, on the CPU
-// (issue 20): Newton–Schulz's Gram matrices and products (newton_schulz.cpp) and the MLP memory's
-// fused chunkwise form (fused_mlp_chunkwise.cpp). At these sizes (sides of 16 to 256) a BLAS call
-// spends more on packing and dispatch than on the product; this loop packs nothing and keeps a
-// block of C in registers, one register-wide strip per instruction set (AVX-512, AVX2 + FMA, SSE),
-// chosen once at run time. On the AMD VM (AVX2, one thread): 39 GFLOP/s on 16×64 matrices, 86 on
-// 64×64 (its peak sgemm there, BLAS on large matrices, is 73–91).
+// (issue 20): Newton–Schulz's Gram matrices and products (newton_schulz.cpp), the MLP memory's
+// fused chunkwise form (fused_mlp_chunkwise.cpp), the stacks of batched_matmul.h and the chunk-end
+// updates of state_update.h; and C = A·Bᵀ with B read in place (small_gemm_nt, below). At these
+// sizes (sides of 16 to 256) a BLAS call spends more on packing and dispatch than on the product;
+// this loop packs nothing and keeps a block of C in registers, one register-wide strip per
+// instruction set (AVX-512, AVX2 + FMA, SSE), chosen once at run time. On the AMD VM (AVX2, one
+// thread): 39 GFLOP/s on 16×64 matrices, 86 on 64×64 (its peak sgemm there, BLAS on large
+// matrices, is 73–91).
 #pragma once
 #include <climits>
 #include <cstdint>
