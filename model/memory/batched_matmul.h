@@ -10,8 +10,10 @@
 // It takes over where cpu_kernels_on(), float32, no CPU autocast, both operands at least 3-D and
 // every matrix side at most kBatchedMatmulMaxSide, unless MEMSCOPE_BATCHED_MATMUL=0; anywhere else
 // it is at::matmul. Broadcasting
-// follows at::matmul's. Each element's sum runs over k in order, so the result does not depend on
-// the thread count; it differs from BLAS's in the last bits.
+// follows at::matmul's. Each element's sum runs over k in order (small_gemm), or, for a transposed
+// y against fewer than 16 rows, a register wide and then across its lanes by a fixed tree
+// (small_gemm_nt); either way one thread computes each matrix, so the result does not depend on
+// the thread count. It differs from BLAS's in the last bits.
 #pragma once
 #include <ATen/core/Tensor.h>
 

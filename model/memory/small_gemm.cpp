@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 namespace memscope::model {
@@ -238,8 +240,21 @@ void small_gemm(const float* A, int ai, int ap, const float* B, const float* C0,
   kernel(A, ai, ap, B, C0, C, m, k, n, alpha, beta, symmetric);
 }
 
-void small_gemm_nt_portable(const float* A, int lda, const float* B, float* C, int m, int k, int n) {
-  small_gemm_nt_strips<4>(A, lda, B, C, m, k, n);
+void small_gemm_nt_generic(int width, const float* A, int lda, const float* B, float* C, int m, int k,
+                           int n) {
+  switch (width) {
+    case 4:
+      small_gemm_nt_strips<4>(A, lda, B, C, m, k, n);
+      return;
+    case 8:
+      small_gemm_nt_strips<8>(A, lda, B, C, m, k, n);
+      return;
+    case 16:
+      small_gemm_nt_strips<16>(A, lda, B, C, m, k, n);
+      return;
+    default:
+      throw std::invalid_argument("small_gemm_nt_generic: width " + std::to_string(width));
+  }
 }
 
 void small_gemm_nt(const float* A, int lda, const float* B, float* C, int m, int k, int n) {
@@ -248,7 +263,9 @@ void small_gemm_nt(const float* A, int lda, const float* B, float* C, int m, int
     if (__builtin_cpu_supports("avx512f")) return &small_gemm_nt_avx512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &small_gemm_nt_avx2;
 #endif
-    return &small_gemm_nt_portable;
+    return +[](const float* A, int lda, const float* B, float* C, int m, int k, int n) {
+      small_gemm_nt_strips<4>(A, lda, B, C, m, k, n);
+    };
   }();
   kernel(A, lda, B, C, m, k, n);
 }

@@ -36,8 +36,9 @@ void small_gemm(const float* A, int ai, int ap, const float* B, const float* C0,
 // AMD VM (80 matrices, B [256,64]): 0.10 ms against 0.58 for one row of A, 0.30 against 0.59 for four.
 void small_gemm_nt(const float* A, int lda, const float* B, float* C, int m, int k, int n);
 
-// The same in the portable kernel (4-float strips), which small_gemm_nt runs only on a CPU without
-// AVX2 and FMA: for the tests, which hold it to the same products.
-void small_gemm_nt_portable(const float* A, int lda, const float* B, float* C, int m, int k, int n);
+// The same arithmetic in strips of `width` floats (4, 8 or 16), built for the baseline instruction
+// set, where a wider strip is split into the registers there are: for the tests, which check every
+// width's lane-sum tree on any CPU (this one has no AVX-512).
+void small_gemm_nt_generic(int width, const float* A, int lda, const float* B, float* C, int m, int k, int n);
 
 }  // namespace memscope::model

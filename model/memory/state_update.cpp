@@ -300,19 +300,20 @@ variable_list momentum_end_loop_backward(const MomentumEndOperands& o, const End
     for (int64_t g = begin; g < end; ++g) {
       const float* M = mp + g * pq;
       const float* S = sp + g * pq;
+      // The flags, not the pointers, say which gradients came: an empty matrix's data may be null.
       const float* GW = has_w ? gwp + g * pq : nullptr;
       const float* GN = has_n ? gnp + g * pq : nullptr;
-      const float* terms[3];
-      float scales[3];
+      const float* terms[3] = {};
+      float scales[3] = {};
       int count = 0;
-      if (GW) {
+      if (has_w) {
         dap[g] = static_cast<float>(dot(GW, M, pq));
         dcp[g] = static_cast<float>(dot(GW, S, pq));
         scaled_sum(dmp + g * pq, &GW, ap + g, 1, pq);
         terms[count] = GW;
         scales[count++] = cp[g];
       }
-      if (GN) {
+      if (has_n) {
         dbp[g] = static_cast<float>(dot(GN, S, pq));
         terms[count] = GN;
         scales[count++] = bp[g];
@@ -325,12 +326,12 @@ variable_list momentum_end_loop_backward(const MomentumEndOperands& o, const End
       // memory = xᵀy + …: dy = x G_W and dx = y G_Wᵀ; momentum = uᵀy + …: dy += u G_N, du = y G_Nᵀ.
       float* dy = dyp + g * n * q;
       const float* yg = yp + g * n * q;
-      if (GW) {
+      if (has_w) {
         small_gemm(xp + g * n * p, p, 1, GW, nullptr, dy, n, p, q, 1.0f, 0.0f);
         scratch.transposed_product(yg, GW, dxp + g * n * p);
       }
-      if (GN) {
-        small_gemm(up + g * n * p, p, 1, GN, dy, dy, n, p, q, 1.0f, GW ? 1.0f : 0.0f);
+      if (has_n) {
+        small_gemm(up + g * n * p, p, 1, GN, dy, dy, n, p, q, 1.0f, has_w ? 1.0f : 0.0f);
         scratch.transposed_product(yg, GN, dup + g * n * p);
       }
     }
@@ -420,7 +421,9 @@ MomentumEnd momentum_end_update(const MomentumEndOperands& o) {
   if (at::GradMode::is_enabled() && tracked) {
     const variable_list out =
         MomentumEndFunction::apply(dense.a, dense.m, dense.c, dense.s, dense.x, dense.b, dense.u, dense.y);
-    return {out[0], out[1], out[2]};
+    // An S₀ that needs no gradient (the first chunk's zeros) is read plainly: through the view,
+    // the reads' gradient for it would be computed and dropped.
+    return {out[0], out[1], o.s.requires_grad() ? out[2] : o.s};
   }
   const auto [memory, momentum] = momentum_end_loop(dense);
   return {memory, momentum, o.s};

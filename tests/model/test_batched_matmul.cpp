@@ -74,7 +74,8 @@ TEST_CASE("batched_matmul equals at::matmul in float64 for every shape the memor
     const at::Tensor x = operand(c.x, c.transpose_x), y = operand(c.y, c.transpose_y);
     INFO("case " << i);
     REQUIRE(batched_matmul_applies(x, y));
-    // Float32 products of up to 256 terms: each sum in order, a few ulp of the largest term each.
+    // Float32 products of up to 256 terms, summed in order or by lanes: a few ulp of the largest
+    // term each.
     CHECK(relative_error(batched_matmul(x, y), x, y) <
           2e-6 * std::sqrt(static_cast<double>(x.size(-1)) + 1.0));
   }
@@ -132,37 +133,62 @@ TEST_CASE("batched_matmul's gradients and second derivatives equal autograd's th
 TEST_CASE("batched_matmul gives the same bits at any thread count", "[model]") {
   torch::manual_seed(9);
   const at::Tensor x = torch::randn({256, 8, 64}), y = torch::randn({256, 64, 48});
-  const at::Tensor y_t = torch::randn({256, 48, 64}).transpose(-1, -2);  // read in place
   const int before = at::get_num_threads();
   at::set_num_threads(1);
-  const at::Tensor one = batched_matmul(x, y), one_t = batched_matmul(x, y_t);
+  const at::Tensor one = batched_matmul(x, y);
   at::set_num_threads(2);
-  const at::Tensor two = batched_matmul(x, y), two_t = batched_matmul(x, y_t);
+  const at::Tensor two = batched_matmul(x, y);
   at::set_num_threads(before);
   CHECK(at::equal(one, two));
-  CHECK(at::equal(one_t, two_t));
 }
 
-TEST_CASE("small_gemm_nt's kernels equal the float64 product, full blocks and ragged rows alike", "[model]") {
+TEST_CASE(
+    "small_gemm_nt equals the float64 product at every strip width, and each element sums alike in a "
+    "full block and alone",
+    "[model]") {
   torch::manual_seed(31);
-  // m × k against B [n,k]: sides on and off every register width (4, 8, 16 floats), a k below it.
+  // m × k against B [n,k]: sides on and off every strip width (4, 8, 16 floats), k below it, and A's
+  // rows further apart than k.
   for (const auto& [m, k, n] : std::vector<std::array<int, 3>>{
-           {1, 64, 256}, {4, 256, 64}, {5, 20, 13}, {3, 3, 17}, {2, 33, 40}, {1, 1, 1}}) {
-    INFO("m " << m << ", k " << k << ", n " << n);
-    const at::Tensor a = torch::randn({m, k}), b = torch::randn({n, k});
+           {1, 64, 256}, {4, 256, 64}, {5, 20, 13}, {3, 3, 17}, {2, 33, 40}, {1, 1, 1}, {3, 37, 35}}) {
+    const at::Tensor a = torch::randn({m, k + 5}).narrow(1, 2, k), b = torch::randn({n, k});
+    const int lda = static_cast<int>(a.stride(0));
     const at::Tensor reference = at::matmul(a.to(at::kDouble), b.to(at::kDouble).t());
     const double scale = std::max(1.0, reference.abs().max().item<double>());
-    at::Tensor widest = at::empty({m, n}), portable = at::empty({m, n});
-    small_gemm_nt(a.data_ptr<float>(), k, b.data_ptr<float>(), widest.data_ptr<float>(), m, k, n);
-    small_gemm_nt_portable(a.data_ptr<float>(), k, b.data_ptr<float>(), portable.data_ptr<float>(), m, k, n);
     const double bound = 2e-6 * std::sqrt(static_cast<double>(k) + 1.0);
-    CHECK((widest.to(at::kDouble) - reference).abs().max().item<double>() / scale < bound);
-    CHECK((portable.to(at::kDouble) - reference).abs().max().item<double>() / scale < bound);
-    // Row j of a full block and the same row as a ragged one (B's first n − 1 rows dropped) sum alike.
-    const at::Tensor last = at::empty({m, 1});
-    small_gemm_nt(a.data_ptr<float>(), k, b[n - 1].contiguous().data_ptr<float>(), last.data_ptr<float>(), m,
-                  k, 1);
-    CHECK(at::equal(last, widest.narrow(1, n - 1, 1)));
+    // 0: the kernel this CPU runs; 4, 8, 16: each width built for the baseline instruction set.
+    for (const int width : {0, 4, 8, 16}) {
+      INFO("m " << m << ", k " << k << ", n " << n << ", width " << width << " (0: this CPU's kernel)");
+      auto product = [&](const float* rows, float* out, int count) {
+        if (width == 0)
+          small_gemm_nt(a.data_ptr<float>(), lda, rows, out, m, k, count);
+        else
+          small_gemm_nt_generic(width, a.data_ptr<float>(), lda, rows, out, m, k, count);
+      };
+      const at::Tensor c = at::empty({m, n});
+      product(b.data_ptr<float>(), c.data_ptr<float>(), n);
+      CHECK((c.to(at::kDouble) - reference).abs().max().item<double>() / scale < bound);
+      // Column j against B's row j alone, which is a ragged row of one: the same bits.
+      bool alike = true;
+      for (int j = 0; j < n; ++j) {
+        const at::Tensor alone = at::empty({m, 1});
+        product(b[j].contiguous().data_ptr<float>(), alone.data_ptr<float>(), 1);
+        alike = alike && at::equal(alone, c.narrow(1, j, 1));
+      }
+      CHECK(alike);
+    }
+  }
+}
+
+TEST_CASE("batched_matmul reads x's rows through their stride when it reads Wᵀ in place", "[model]") {
+  if (!memscope::test::cpu_kernels_testable()) return;  // MEMSCOPE_CPU_KERNELS=0: the loop is off
+  torch::manual_seed(37);
+  const at::Tensor w_t = torch::randn({2, 3, 40, 64}).transpose(-1, -2);  // [2,3,64,40], column-major
+  // x's rows 72 floats apart (a narrow of wider rows), and x's one row expanded to 4 (stride 0).
+  for (const at::Tensor& x :
+       {torch::randn({2, 3, 4, 72}).narrow(-1, 5, 64), torch::randn({2, 3, 1, 64}).expand({2, 3, 4, 64})}) {
+    REQUIRE(batched_matmul_applies(x, w_t));
+    CHECK(relative_error(batched_matmul(x, w_t), x, w_t) < 2e-6 * std::sqrt(65.0));
   }
 }
 

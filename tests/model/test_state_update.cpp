@@ -34,6 +34,7 @@ Operands operands(int64_t n, bool momentum) {
 }
 
 double relative(const at::Tensor& ours, const at::Tensor& reference) {
+  if (reference.numel() == 0) return ours.numel() == 0 ? 0.0 : 1.0;  // an empty matrix's gradient
   const double scale = std::max(1.0, reference.abs().max().item<double>());
   return (ours.to(at::kDouble) - reference.to(at::kDouble)).abs().max().item<double>() / scale;
 }
@@ -148,8 +149,8 @@ TEST_CASE("state_update takes views as the dual form passes them, and gradients 
 namespace {
 
 // momentum_end_update's operands at chunk n: every gate a [B,H] scalar, M and S [B,H,p,q].
-MomentumEndOperands end_operands(int64_t n) {
-  const int64_t B = 2, H = 3, p = 16, q = 40;
+MomentumEndOperands end_operands(int64_t n, int64_t p = 16, int64_t q = 40) {
+  const int64_t B = 2, H = 3;
   return {torch::rand({B, H}) + 0.5,  torch::randn({B, H, p, q}), -torch::rand({B, H}),
           torch::randn({B, H, p, q}), torch::randn({B, H, n, p}), torch::rand({B, H}) + 0.2,
           torch::randn({B, H, n, p}), torch::randn({B, H, n, q})};
@@ -240,4 +241,50 @@ TEST_CASE("momentum_end_update's start is a view of S, and S itself on the ATen 
   const memscope::model::ScopedAtenForms gpu_forms;
   CHECK_FALSE(momentum_end_applies(o));
   CHECK(momentum_end_update({o.a, o.m, o.c, s, o.x, o.b, o.u, o.y}).start.is_same(s));
+}
+
+TEST_CASE("momentum_end_update with empty matrices, an expanded incoming gradient, and some inputs only",
+          "[model]") {
+  if (!memscope::test::cpu_kernels_testable()) return;
+  torch::manual_seed(41);
+  // f = Σ memory (`expanded`: its incoming gradient an expanded 1, stride 0) or Σ w ⊙ memory (a
+  // fresh gradient, whose data an empty matrix leaves null), + Σ w ⊙ momentum² + Σ start.
+  // `needs`: which of a, m, c, s, x, b, u, y require grad (the others are constants).
+  auto gradients = [](const MomentumEndOperands& o, const std::vector<bool>& needs, const at::Tensor& w,
+                      bool expanded, bool ours) {
+    std::vector<at::Tensor> in, leaves;
+    size_t i = 0;
+    for (const at::Tensor* t : {&o.a, &o.m, &o.c, &o.s, &o.x, &o.b, &o.u, &o.y}) {
+      const at::Tensor v = ours ? t->detach().clone() : t->detach().to(at::kDouble);
+      in.push_back(needs[i++] ? v.requires_grad_(true) : v);
+      if (in.back().requires_grad()) leaves.push_back(in.back());
+    }
+    const MomentumEndOperands operands{in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7]};
+    const MomentumEnd end = ours ? momentum_end_update(operands) : momentum_end_reference(operands);
+    const at::Tensor weight = w.to(end.momentum.dtype());
+    const at::Tensor f = (expanded ? end.memory.sum() : (weight * end.memory).sum()) +
+                         (weight * end.momentum.pow(2)).sum() + end.start.sum();
+    std::vector<at::Tensor> out;
+    for (const at::Tensor& g : torch::autograd::grad({f}, leaves)) out.push_back(g);
+    return out;
+  };
+  const std::vector<bool> every(8, true), weights_only{false, true, false, true, false, false, false, false};
+  for (const auto& [p, q] : std::vector<std::pair<int64_t, int64_t>>{{16, 40}, {0, 40}, {16, 0}}) {
+    const MomentumEndOperands o = end_operands(5, p, q);
+    REQUIRE(momentum_end_applies(o));
+    const at::Tensor w = torch::randn(o.m.sizes());
+    for (const auto* needs : {&every, &weights_only})
+      for (const bool expanded : {true, false}) {
+        INFO("p " << p << ", q " << q << (needs == &every ? ", every input" : ", only M and S")
+                  << " requires grad" << (expanded ? ", memory's gradient expanded" : ""));
+        const auto ours = gradients(o, *needs, w, expanded, true),
+                   reference = gradients(o, *needs, w, expanded, false);
+        REQUIRE(ours.size() == reference.size());
+        for (size_t i = 0; i < ours.size(); ++i) {
+          INFO("gradient " << i << " of the inputs that require grad, in the order a, m, c, s, x, b, u, y");
+          REQUIRE(ours[i].sizes() == reference[i].sizes());
+          CHECK(relative(ours[i], reference[i]) < 1e-5);
+        }
+      }
+  }
 }
