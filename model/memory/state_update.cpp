@@ -200,34 +200,10 @@ void scaled_sum(float* __restrict out, const float* const* term, const float* sc
   for (int64_t e = 0; e < count; ++e) out[e] = s0 * t0[e] + s1 * t1[e] + s2 * t2[e];
 }
 
-// memory = a·M + c·S + xᵀy and momentum = b·S + uᵀy, one matrix after the other, each read once.
+// memory = a·M + c·S + xᵀy and momentum = b·S + uᵀy: state_update's loop for each (the saving
+// is the backward's; forward, S is read twice).
 std::pair<at::Tensor, at::Tensor> momentum_end_loop(const MomentumEndOperands& o) {
-  const Shape z(o.a, o.m, o.x);
-  at::Tensor memory = at::empty_like(o.m, at::MemoryFormat::Contiguous),
-             momentum = at::empty_like(o.s, at::MemoryFormat::Contiguous);
-  const float *ap = o.a.data_ptr<float>(), *mp = o.m.data_ptr<float>(), *cp = o.c.data_ptr<float>(),
-              *sp = o.s.data_ptr<float>(), *xp = o.x.data_ptr<float>(), *bp = o.b.data_ptr<float>(),
-              *up = o.u.data_ptr<float>(), *yp = o.y.data_ptr<float>();
-  float *wp = memory.data_ptr<float>(), *np = momentum.data_ptr<float>();
-  const int64_t pq = z.p * z.q;
-  const int p = static_cast<int>(z.p), q = static_cast<int>(z.q), n = static_cast<int>(z.n);
-  at::parallel_for(0, z.count, z.grain(), [&](int64_t begin, int64_t end) {
-    for (int64_t g = begin; g < end; ++g) {
-      const float* __restrict M = mp + g * pq;
-      const float* __restrict S = sp + g * pq;
-      float* __restrict W = wp + g * pq;
-      float* __restrict N = np + g * pq;
-      const float a = ap[g], c = cp[g], b = bp[g];
-      for (int64_t e = 0; e < pq; ++e) {
-        W[e] = a * M[e] + c * S[e];
-        N[e] = b * S[e];
-      }
-      // x and u are [n,p] row-major: xᵀ(i,t) = x[t·p + i] is small_gemm's A with strides (1, p).
-      small_gemm(xp + g * n * p, 1, p, yp + g * n * q, W, W, p, n, q, 1.0f, 1.0f);
-      small_gemm(up + g * n * p, 1, p, yp + g * n * q, N, N, p, n, q, 1.0f, 1.0f);
-    }
-  });
-  return {memory, momentum};
+  return {forward_loop(o.a, o.m, o.c, o.s, o.x, o.y), forward_loop(o.b, o.s, {}, {}, o.u, o.y)};
 }
 
 // The three gradients S's uses send back, for momentum_end_update's backward: those of the memory,
