@@ -9,7 +9,9 @@
 //   W_j = W_s·P_j − Σ_{i≤j} η_i·D[j,i]·∇_i,   D[j,i] = Π_{i<l≤j} p_l,   P_j = Π_{l≤j} p_l,
 //
 // so the chunk-end memories are one matmul each, and the main memory's reads after each write,
-// y_j = M_j(q_j), need only W_s and b×b inner products (the dual form), never M_j itself. Against
+// y_j = M_j(q_j), need only W_s and b×b inner products (the dual form), never M_j itself. A call
+// that continues a chunk an earlier call began (the debugger steps one token a call) unrolls the
+// same way from the current memories in place of W_s, its gradients still at the chunk start. Against
 // the sequential step, which builds a new [B,5,d,4d] state and a double-backward graph per token,
 // this materialises one state per chunk and differentiates plain tensor ops.
 #include <ATen/ATen.h>
@@ -44,10 +46,13 @@ at::Tensor SelfModifyingMemoryImpl::forward(const at::Tensor& input, SelfModStat
   const AutocastOff state_precision(input.device().type());
   const at::Tensor x = state_precision.was_on() ? input.to(state.weights[0][0].scalar_type()) : input;
   std::vector<at::Tensor> ys;
-  int64_t t = 0;
-  // A call that starts inside a chunk finishes it token by token, at the carried anchor.
-  for (; t < x.size(1) && state.tokens % chunk != 0; ++t) ys.push_back(step(x.select(1, t), state, nullptr, chunk).unsqueeze(1));
-  for (; t < x.size(1); t += chunk) ys.push_back(forward_chunk(x.narrow(1, t, std::min(chunk, x.size(1) - t)), state, chunk));
+  // Chunks sit at multiples of b from the stream start, so a call that starts inside one first
+  // finishes it, reading the chunk start the state carries (the anchor).
+  for (int64_t t = 0; t < x.size(1);) {
+    const int64_t n = std::min(x.size(1) - t, chunk - state.tokens % chunk);
+    ys.push_back(forward_chunk(x.narrow(1, t, n), state, chunk));
+    t += n;
+  }
   if (ys.empty()) return x.new_empty({x.size(0), 0, x.size(2)});
   return ys.size() == 1 ? ys.front() : at::cat(ys, 1);
 }
@@ -55,27 +60,50 @@ at::Tensor SelfModifyingMemoryImpl::forward(const at::Tensor& input, SelfModStat
 at::Tensor SelfModifyingMemoryImpl::forward_chunk(const at::Tensor& x, SelfModState& state, int64_t chunk) const {
   const int64_t B = x.size(0), n = x.size(1), d = options_.d_model;
   TORCH_CHECK(x.size(2) == d, "self-modifying memory: expected x of shape [B,T,", d, "], got ", x.sizes());
-  const std::array<std::vector<at::Tensor>, kSelfModCount> start = state.weights;
+  TORCH_INTERNAL_ASSERT(n >= 1 && state.tokens % chunk + n <= chunk,
+                        "forward_chunk: the tokens must lie in one chunk");
+  // A call that continues a chunk (as step() decides it): its writes read the chunk-start memories,
+  // and land on the current ones, which hold the chunk's earlier writes.
+  const bool continuing =
+      chunk > 1 && state.tokens % chunk != 0 && state.anchor_chunk == chunk && !state.anchor[0].empty();
+  const std::array<std::vector<at::Tensor>, kSelfModCount> current = state.weights;
 
   // The five memories on the head axis: W_1 [B,5,d,4d], W_2 [B,5,4d,d], LN [5,d]. The previous
   // chunk left them stacked; stacking again copies 2·B·5·d·4d floats (and their gradient).
-  std::vector<at::Tensor> parts1, parts2, ln_w, ln_b;
-  bool stacked = state.stacked[0].defined() && state.stacked[1].defined();
+  auto stack_of = [](const std::array<std::vector<at::Tensor>, kSelfModCount>& w,
+                     const std::array<at::Tensor, 2>& cache) {
+    if (slices_of(cache, w)) return cache;
+    std::array<at::Tensor, 2> out;
+    for (size_t i = 0; i < out.size(); ++i) {
+      std::vector<at::Tensor> parts;
+      for (int m = 0; m < kSelfModCount; ++m) parts.push_back(w[m][i]);
+      out[i] = at::cat(parts, 1);
+    }
+    return out;
+  };
+  const std::array<at::Tensor, 2> base = stack_of(current, state.stacked);
+  const std::array<at::Tensor, 2> chunk_start =
+      continuing ? stack_of(state.anchor, state.anchor_stacked) : base;
+  std::vector<at::Tensor> ln_w, ln_b;
   for (int m = 0; m < kSelfModCount; ++m) {
-    parts1.push_back(start[m][0]);
-    parts2.push_back(start[m][1]);
-    stacked = stacked && start[m][0].is_alias_of(state.stacked[0]) && start[m][1].is_alias_of(state.stacked[1]);
     ln_w.push_back(ln_weight[m].to(x.dtype()));
     ln_b.push_back(ln_bias[m].to(x.dtype()));
   }
-  const at::Tensor w1_stack = stacked ? state.stacked[0] : at::cat(parts1, 1);
-  const at::Tensor w2_stack = stacked ? state.stacked[1] : at::cat(parts2, 1);
   // Each use of a stacked weight through its own view, so that training sums their gradients in one
   // pass (weight_views.h). The targets' pass at v is a stop-gradient and shares the projections'.
+  // The first three uses read the chunk start; the main read after the writes and the write itself
+  // start from the current memories (the same stack, except in a continued chunk).
   enum Use { Projections, AtKey, InnerGradient, MainRead, Write, UseCount };
   const std::vector<WeightRange> uses{{0, kProjections}, {}, {}, {kMain, 1}, {}};  // one per Use, in order
   TORCH_INTERNAL_ASSERT(uses.size() == UseCount);
-  const std::vector<at::Tensor> w1 = weight_views(w1_stack, 1, uses), w2 = weight_views(w2_stack, 1, uses);
+  auto views = [&](size_t i) {
+    if (!continuing) return weight_views(base[i], 1, uses);
+    std::vector<at::Tensor> out = weight_views(chunk_start[i], 1, {uses.begin(), uses.begin() + MainRead});
+    for (const at::Tensor& v : weight_views(base[i], 1, {uses.begin() + MainRead, uses.end()}))
+      out.push_back(v);
+    return out;
+  };
+  const std::vector<at::Tensor> w1 = views(0), w2 = views(1);
   const at::Tensor gain = at::cat(ln_w, 0), shift = at::cat(ln_b, 0);
   auto projections = [&](const at::Tensor& z) {
     return mlp_pass(z, w1[Projections], w2[Projections], gain.narrow(0, 0, kProjections),
@@ -161,11 +189,16 @@ at::Tensor SelfModifyingMemoryImpl::forward_chunk(const at::Tensor& x, SelfModSt
   for (int m = 0; m < kSelfModCount; ++m) state.weights[m] = {w1_end.narrow(1, m, 1), w2_end.narrow(1, m, 1)};
   state.stacked = {w1_end, w2_end};
   state.tokens += n;
-  if (n < chunk) {  // a call that ends inside the chunk: the next call finishes it at these reads
-    state.anchor = start;
+  if (state.tokens % chunk !=
+      0) {  // a call that ends inside the chunk: the next call finishes it at these reads
+    if (!continuing) {
+      state.anchor = current;
+      state.anchor_stacked = base;
+    }
     state.anchor_chunk = chunk;
   } else {
     state.anchor = {};
+    state.anchor_stacked = {};
     state.anchor_chunk = 0;
   }
   state.last_error = inner.loss.select(2, n - 1).detach();

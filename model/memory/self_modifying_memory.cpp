@@ -28,14 +28,25 @@ const char* to_string(SelfModMemory m) {
 
 namespace {
 
+using MemoryWeights = std::array<std::vector<at::Tensor>, kSelfModCount>;
+
+// f over the weights and their stack, where they were slices of the stack, slices of f(stack): a
+// clone that broke them apart would make the next chunk stack them again.
+template <typename F>
+void map_weights(MemoryWeights& weights, std::array<at::Tensor, 2>& stack, F f) {
+  const bool sliced = slices_of(stack, weights);
+  for (auto& t : stack)
+    if (t.defined()) t = f(t);
+  for (int m = 0; m < kSelfModCount; ++m)
+    for (size_t i = 0; i < weights[m].size(); ++i)
+      weights[m][i] = sliced ? stack[i].narrow(1, m, 1) : f(weights[m][i]);
+}
+
 template <typename F>
 SelfModState map_tensors(const SelfModState& s, F f) {
   SelfModState out = s;
-  for (auto* group : {&out.weights, &out.anchor})
-    for (auto& w : *group)
-      for (auto& t : w) t = f(t);
-  for (auto& t : out.stacked)
-    if (t.defined()) t = f(t);
+  map_weights(out.weights, out.stacked, f);
+  map_weights(out.anchor, out.anchor_stacked, f);
   if (out.aux.defined()) out.aux = f(out.aux);
   for (at::Tensor* t : {&out.last_error, &out.last_retain, &out.last_lr, &out.last_precond, &out.conv})
     if (t->defined()) *t = f(*t);
@@ -45,6 +56,21 @@ SelfModState map_tensors(const SelfModState& s, F f) {
 at::Tensor unit(const at::Tensor& z) { return z / z.norm(2, -1, true).clamp_min(1e-12); }
 
 }  // namespace
+
+bool slices_of(const std::array<at::Tensor, 2>& stack, const MemoryWeights& w) {
+  for (size_t i = 0; i < stack.size(); ++i) {
+    if (!stack[i].defined() || stack[i].dim() < 2 || stack[i].size(1) != kSelfModCount) return false;
+    for (int m = 0; m < kSelfModCount; ++m) {
+      if (w[m].size() != stack.size()) return false;
+      const at::Tensor& t = w[m][i];
+      const at::Tensor slice = stack[i].narrow(1, m, 1);
+      if (!t.defined() || !t.is_alias_of(stack[i]) || t.data_ptr() != slice.data_ptr() ||
+          t.sizes() != slice.sizes() || t.strides() != slice.strides())
+        return false;
+    }
+  }
+  return true;
+}
 
 SelfModState SelfModState::clone() const {
   return map_tensors(*this, [](const at::Tensor& t) { return t.clone(); });
@@ -184,14 +210,18 @@ at::Tensor SelfModifyingMemoryImpl::step(const at::Tensor& input, SelfModState& 
     state.weights[m] = dgd_mlp_update(state.weights[m], g, k_sq, a, projection ? e * options_.self_lr_scale : e);
   }
   state.tokens += 1;
-  state.stacked = {};  // the weights are new tensors now: the chunkwise form's stack is stale
   if (chunk > 1 && state.tokens % chunk != 0) {
-    if (!continuing) state.anchor = reads;
+    if (!continuing) {
+      state.anchor = reads;
+      state.anchor_stacked = state.stacked;  // used while the reads are its slices (slices_of)
+    }
     state.anchor_chunk = chunk;
   } else {
     state.anchor = {};
+    state.anchor_stacked = {};
     state.anchor_chunk = 0;
   }
+  state.stacked = {};  // the weights are new tensors now: the chunkwise form's stack is stale
   state.last_error = at::stack({error[0], error[1], error[2], error[3], error[4]}, -1).detach();
   state.last_retain = alpha.detach();
   state.last_lr = eta.detach();

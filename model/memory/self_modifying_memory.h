@@ -72,13 +72,18 @@ struct SelfModState {
   std::array<std::vector<at::Tensor>, kSelfModCount> anchor;
   int64_t anchor_chunk = 0;
   // The chunkwise form's five memories on one axis, {W1 [B,5,d,4d], W2 [B,5,4d,d]}, of which
-  // `weights` are views after a chunk. Used only while every weight still aliases it (anything that
-  // replaces a weight, e.g. step() or a probe, makes the next chunk stack them afresh).
-  std::array<at::Tensor, 2> stacked;
+  // `weights` are slices after a chunk, and the same for `anchor`. Used only while every weight is
+  // still its slice (slices_of; anything that replaces a weight, e.g. step() or a probe, makes the
+  // next chunk stack them afresh). clone() and detached() keep the slices slices.
+  std::array<at::Tensor, 2> stacked, anchor_stacked;
 
   SelfModState clone() const;
   SelfModState detached() const;
 };
+
+// Whether every memory's {W1, W2} in `w` is its slice of `stack` (memory m at index m of axis 1).
+bool slices_of(const std::array<at::Tensor, 2>& stack,
+               const std::array<std::vector<at::Tensor>, kSelfModCount>& w);
 
 // What one step did, for the probes and tests. [B,d] unless noted.
 struct SelfModRecord {
@@ -106,7 +111,8 @@ class SelfModifyingMemoryImpl : public torch::nn::Module {
   at::Tensor step(const at::Tensor& x_t, SelfModState& state, SelfModRecord* record = nullptr,
                   int64_t chunk = 1) const;
 
-  // x [B,T,d] → [B,T,d]: the chunkwise form, equal to step() over the tokens with the same b.
+  // x [B,T,d] → [B,T,d]: the chunkwise form, equal to step() over the tokens with the same b. Any
+  // T, from any stream position: the model's per-token step (the debugger's) calls it with T = 1.
   at::Tensor forward(const at::Tensor& x, SelfModState& state, int64_t chunk = 1) const;
 
   // M_□(z) for z [B,…,d] at the state's weights (z gets a head axis internally).
@@ -122,7 +128,8 @@ class SelfModifyingMemoryImpl : public torch::nn::Module {
   at::Tensor read_weights(SelfModMemory m, const std::vector<at::Tensor>& w, const at::Tensor& z) const;
   // η_t or α_t from its logits [...,d]: per feature, or shared (options_.shared_gates).
   at::Tensor gate(const at::Tensor& logits) const;
-  // x [B,n,d], n ≤ b, from a chunk start: one chunk of forward().
+  // x [B,n,d], tokens that lie inside one chunk of b: one chunk of forward(), or what is left of
+  // one that an earlier call began.
   at::Tensor forward_chunk(const at::Tensor& x, SelfModState& state, int64_t chunk) const;
 
   SelfModOptions options_;

@@ -18,6 +18,8 @@ struct Slot {
   size_t token;
   size_t offset;  // into memory[token] (per head: offset + h·stride) or selfmod[token]
   int64_t stride;  // 0: one value (selfmod, its square added to the cell); else the head stride
+  // selfmod only: the five memories' stack (SelfModState::stacked), one cell per memory from offset
+  bool stacked = false;
 };
 
 }  // namespace
@@ -70,9 +72,15 @@ InnerBackward inner_backward(const LanguageModelImpl& model, const at::Tensor& t
       }
     }
     for (size_t i = 0; i < hope.size(); ++i) {
-      const auto& weights = state.blocks[static_cast<size_t>(hope[i])].selfmod.weights;
-      for (size_t k = 0; k < weights.size(); ++k)
-        for (const auto& w : weights[k]) capture(w, {token, i * 5 + k, 0});
+      const SelfModState& selfmod = state.blocks[static_cast<size_t>(hope[i])].selfmod;
+      // After the chunkwise form the memories are slices of its stack, and the next token reads the
+      // stack, not the slices: the stack is what carries every later use of W_t.
+      if (slices_of(selfmod.stacked, selfmod.weights)) {
+        for (const auto& w : selfmod.stacked) capture(w, {token, i * 5, 0, true});
+        continue;
+      }
+      for (size_t k = 0; k < selfmod.weights.size(); ++k)
+        for (const auto& w : selfmod.weights[k]) capture(w, {token, i * 5 + k, 0});
     }
   }
   at::Tensor loss = ce / options.targets;
@@ -87,8 +95,15 @@ InnerBackward inner_backward(const LanguageModelImpl& model, const at::Tensor& t
     const Slot& s = slots[i];
     const at::Tensor& g = grads[i];
     if (s.stride == 0) {  // selfmod: W1 and W2 of one memory share a cell (squares summed, root below)
-      const double sq = g.defined() ? g.to(at::kDouble).pow(2).sum().item<double>() : 0.0;
-      out.selfmod[s.token][s.offset] += static_cast<float>(sq);
+      if (!g.defined()) continue;
+      if (s.stacked) {  // [1,5,a,b]: one square per memory
+        const at::Tensor sq = g[0].to(at::kDouble).pow(2).sum({-2, -1}).cpu().contiguous();
+        for (int64_t k = 0; k < sq.size(0); ++k)
+          out.selfmod[s.token][s.offset + static_cast<size_t>(k)] +=
+              static_cast<float>(sq.data_ptr<double>()[k]);
+      } else {
+        out.selfmod[s.token][s.offset] += static_cast<float>(g.to(at::kDouble).pow(2).sum().item<double>());
+      }
       continue;
     }
     // [1,H,a,b] → one norm per head.

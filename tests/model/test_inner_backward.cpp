@@ -173,22 +173,28 @@ TEST_CASE("inner backward: ‖∂L/∂M_t‖, ‖∂L/∂S_t‖ and the part thr
 TEST_CASE("inner backward: HOPE's self-modifying memories' ‖∂L/∂W_t‖ equal float64 autograd by injection", "[model]") {
   // M_k, M_v, M_η and M_α are read at the start of each step, before any write, so injection
   // reaches every use; the main memory M is read after its write (y_t = M_t(q_t)) and is the
-  // same code path.
+  // same code path. The model's step leaves the memories as slices of one stack, which
+  // inner_backward captures whole; the injection replaces each memory, so the reference's next step
+  // stacks them afresh. At b = 3 the writes inside a chunk read its start through the anchor.
   LanguageModel lm = tiny("hope", "hope", {"model.cms.periods=1,2,5"});
   torch::manual_seed(13);
   const torch::Tensor tokens = torch::randint(0, 11, {7}, torch::kLong).to(memscope::test::test_device());
   const torch::Tensor targets = torch::tensor({-1, 4, 2, -1, 8, 8, 0}, torch::kLong).to(memscope::test::test_device());
-  InnerBackwardOptions o;
-  o.targets = 5;
-  const InnerBackward got = inner_backward(*lm, tokens, targets, o);
-  const Reference want = by_injection(lm, tokens, targets, 1, 5);
-  REQUIRE(got.hope_layers == 2);
-  REQUIRE(got.layers == 0);
-  for (size_t t = 0; t < 7; ++t)
-    for (size_t l = 0; l < 2; ++l)
-      for (size_t m = 0; m < 4; ++m) {
-        CAPTURE(t, l, m);
-        CHECK(close(got.selfmod[t][l * 5 + m], want.selfmod[t][l][m]));
-      }
-  CHECK(want.selfmod[0][0][0] > 1e-6);
+  for (const int64_t chunk : {1, 3}) {
+    INFO("chunk " << chunk);
+    InnerBackwardOptions o;
+    o.targets = 5;
+    o.chunk = chunk;
+    const InnerBackward got = inner_backward(*lm, tokens, targets, o);
+    const Reference want = by_injection(lm, tokens, targets, chunk, 5);
+    REQUIRE(got.hope_layers == 2);
+    REQUIRE(got.layers == 0);
+    for (size_t t = 0; t < 7; ++t)
+      for (size_t l = 0; l < 2; ++l)
+        for (size_t m = 0; m < kSelfModCount; ++m) {
+          CAPTURE(t, l, m);
+          CHECK(close(got.selfmod[t][l * 5 + m], want.selfmod[t][l][m]));
+        }
+    CHECK(want.selfmod[0][0][0] > 1e-6);
+  }
 }

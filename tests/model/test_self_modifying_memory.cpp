@@ -351,6 +351,50 @@ TEST_CASE("self-modifying memory: chunks reach back to the chunk start, across c
   CHECK(s.anchor_chunk == 4);
 }
 
+TEST_CASE(
+    "self-modifying memory: one token a call equals the step, with the forms mixed and the state cloned",
+    "[model]") {
+  // The model's step (the debugger's) calls forward() one token at a time: every token but a chunk's
+  // first continues a chunk, reading its start from the anchor while writing onto the current
+  // memories. Against the step: the outputs, the memories and the outer gradients.
+  const torch::Tensor x = input(2, 9);
+  for (int64_t chunk : {1, 3, 4}) {
+    INFO("chunk " << chunk);
+    auto sm = make_selfmod_with(0.05, true, 0.25, true);
+    const SelfModRun step = run_selfmod(sm, x, chunk, false);
+    const SelfModRun one_by_one = run_selfmod(sm, x, chunk, true, std::vector<int64_t>(9, 1));
+    CHECK(max_abs_diff(step.y, one_by_one.y) < 1e-10);
+    CHECK(max_abs_diff(step.state.aux, one_by_one.state.aux) < 1e-10);
+    for (int m = 0; m < kSelfModCount; ++m)
+      for (size_t i = 0; i < 2; ++i)
+        CHECK(max_abs_diff(step.state.weights[m][i], one_by_one.state.weights[m][i]) < 1e-10);
+    for (size_t i = 0; i < step.grads.size(); ++i)
+      CHECK(max_abs_diff(step.grads[i], one_by_one.grads[i]) <
+            1e-9 * (1 + step.grads[i].abs().max().item<double>()));
+
+    // The two forms alternating token by token (each reads the anchor the other left), on a state
+    // cloned before every token, as the engine keeps one per token to rewind to.
+    torch::NoGradGuard no_grad;
+    SelfModState s = sm->initial_state(2);
+    std::vector<torch::Tensor> ys;
+    for (int64_t t = 0; t < x.size(1); ++t) {
+      SelfModState next = s.clone();
+      if (t > 0 && t % 2 == 0) {
+        // What the chunkwise form left is still one stack after the clone, so the next call need
+        // not stack the memories again; and the clone is its own copy.
+        CHECK(slices_of(next.stacked, next.weights));
+        CHECK_FALSE(next.stacked[0].is_alias_of(s.stacked[0]));
+      }
+      ys.push_back(t % 2 == 0 ? sm->step(x.select(1, t), next, nullptr, chunk).unsqueeze(1)
+                              : sm->forward(x.narrow(1, t, 1), next, chunk));
+      s = next;
+    }
+    CHECK(max_abs_diff(step.y, torch::cat(ys, 1)) < 1e-10);
+    for (int m = 0; m < kSelfModCount; ++m)
+      for (size_t i = 0; i < 2; ++i) CHECK(max_abs_diff(step.state.weights[m][i], s.weights[m][i]) < 1e-10);
+  }
+}
+
 TEST_CASE("self-modifying memory: the chunkwise form's float32 outer gradients match float64", "[model]") {
   // The chunkwise form differentiates plain tensor ops (no double backward); float32 must track
   // the float64 reference the way any float32 backward does.
