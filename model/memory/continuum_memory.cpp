@@ -160,6 +160,7 @@ at::Tensor ContinuumMemoryImpl::level_step(int64_t level, const at::Tensor& z_t,
 // Both are rank one, so ‖g_t‖² = ‖δo_t‖²‖a_t‖² + ‖δh_t‖²‖k_t‖² without materialising g_t.
 at::Tensor ContinuumMemoryImpl::level_stretch(int64_t level, const at::Tensor& z_in, CmsLevelState& s,
                                               bool update) const {
+  if (fused_level_step_applies(level, z_in, s)) return fused_level_step(level, z_in, s, update);
   const auto l = static_cast<size_t>(level);
   const at::Tensor z = z_in.unsqueeze(1);  // [B,1,n,D]
   const at::Tensor ln_w = ln_weight[l].to(z.dtype()), ln_b = ln_bias[l].to(z.dtype());

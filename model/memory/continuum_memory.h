@@ -103,6 +103,10 @@ class ContinuumMemoryImpl : public torch::nn::Module {
     return options_.variant == CmsVariant::Nested && level + 1 < levels() && ticks(level + 1, position);
   }
 
+  // Whether level ℓ's stretch z [B,1,D] takes the fused step: one token without autograd, on the
+  // CPU in float32 (fused_cms_step.cpp, the debugger's step; equal to the ATen form to float32 rounding).
+  bool fused_level_step_applies(int64_t level, const at::Tensor& z, const CmsLevelState& s) const;
+
   // Outer parameters, per level.
   std::vector<at::Tensor> w_k, w_v;              // [D,D]
   std::vector<at::Tensor> w1_0, w2_0;            // [1,D,4D], [1,4D,D]
@@ -114,6 +118,7 @@ class ContinuumMemoryImpl : public torch::nn::Module {
   // gradient to G, and applies the update when the stretch ends its period.
   at::Tensor level_stretch(int64_t level, const at::Tensor& z, CmsLevelState& s, bool update) const;
   at::Tensor level_step(int64_t level, const at::Tensor& z_t, CmsLevelState& s, bool update) const;
+  at::Tensor fused_level_step(int64_t level, const at::Tensor& z, CmsLevelState& s, bool update) const;
   at::Tensor level_forward(int64_t level, const at::Tensor& z, CmsLevelState& s, int64_t start,
                            CmsTrace* trace) const;
   // The chain of levels over x [B,T,D] (sequential and nested); nested runs it stretch by stretch

@@ -22,8 +22,8 @@
 #include "model/memory/attentional_bias.h"
 #include "model/memory/fused_step_state.h"
 #include "model/memory/fused_window.h"
-#include "model/memory/gelu_math.h"
 #include "model/memory/memory_layer.h"
+#include "model/memory/mlp_head_kernels.h"
 #include "model/memory/newton_schulz.h"
 #include "model/util/simd_clones.h"
 
@@ -31,85 +31,16 @@ namespace memscope::model {
 
 namespace {
 
-constexpr float kLayerNormEps = 1e-5f;  // SPEC §3, as mlp_memory.cpp
-
-// One head's MLP: d inputs, `hidden` units, LN's affine parameters. The products in the two
-// functions below read the weights in their own row-major layout, each row once for all the inputs:
-// dot products for h = W_2 z and o = W_1 a, axpys for δh and the two gradients. This file is built
-// with reassociation (model/CMakeLists.txt), so the dot products vectorise too, and without the
-// vectoriser's run-time overlap checks: a loop that stores through one pointer and reads through
-// another is vectorised only where __restrict says they do not overlap (hence the __restrict
-// below). A checked loop falls back to its scalar copy where they might, and the two copies
-// round differently, so a step's result depended on where malloc had put the scratch.
-struct Head {
-  int64_t d, hidden;
-  const float* ln_weight;  // [d]
-  const float* ln_bias;    // [d]
-};
-
-inline float dot(const float* x, const float* y, int64_t n) {
-  float sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += x[i] * y[i];
-  return sum;
-}
-
-// `rows` inputs z [rows,d] through the pass: h, a [rows,hidden]; n, y [rows,d]; σ [rows].
-// w1 = W_1 [d,hidden], w2 = W_2 [hidden,d].
-MEMSCOPE_SIMD_CLONES
-void mlp_forward(const Head& head, const float* __restrict z, int64_t rows, const float* __restrict w1,
-                 const float* __restrict w2, float* __restrict h, float* __restrict a, float* __restrict n,
-                 float* __restrict stdev, float* __restrict y) {
-  const int64_t d = head.d, hidden = head.hidden;
-  const float* __restrict ln_weight = head.ln_weight;
-  const float* __restrict ln_bias = head.ln_bias;
-  for (int64_t j = 0; j < hidden; ++j)
-    for (int64_t r = 0; r < rows; ++r) h[r * hidden + j] = dot(w2 + j * d, z + r * d, d);
-  gelu_array(h, a, rows * hidden);
-  for (int64_t i = 0; i < d; ++i)  // o, normalised in place below
-    for (int64_t r = 0; r < rows; ++r) n[r * d + i] = dot(w1 + i * hidden, a + r * hidden, hidden);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* zr = z + r * d;
-    float* o = n + r * d;
-    float mean = 0;
-    for (int64_t i = 0; i < d; ++i) mean += o[i];
-    mean /= static_cast<float>(d);
-    float var = 0;
-    for (int64_t i = 0; i < d; ++i) var += (o[i] - mean) * (o[i] - mean);
-    const float sd = std::sqrt(var / static_cast<float>(d) + kLayerNormEps);
-    stdev[r] = sd;
-    for (int64_t i = 0; i < d; ++i) {
-      o[i] = (o[i] - mean) / sd;
-      y[r * d + i] = zr[i] + o[i] * ln_weight[i] + ln_bias[i];
-    }
-  }
-}
-
 // Adds one input's share of the gradient, from ψ = ∂L/∂y of that input, to g1 = ∇W_1 [d,hidden]
 // and g2 = ∇W_2 [hidden,d]. w1 = W_1 [d,hidden]; z, h, a, n, σ: the input's pass. Scratch:
 // delta_o [d], delta_h [hidden].
 MEMSCOPE_SIMD_CLONES
-void mlp_accumulate_gradient(const Head& head, const float* __restrict psi, const float* __restrict z,
+void mlp_accumulate_gradient(const MlpHead& head, const float* __restrict psi, const float* __restrict z,
                              const float* __restrict h, const float* __restrict a, const float* __restrict n,
                              float stdev, const float* __restrict w1, float* __restrict delta_o,
                              float* __restrict delta_h, float* __restrict g1, float* __restrict g2) {
   const int64_t d = head.d, hidden = head.hidden;
-  const float* __restrict ln_weight = head.ln_weight;
-  float mean_dn = 0, mean_dn_n = 0;
-  for (int64_t i = 0; i < d; ++i) {  // δn = γ_LN·ψ
-    const float dn = psi[i] * ln_weight[i];
-    mean_dn += dn;
-    mean_dn_n += dn * n[i];
-  }
-  mean_dn /= static_cast<float>(d);
-  mean_dn_n /= static_cast<float>(d);
-  for (int64_t i = 0; i < d; ++i) delta_o[i] = (psi[i] * ln_weight[i] - mean_dn - n[i] * mean_dn_n) / stdev;
-  std::fill_n(delta_h, hidden, 0.0f);
-  for (int64_t i = 0; i < d; ++i) {
-    const float e = delta_o[i];
-    const float* w = w1 + i * hidden;
-    for (int64_t j = 0; j < hidden; ++j) delta_h[j] += e * w[j];
-  }
-  multiply_by_gelu_derivative(h, delta_h, hidden);
+  mlp_deltas(head, psi, h, n, stdev, w1, delta_o, delta_h);
   for (int64_t i = 0; i < d; ++i) {
     const float e = delta_o[i];
     float* g = g1 + i * hidden;
@@ -209,14 +140,14 @@ StepOutput MemoryLayerImpl::fused_mlp_step(const at::Tensor& qkv, const std::vec
   std::vector<float> h(rows * hidden), a(h.size()), n(rows * d), y_rows(n.size()), stdev(rows), psi(d),
       delta_o(d), delta_h(hidden), gammas(c), phi_k(d);
   auto head = [&](int64_t h_index) {
-    return Head{d, hidden, ln_w.data_ptr<float>() + h_index * d, ln_b.data_ptr<float>() + h_index * d};
+    return MlpHead{d, hidden, ln_w.data_ptr<float>() + h_index * d, ln_b.data_ptr<float>() + h_index * d};
   };
 
   for (int64_t b = 0; b < B; ++b)
     for (int64_t hh = 0; hh < H; ++hh) {
       const int64_t bh = b * H + hh;
       const size_t at = static_cast<size_t>(bh);
-      const Head mlp = head(hh);
+      const MlpHead mlp = head(hh);
       const float* q = projected + b * 3 * W + hh * d;
       float* keys = windows_phi.data() + bh * c * d;
       float* values = windows_v.data() + bh * c * d;

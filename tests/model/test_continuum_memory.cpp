@@ -141,6 +141,58 @@ TEST_CASE("cms: the batched form equals the per-token step, every variant", "[mo
   }
 }
 
+TEST_CASE("cms: one token a call without gradients (the fused step) equals the ATen form and float64",
+          "[model]") {
+  // The model's step calls forward() one token at a time under no_grad; on the CPU in float32 each
+  // level's token is fused_cms_step.cpp's loops. Periods 1, 2 and 3 take all three of its writes:
+  // W directly (G zero at a period's end), G alone (inside a period), G then W (a period's end).
+  const bool cpu = memscope::test::test_device().is_cpu();
+  for (CmsVariant variant : kVariants)
+    for (double clip : {0.0, 0.3}) {
+      INFO(to_string(variant) << " clip " << clip);
+      auto cms = make_cms({1, 2, 3}, variant, clip, 16);
+      const torch::Tensor x64 = input(2, 13, 16);
+      torch::NoGradGuard no_grad;
+      CmsState reference = cms->initial_state(2);  // float64: step(), its inner gradients by autograd
+      std::vector<torch::Tensor> want;
+      for (int64_t t = 0; t < x64.size(1); ++t) want.push_back(cms->step(x64.select(1, t), reference));
+      cms->to(torch::kFloat32);
+      const torch::Tensor x = x64.to(torch::kFloat32);
+      auto one_by_one = [&](CmsState& s) {
+        std::vector<torch::Tensor> ys;
+        for (int64_t t = 0; t < x.size(1); ++t) ys.push_back(cms->forward(x.narrow(1, t, 1), s));
+        return torch::cat(ys, 1).to(torch::kFloat64);
+      };
+      CmsState fused = cms->initial_state(2), aten = cms->initial_state(2);
+      const CmsState shared_with_start = fused;  // the same tensors, as the engine's kept states share them
+      CHECK(cms->fused_level_step_applies(0, x.narrow(1, 0, 1), fused.levels[0]) == cpu);
+      const torch::Tensor y_fused = one_by_one(fused);
+      torch::Tensor y_aten;
+      {
+        const ScopedAtenForms aten_forms;
+        CHECK_FALSE(cms->fused_level_step_applies(0, x.narrow(1, 0, 1), aten.levels[0]));
+        y_aten = one_by_one(aten);
+      }
+      CHECK(max_abs_diff(y_fused, y_aten) < 2e-5);
+      CHECK(max_abs_diff(y_fused, torch::stack(want, 1)) < 2e-5);
+      for (size_t l = 0; l < fused.levels.size(); ++l) {
+        CHECK(fused.levels[l].accumulated_zero == aten.levels[l].accumulated_zero);
+        for (size_t i = 0; i < 2; ++i) {
+          CHECK(max_abs_diff(fused.levels[l].weights[i].to(torch::kFloat64), reference.levels[l].weights[i]) <
+                2e-5);
+          CHECK(max_abs_diff(fused.levels[l].accumulated[i].to(torch::kFloat64),
+                             reference.levels[l].accumulated[i]) < 2e-5);
+          CHECK(max_abs_diff(fused.levels[l].weights[i], aten.levels[l].weights[i]) < 2e-5);
+        }
+      }
+      // Nothing was written in place: the tensors the first state held are still W_0 and zeros.
+      CHECK(state_diff(shared_with_start, cms->initial_state(2)) == 0);
+      // The writes are not vanishing: the last level's W moved from W_0.
+      CHECK(max_abs_diff(fused.levels[2].weights[0],
+                         cms->w1_0[2].unsqueeze(0).expand_as(fused.levels[2].weights[0])) > 1e-3);
+    }
+}
+
 TEST_CASE("cms: each level updates only at the ends of its periods, counted from the stream start", "[model]") {
   const std::vector<int64_t> periods{1, 4, 6};
   auto cms = make_cms(periods);
