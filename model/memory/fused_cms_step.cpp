@@ -109,7 +109,8 @@ at::Tensor ContinuumMemoryImpl::fused_level_step(int64_t level, const at::Tensor
     matvec(wk.data_ptr<float>(), z, D, D, k);
     matvec(wv.data_ptr<float>(), z, D, D, v.data());
     float logit = lr_bias;
-    for (int64_t i = 0; i < D; ++i) logit += lrw.data_ptr<float>()[i] * z[i];
+    const float* lr_weight = lrw.data_ptr<float>();
+    for (int64_t i = 0; i < D; ++i) logit += lr_weight[i] * z[i];
     const float eta = static_cast<float>(options_.max_lr) / (1.0f + std::exp(-logit));
 
     const float* w1 = w_old[0].data_ptr<float>() + b * size;
@@ -148,8 +149,11 @@ at::Tensor ContinuumMemoryImpl::fused_level_step(int64_t level, const at::Tensor
   }
   s.weights = w_new;
   if (direct) return y;  // G stays zero (level_stretch's direct write)
-  s.accumulated =
-      update ? std::vector<at::Tensor>{at::zeros_like(g_old[0]), at::zeros_like(g_old[1])} : g_new;
+  if (update) {
+    for (auto& g : s.accumulated) g = at::zeros_like(g);
+  } else {
+    s.accumulated = g_new;
+  }
   s.accumulated_zero = update;
   return y;
 }

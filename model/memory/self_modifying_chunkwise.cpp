@@ -58,32 +58,49 @@ at::Tensor SelfModifyingMemoryImpl::forward(const at::Tensor& input, SelfModStat
 }
 
 at::Tensor SelfModifyingMemoryImpl::forward_chunk(const at::Tensor& x, SelfModState& state, int64_t chunk) const {
-  const int64_t B = x.size(0), n = x.size(1), d = options_.d_model;
+  const int64_t n = x.size(1), d = options_.d_model;
   TORCH_CHECK(x.size(2) == d, "self-modifying memory: expected x of shape [B,T,", d, "], got ", x.sizes());
   TORCH_INTERNAL_ASSERT(n >= 1 && state.tokens % chunk + n <= chunk,
                         "forward_chunk: the tokens must lie in one chunk");
   // A call that continues a chunk (as step() decides it): its writes read the chunk-start memories,
   // and land on the current ones, which hold the chunk's earlier writes.
-  const bool continuing =
-      chunk > 1 && state.tokens % chunk != 0 && state.anchor_chunk == chunk && !state.anchor[0].empty();
+  const bool continuing = state.continues_chunk(chunk);
   const std::array<std::vector<at::Tensor>, kSelfModCount> current = state.weights;
 
   // The five memories on the head axis: W_1 [B,5,d,4d], W_2 [B,5,4d,d], LN [5,d]. The previous
   // chunk left them stacked; stacking again copies 2·B·5·d·4d floats (and their gradient).
-  auto stack_of = [](const std::array<std::vector<at::Tensor>, kSelfModCount>& w,
-                     const std::array<at::Tensor, 2>& cache) {
-    if (slices_of(cache, w)) return cache;
-    std::array<at::Tensor, 2> out;
-    for (size_t i = 0; i < out.size(); ++i) {
-      std::vector<at::Tensor> parts;
-      for (int m = 0; m < kSelfModCount; ++m) parts.push_back(w[m][i]);
-      out[i] = at::cat(parts, 1);
-    }
-    return out;
-  };
-  const std::array<at::Tensor, 2> base = stack_of(current, state.stacked);
+  const std::array<at::Tensor, 2> base = stack_memories(current, state.stacked);
   const std::array<at::Tensor, 2> chunk_start =
-      continuing ? stack_of(state.anchor, state.anchor_stacked) : base;
+      continuing ? stack_memories(state.anchor, state.anchor_stacked) : base;
+  const ChunkEnd end = fused_token_applies(x, base, chunk_start)
+                           ? fused_token(x, state, base, chunk_start)
+                           : chunk_aten(x, state, base, chunk_start, continuing);
+  for (int m = 0; m < kSelfModCount; ++m) state.weights[m] = {end.w1.narrow(1, m, 1), end.w2.narrow(1, m, 1)};
+  state.stacked = {end.w1, end.w2};
+  state.tokens += n;
+  if (state.tokens % chunk != 0) {
+    // A call that ends inside the chunk: the next call finishes it at these reads.
+    if (!continuing) {
+      state.anchor = current;
+      state.anchor_stacked = base;
+    }
+    state.anchor_chunk = chunk;
+  } else {
+    state.anchor = {};
+    state.anchor_stacked = {};
+    state.anchor_chunk = 0;
+  }
+  state.last_error = end.error.detach();
+  state.last_retain = end.retain.detach();
+  state.last_lr = end.lr.detach();
+  state.last_precond = end.precond.detach();
+  return end.y;
+}
+
+SelfModifyingMemoryImpl::ChunkEnd SelfModifyingMemoryImpl::chunk_aten(
+    const at::Tensor& x, SelfModState& state, const std::array<at::Tensor, 2>& base,
+    const std::array<at::Tensor, 2>& chunk_start, bool continuing) const {
+  const int64_t B = x.size(0), n = x.size(1), d = options_.d_model;
   std::vector<at::Tensor> ln_w, ln_b;
   for (int m = 0; m < kSelfModCount; ++m) {
     ln_w.push_back(ln_weight[m].to(x.dtype()));
@@ -186,26 +203,14 @@ at::Tensor SelfModifyingMemoryImpl::forward_chunk(const at::Tensor& x, SelfModSt
            (gram.unsqueeze(-1) * main_D * (eta * main_do).unsqueeze(1)).sum(2);
   finish_mlp_pass(read, q, gain.narrow(0, kMain, 1), shift.narrow(0, kMain, 1));
 
-  for (int m = 0; m < kSelfModCount; ++m) state.weights[m] = {w1_end.narrow(1, m, 1), w2_end.narrow(1, m, 1)};
-  state.stacked = {w1_end, w2_end};
-  state.tokens += n;
-  if (state.tokens % chunk !=
-      0) {  // a call that ends inside the chunk: the next call finishes it at these reads
-    if (!continuing) {
-      state.anchor = current;
-      state.anchor_stacked = base;
-    }
-    state.anchor_chunk = chunk;
-  } else {
-    state.anchor = {};
-    state.anchor_stacked = {};
-    state.anchor_chunk = 0;
-  }
-  state.last_error = inner.loss.select(2, n - 1).detach();
-  state.last_retain = alpha.select(1, n - 1).detach();
-  state.last_lr = eta.select(1, n - 1).detach();
-  state.last_precond = p.select(1, kMain).select(1, n - 1).detach();  // the memory's own
-  return read.y;
+  // The last token's probes; the memory's own preconditioner.
+  return {read.y,
+          w1_end,
+          w2_end,
+          inner.loss.select(2, n - 1),
+          alpha.select(1, n - 1),
+          eta.select(1, n - 1),
+          p.select(1, kMain).select(1, n - 1)};
 }
 
 }  // namespace memscope::model

@@ -72,6 +72,21 @@ bool slices_of(const std::array<at::Tensor, 2>& stack, const MemoryWeights& w) {
   return true;
 }
 
+std::array<at::Tensor, 2> stack_memories(const MemoryWeights& w, const std::array<at::Tensor, 2>& stack) {
+  if (slices_of(stack, w)) return stack;
+  std::array<at::Tensor, 2> out;
+  for (size_t i = 0; i < out.size(); ++i) {
+    std::vector<at::Tensor> parts;
+    for (int m = 0; m < kSelfModCount; ++m) parts.push_back(w[m][i]);
+    out[i] = at::cat(parts, 1);
+  }
+  return out;
+}
+
+bool SelfModState::continues_chunk(int64_t chunk) const {
+  return chunk > 1 && tokens % chunk != 0 && anchor_chunk == chunk && !anchor[0].empty();
+}
+
 SelfModState SelfModState::clone() const {
   return map_tensors(*this, [](const at::Tensor& t) { return t.clone(); });
 }
@@ -141,7 +156,7 @@ at::Tensor SelfModifyingMemoryImpl::step(const at::Tensor& input, SelfModState& 
   TORCH_CHECK(chunk >= 1, "self-modifying memory: chunk size must be at least 1, got ", chunk);
   // Everything the step's writes read comes from the memories before its writes; with chunk b > 1,
   // from the memories at the chunk start (SPEC §9), carried across calls in the anchor.
-  const bool continuing = chunk > 1 && state.tokens % chunk != 0 && state.anchor_chunk == chunk && !state.anchor[0].empty();
+  const bool continuing = state.continues_chunk(chunk);
   const std::array<std::vector<at::Tensor>, kSelfModCount> reads = continuing ? state.anchor : state.weights;
   auto read_at = [&](SelfModMemory m, const at::Tensor& z) { return read_weights(m, reads[static_cast<int>(m)], z); };
   at::Tensor q_in = at::matmul(x_t, w_q.t()), k_in = read_at(SelfModMemory::Key, x_t),

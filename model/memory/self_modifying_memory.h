@@ -77,6 +77,10 @@ struct SelfModState {
   // next chunk stack them afresh). clone() and detached() keep the slices slices.
   std::array<at::Tensor, 2> stacked, anchor_stacked;
 
+  // Whether the next token continues a chunk of b that an earlier token began: its writes then read
+  // the anchor. (A stream whose chunk size changed mid-chunk starts a new chunk there.)
+  bool continues_chunk(int64_t chunk) const;
+
   SelfModState clone() const;
   SelfModState detached() const;
 };
@@ -84,6 +88,11 @@ struct SelfModState {
 // Whether every memory's {W1, W2} in `w` is its slice of `stack` (memory m at index m of axis 1).
 bool slices_of(const std::array<at::Tensor, 2>& stack,
                const std::array<std::vector<at::Tensor>, kSelfModCount>& w);
+
+// The five memories on one axis: `stack` itself where `w` are its slices, else stacked afresh (a
+// copy of 2·B·5·d·4d floats).
+std::array<at::Tensor, 2> stack_memories(const std::array<std::vector<at::Tensor>, kSelfModCount>& w,
+                                         const std::array<at::Tensor, 2>& stack);
 
 // What one step did, for the probes and tests. [B,d] unless noted.
 struct SelfModRecord {
@@ -131,6 +140,21 @@ class SelfModifyingMemoryImpl : public torch::nn::Module {
   // x [B,n,d], tokens that lie inside one chunk of b: one chunk of forward(), or what is left of
   // one that an earlier call began.
   at::Tensor forward_chunk(const at::Tensor& x, SelfModState& state, int64_t chunk) const;
+  // What a chunk's tokens leave: their outputs, the memories' stacks at the chunk's end, and the last
+  // write's target errors [B,5], α, η and the main memory's preconditioner [B,d].
+  struct ChunkEnd {
+    at::Tensor y, w1, w2, error, retain, lr, precond;
+  };
+  // The chunk in ATen (self_modifying_chunkwise.cpp): its writes read `chunk_start` and start from
+  // `base` (the same stacks unless `continuing`). Updates state.aux and state.conv.
+  ChunkEnd chunk_aten(const at::Tensor& x, SelfModState& state, const std::array<at::Tensor, 2>& base,
+                      const std::array<at::Tensor, 2>& chunk_start, bool continuing) const;
+  // One token x [B,1,d] without autograd, on the CPU in float32, written out as loops
+  // (fused_selfmod_step.cpp): the debugger's step. Equal to chunk_aten to float32 rounding.
+  bool fused_token_applies(const at::Tensor& x, const std::array<at::Tensor, 2>& base,
+                           const std::array<at::Tensor, 2>& chunk_start) const;
+  ChunkEnd fused_token(const at::Tensor& x, SelfModState& state, const std::array<at::Tensor, 2>& base,
+                       const std::array<at::Tensor, 2>& chunk_start) const;
 
   SelfModOptions options_;
 };

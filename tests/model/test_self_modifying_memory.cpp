@@ -7,6 +7,7 @@
 
 #include "model/memory/dgd_preconditioner.h"
 #include "model/memory/self_modifying_memory.h"
+#include "model/util/cpu_kernels.h"
 #include "support/test_device.h"
 #include "support/under_autocast.h"
 
@@ -393,6 +394,74 @@ TEST_CASE(
     for (int m = 0; m < kSelfModCount; ++m)
       for (size_t i = 0; i < 2; ++i) CHECK(max_abs_diff(step.state.weights[m][i], s.weights[m][i]) < 1e-10);
   }
+}
+
+TEST_CASE(
+    "self-modifying memory: one token a call without gradients (the fused step) equals the ATen form and "
+    "float64",
+    "[model]") {
+  // The model's step calls forward() one token at a time under no_grad; on the CPU in float32 that
+  // token is fused_selfmod_step.cpp's loops. Against the ATen chunk form (ScopedAtenForms) in
+  // float32 and the per-token step in float64: outputs, memories, aux, the conv's carry and the
+  // probes' last write, at b = 1 and inside chunks of 3.
+  const bool cpu = memscope::test::test_device().is_cpu();
+  const torch::Tensor x64 = input(2, 8);
+  for (bool conv : {false, true})
+    for (int64_t chunk : {1, 3}) {
+      const double clip = conv ? 0.05 : 0.0, scale = conv ? 0.25 : 1.0;
+      const bool shared = !conv;
+      INFO("conv " << conv << " chunk " << chunk);
+      auto sm = make_selfmod_with(clip, conv, scale, shared);
+      torch::NoGradGuard no_grad;
+      if (conv) sm->conv_weight.mul_(1.5);  // every tap away from its initial 0 or 1
+      SelfModState reference = sm->initial_state(2);
+      std::vector<torch::Tensor> want;
+      for (int64_t t = 0; t < x64.size(1); ++t)
+        want.push_back(sm->step(x64.select(1, t), reference, nullptr, chunk));
+      sm->to(torch::kFloat32);
+      const torch::Tensor x = x64.to(torch::kFloat32);
+      auto one_by_one = [&](SelfModState& s) {
+        std::vector<torch::Tensor> ys;
+        for (int64_t t = 0; t < x.size(1); ++t) ys.push_back(sm->forward(x.narrow(1, t, 1), s, chunk));
+        return torch::cat(ys, 1).to(torch::kFloat64);
+      };
+      SelfModState fused = sm->initial_state(2), aten = sm->initial_state(2);
+      const SelfModState shared_with_start =
+          fused;  // the same tensors, as the engine's kept states share them
+      const torch::Tensor y_fused = one_by_one(fused);
+      torch::Tensor y_aten;
+      {
+        const ScopedAtenForms aten_forms;
+        y_aten = one_by_one(aten);
+      }
+      // The fused step ran where it applies: the ATen form's rounding differs from it somewhere.
+      CHECK((max_abs_diff(y_fused, y_aten) > 0) == cpu);
+      const double tolerance = 5e-5;
+      CHECK(max_abs_diff(y_fused, y_aten) < tolerance);
+      CHECK(max_abs_diff(y_fused, torch::stack(want, 1)) < tolerance);
+      CHECK(max_abs_diff(fused.aux.to(torch::kFloat64), reference.aux) <
+            tolerance * (1 + reference.aux.abs().max().item<double>()));
+      for (const auto& [got, expected] : {std::pair{&fused.last_error, &reference.last_error},
+                                          {&fused.last_retain, &reference.last_retain},
+                                          {&fused.last_lr, &reference.last_lr},
+                                          {&fused.last_precond, &reference.last_precond}})
+        CHECK(max_abs_diff(got->to(torch::kFloat64), *expected) < tolerance);
+      if (conv) CHECK(max_abs_diff(fused.conv.to(torch::kFloat64), reference.conv) < tolerance);
+      for (int m = 0; m < kSelfModCount; ++m)
+        for (size_t i = 0; i < 2; ++i)
+          CHECK(max_abs_diff(fused.weights[m][i].to(torch::kFloat64), reference.weights[m][i]) < tolerance);
+      CHECK(fused.anchor_chunk == reference.anchor_chunk);
+      CHECK(fused.tokens == 8);
+      // Nothing was written in place: the first state's tensors are still the initial memories.
+      const SelfModState initial = sm->initial_state(2);
+      for (int m = 0; m < kSelfModCount; ++m)
+        for (size_t i = 0; i < 2; ++i)
+          CHECK(max_abs_diff(shared_with_start.weights[m][i], initial.weights[m][i]) == 0);
+      CHECK(max_abs_diff(shared_with_start.aux, initial.aux) == 0);
+      // The writes are not vanishing: every memory moved.
+      for (int m = 0; m < kSelfModCount; ++m)
+        CHECK(max_abs_diff(fused.weights[m][0], initial.weights[m][0]) > 1e-3);
+    }
 }
 
 TEST_CASE("self-modifying memory: the chunkwise form's float32 outer gradients match float64", "[model]") {
