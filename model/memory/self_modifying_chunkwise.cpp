@@ -65,11 +65,9 @@ at::Tensor SelfModifyingMemoryImpl::forward_chunk(const at::Tensor& x, SelfModSt
   // A call that continues a chunk (as step() decides it): its writes read the chunk-start memories,
   // and land on the current ones, which hold the chunk's earlier writes.
   const bool continuing = state.continues_chunk(chunk);
-  const std::array<std::vector<at::Tensor>, kSelfModCount> current = state.weights;
-
   // The five memories on the head axis: W_1 [B,5,d,4d], W_2 [B,5,4d,d], LN [5,d]. The previous
   // chunk left them stacked; stacking again copies 2·B·5·d·4d floats (and their gradient).
-  const std::array<at::Tensor, 2> base = stack_memories(current, state.stacked);
+  const std::array<at::Tensor, 2> base = stack_memories(state.weights, state.stacked);
   const std::array<at::Tensor, 2> chunk_start =
       continuing ? stack_memories(state.anchor, state.anchor_stacked) : base;
   const ChunkEnd end = fused_token_applies(x, base, chunk_start)
@@ -81,7 +79,10 @@ at::Tensor SelfModifyingMemoryImpl::forward_chunk(const at::Tensor& x, SelfModSt
   if (state.tokens % chunk != 0) {
     // A call that ends inside the chunk: the next call finishes it at these reads.
     if (!continuing) {
-      state.anchor = current;
+      // The chunk start as slices of the stack its writes read, so that the chunk's later calls
+      // find it stacked (a fresh stack, at the first chunk or after step(), included).
+      for (int m = 0; m < kSelfModCount; ++m)
+        state.anchor[m] = {base[0].narrow(1, m, 1), base[1].narrow(1, m, 1)};
       state.anchor_stacked = base;
     }
     state.anchor_chunk = chunk;

@@ -64,8 +64,10 @@ bool slices_of(const std::array<at::Tensor, 2>& stack, const MemoryWeights& w) {
       if (w[m].size() != stack.size()) return false;
       const at::Tensor& t = w[m][i];
       const at::Tensor slice = stack[i].narrow(1, m, 1);
+      // The same memory, and on the same side of any cut in the graph (a detached slice is not one).
       if (!t.defined() || !t.is_alias_of(stack[i]) || t.data_ptr() != slice.data_ptr() ||
-          t.sizes() != slice.sizes() || t.strides() != slice.strides())
+          t.requires_grad() != stack[i].requires_grad() || t.sizes() != slice.sizes() ||
+          t.strides() != slice.strides())
         return false;
     }
   }
@@ -228,7 +230,8 @@ at::Tensor SelfModifyingMemoryImpl::step(const at::Tensor& input, SelfModState& 
   if (chunk > 1 && state.tokens % chunk != 0) {
     if (!continuing) {
       state.anchor = reads;
-      state.anchor_stacked = state.stacked;  // used while the reads are its slices (slices_of)
+      // Kept only where the reads are its slices, so that no stale stack stays alive.
+      state.anchor_stacked = slices_of(state.stacked, reads) ? state.stacked : std::array<at::Tensor, 2>{};
     }
     state.anchor_chunk = chunk;
   } else {

@@ -139,8 +139,8 @@ at::Tensor BlockImpl::run(const at::Tensor& x, BlockState& state, int64_t chunk,
     case BlockKind::Hope: {
       const at::Tensor n = norm_memory->forward(h);
       // The chunkwise forms in step mode too, one token a call: equal to the per-token references
-      // (selfmod->step, cms->step, which the memories' tests hold them to), without their
-      // inner gradients by autograd: 3.5× and 2× faster per token at demo-mqar-hope's width.
+      // (selfmod->step, cms->step, which the memories' tests hold them to), without their inner
+      // gradients by autograd, and on the CPU without gradients fused (bench/hope_bench's debugger_step).
       const at::Tensor m = selfmod->forward(n, state.selfmod, chunk);
       h = h + at::matmul(m, w_memory_out.t());
       break;

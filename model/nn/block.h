@@ -72,7 +72,8 @@ class BlockImpl : public torch::nn::Module {
   at::Tensor w_retrieved;   // mac: [D, H·d_v] retrieved memory → tokens
 
  private:
-  // `step_mode`: T must be 1 and the memory takes its sequential step (filling `record`).
+  // `step_mode`: T must be 1 and the memory layer takes its sequential step (filling `record`);
+  // HOPE's memories and the CMS take their chunkwise forms, as outside step mode.
   at::Tensor run(const at::Tensor& x, BlockState& state, int64_t chunk, bool step_mode, StepRecord* record,
                  StepDetail detail) const;
   at::Tensor run_mac(const at::Tensor& x, BlockState& state, int64_t chunk, bool step_mode, StepRecord* record,

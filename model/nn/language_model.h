@@ -2,8 +2,9 @@
 // with the head tied to the embedding (logits = n(h) Eᵀ).
 //
 // forward(tokens) is the training path (chunkwise memory); step(token) is the debugger's path
-// (exact sequential memory, one probe record per layer). They share every parameter, and with
-// chunk 1 their logits agree to float tolerance (tests/model/test_language_model.cpp).
+// (one token at a time, one probe record per memory layer: the memory layer's sequential step;
+// HOPE's memories run their chunkwise forms one token a call, fused on the CPU). They share every
+// parameter, and their logits agree to float tolerance (tests/model/test_language_model.cpp).
 #pragma once
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>

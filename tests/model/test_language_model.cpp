@@ -250,8 +250,9 @@ TEST_CASE("language model: the HOPE LM's step and forward agree, and a split str
     CHECK(max_diff(forward, at::stack(steps, 1)) < 1e-9);
     const at::Tensor first = lm->forward(x.narrow(1, 0, 7), c, 1), second = lm->forward(x.narrow(1, 7, 5), c, 1);
     CHECK(max_diff(forward, at::cat({first, second}, 1)) < 1e-9);
-    // Chunks of 4 (SPEC §9): the step frozen at chunk starts equals the chunkwise forward, also
-    // split inside a chunk.
+    // Chunks of 4 (SPEC §9): the model's step equals the chunkwise forward, also split inside a
+    // chunk. (HOPE's memories step through their chunkwise forms one token a call; their own tests
+    // hold those to the per-token references.)
     LmState d = lm->initial_state(2), e = lm->initial_state(2), f = lm->initial_state(2);
     const at::Tensor chunked = lm->forward(x, d, 4);
     std::vector<at::Tensor> chunk_steps;
@@ -263,6 +264,15 @@ TEST_CASE("language model: the HOPE LM's step and forward agree, and a split str
     // The CMS's slowest level (period 5) updated at tokens 5 and 10.
     CHECK(max_diff(a.blocks[0].cms.levels[2].weights[0], b.blocks[0].cms.levels[2].weights[0]) < 1e-9);
     CHECK(max_diff(a.blocks[0].cms.levels[2].weights[0][0], lm->block(0)->cms->w1_0[2]) > 1e-8);
+    // The debugger's own path: float32 under no_grad, where on the CPU the memories take their
+    // fused one-token steps, against this float64 forward.
+    lm->to(torch::kFloat32);
+    LmState g = lm->initial_state(2);
+    std::vector<at::Tensor> debugger;
+    for (int64_t t = 0; t < 12; ++t)
+      debugger.push_back(lm->step(x.select(1, t), g, 4).logits.to(torch::kFloat64));
+    CAPTURE(max_diff(chunked, at::stack(debugger, 1)));
+    CHECK(max_diff(chunked, at::stack(debugger, 1)) < 1e-4 * (1 + chunked.abs().max().item<double>()));
   }
 }
 

@@ -396,6 +396,46 @@ TEST_CASE(
   }
 }
 
+namespace {
+
+// Every tensor a state holds, for the check that nothing is written in place.
+std::vector<torch::Tensor> tensors_of(const SelfModState& s) {
+  std::vector<torch::Tensor> out{s.aux, s.conv};
+  for (const auto* group : {&s.weights, &s.anchor})
+    for (const auto& w : *group) out.insert(out.end(), w.begin(), w.end());
+  for (const auto* stack : {&s.stacked, &s.anchor_stacked})
+    out.insert(out.end(), stack->begin(), stack->end());
+  return out;
+}
+
+// One token a call under no_grad, at chunk[t] for token t; with `mixed`, the even tokens through
+// step() (whose anchor the next forward() reads). Every state on the way is kept beside a clone,
+// as the engine keeps them to rewind to.
+struct TokenRun {
+  torch::Tensor y;
+  SelfModState state;
+  std::vector<SelfModState> kept, copies;
+};
+
+TokenRun run_tokens(const SelfModifyingMemory& sm, const torch::Tensor& x, const std::vector<int64_t>& chunk,
+                    bool mixed) {
+  torch::NoGradGuard no_grad;
+  TokenRun r;
+  r.state = sm->initial_state(x.size(0));
+  std::vector<torch::Tensor> ys;
+  for (int64_t t = 0; t < x.size(1); ++t) {
+    r.kept.push_back(r.state);
+    r.copies.push_back(r.state.clone());
+    const int64_t b = chunk[static_cast<size_t>(t)];
+    ys.push_back(mixed && t % 2 == 0 ? sm->step(x.select(1, t), r.state, nullptr, b).unsqueeze(1)
+                                     : sm->forward(x.narrow(1, t, 1), r.state, b));
+  }
+  r.y = torch::cat(ys, 1).to(torch::kFloat64);
+  return r;
+}
+
+}  // namespace
+
 TEST_CASE(
     "self-modifying memory: one token a call without gradients (the fused step) equals the ATen form and "
     "float64",
@@ -403,65 +443,86 @@ TEST_CASE(
   // The model's step calls forward() one token at a time under no_grad; on the CPU in float32 that
   // token is fused_selfmod_step.cpp's loops. Against the ATen chunk form (ScopedAtenForms) in
   // float32 and the per-token step in float64: outputs, memories, aux, the conv's carry and the
-  // probes' last write, at b = 1 and inside chunks of 3.
-  const bool cpu = memscope::test::test_device().is_cpu();
+  // probes' last write. At b = 1; inside chunks of 3; with the chunk size changed from 3 to 4 in
+  // the middle of a chunk; and with step() and forward() alternating, each reading the other's anchor.
+  memscope::test::ScopedCpuDevice cpu;  // the fused kernels are CPU code
+  if (!memscope::test::cpu_kernels_testable()) return;
   const torch::Tensor x64 = input(2, 8);
-  for (bool conv : {false, true})
-    for (int64_t chunk : {1, 3}) {
-      const double clip = conv ? 0.05 : 0.0, scale = conv ? 0.25 : 1.0;
-      const bool shared = !conv;
-      INFO("conv " << conv << " chunk " << chunk);
-      auto sm = make_selfmod_with(clip, conv, scale, shared);
-      torch::NoGradGuard no_grad;
-      if (conv) sm->conv_weight.mul_(1.5);  // every tap away from its initial 0 or 1
-      SelfModState reference = sm->initial_state(2);
-      std::vector<torch::Tensor> want;
-      for (int64_t t = 0; t < x64.size(1); ++t)
-        want.push_back(sm->step(x64.select(1, t), reference, nullptr, chunk));
-      sm->to(torch::kFloat32);
-      const torch::Tensor x = x64.to(torch::kFloat32);
-      auto one_by_one = [&](SelfModState& s) {
-        std::vector<torch::Tensor> ys;
-        for (int64_t t = 0; t < x.size(1); ++t) ys.push_back(sm->forward(x.narrow(1, t, 1), s, chunk));
-        return torch::cat(ys, 1).to(torch::kFloat64);
-      };
-      SelfModState fused = sm->initial_state(2), aten = sm->initial_state(2);
-      const SelfModState shared_with_start =
-          fused;  // the same tensors, as the engine's kept states share them
-      const torch::Tensor y_fused = one_by_one(fused);
-      torch::Tensor y_aten;
-      {
-        const ScopedAtenForms aten_forms;
-        y_aten = one_by_one(aten);
+  struct Setting {
+    bool conv, shared;
+    double clip, scale;
+  };
+  const std::vector<std::vector<int64_t>> schedules{
+      std::vector<int64_t>(8, 1),
+      std::vector<int64_t>(8, 3),
+      {3, 3, 3, 3, 3, 4, 4, 4}};  // the last: at token 5, 5 % 4 ≠ 0
+  for (const Setting& set : {Setting{false, false, 0.0, 1.0}, Setting{true, true, 0.05, 0.25},
+                             Setting{false, true, 0.05, 1.0}, Setting{true, false, 0.0, 0.25}})
+    for (const auto& schedule : schedules)
+      for (bool mixed : {false, true}) {
+        INFO("conv " << set.conv << " shared gates " << set.shared << " clip " << set.clip << " chunks "
+                     << schedule[0] << "," << schedule[7] << " mixed " << mixed);
+        auto sm = make_selfmod_with(set.clip, set.conv, set.scale, set.shared);
+        if (set.conv) {
+          torch::NoGradGuard no_grad;
+          sm->conv_weight.mul_(1.5);  // every tap away from its initial 0 or 1
+        }
+        SelfModState reference = sm->initial_state(2);
+        std::vector<torch::Tensor> want;
+        {
+          torch::NoGradGuard no_grad;
+          for (int64_t t = 0; t < 8; ++t)
+            want.push_back(sm->step(x64.select(1, t), reference, nullptr, schedule[static_cast<size_t>(t)]));
+        }
+        sm->to(torch::kFloat32);
+        const torch::Tensor x = x64.to(torch::kFloat32);
+        const TokenRun fused = run_tokens(sm, x, schedule, mixed);
+        TokenRun aten;
+        {
+          const ScopedAtenForms aten_forms;
+          aten = run_tokens(sm, x, schedule, mixed);
+        }
+        CHECK(max_abs_diff(fused.y, aten.y) > 0);  // the fused step ran: its rounding differs somewhere
+        // float32 against float64 through 8 writes at η up to 0.3, relative to each tensor's size.
+        // Unclipped with per-feature gates the recurrence is the least well conditioned: there the
+        // ATen form's own float32 outputs are 2e-5 of their size from float64, and the fused step's
+        // within twice that.
+        auto near = [](const torch::Tensor& got, const torch::Tensor& want) {
+          return max_abs_diff(got.to(torch::kFloat64), want) < 1e-4 * (1 + want.abs().max().item<double>());
+        };
+        CHECK(near(fused.y, aten.y));
+        CHECK(near(fused.y, torch::stack(want, 1)));
+        const double aten_error = max_abs_diff(aten.y, torch::stack(want, 1));
+        CHECK(max_abs_diff(fused.y, torch::stack(want, 1)) < 3 * aten_error + 1e-6);
+        const SelfModState& got = fused.state;
+        CHECK(near(got.aux, reference.aux));
+        for (const auto& [value, expected] : {std::pair{&got.last_error, &reference.last_error},
+                                              {&got.last_retain, &reference.last_retain},
+                                              {&got.last_lr, &reference.last_lr},
+                                              {&got.last_precond, &reference.last_precond}})
+          CHECK(near(*value, *expected));
+        if (set.conv) CHECK(near(got.conv, reference.conv));
+        for (int m = 0; m < kSelfModCount; ++m)
+          for (size_t i = 0; i < 2; ++i) {
+            CHECK(near(got.weights[m][i], reference.weights[m][i]));
+            // The writes are not vanishing: every memory moved.
+            CHECK(max_abs_diff(got.weights[m][i], fused.copies.front().weights[m][i]) > 1e-3);
+          }
+        CHECK(got.anchor_chunk == reference.anchor_chunk);
+        CHECK(got.tokens == 8);
+        // Nothing was written in place: every state kept on the way still equals its clone.
+        for (size_t t = 0; t < fused.kept.size(); ++t) {
+          const auto kept = tensors_of(fused.kept[t]), copy = tensors_of(fused.copies[t]);
+          REQUIRE(kept.size() == copy.size());
+          for (size_t i = 0; i < kept.size(); ++i)
+            if (kept[i].defined()) CHECK(torch::equal(kept[i], copy[i]));
+        }
+        if (set.clip > 0) {
+          // The clip binds: the same run unclipped writes differently.
+          sm->set_live(30.0, 0.0);
+          CHECK(max_abs_diff(run_tokens(sm, x, schedule, mixed).y, fused.y) > 1e-4);
+        }
       }
-      // The fused step ran where it applies: the ATen form's rounding differs from it somewhere.
-      CHECK((max_abs_diff(y_fused, y_aten) > 0) == cpu);
-      const double tolerance = 5e-5;
-      CHECK(max_abs_diff(y_fused, y_aten) < tolerance);
-      CHECK(max_abs_diff(y_fused, torch::stack(want, 1)) < tolerance);
-      CHECK(max_abs_diff(fused.aux.to(torch::kFloat64), reference.aux) <
-            tolerance * (1 + reference.aux.abs().max().item<double>()));
-      for (const auto& [got, expected] : {std::pair{&fused.last_error, &reference.last_error},
-                                          {&fused.last_retain, &reference.last_retain},
-                                          {&fused.last_lr, &reference.last_lr},
-                                          {&fused.last_precond, &reference.last_precond}})
-        CHECK(max_abs_diff(got->to(torch::kFloat64), *expected) < tolerance);
-      if (conv) CHECK(max_abs_diff(fused.conv.to(torch::kFloat64), reference.conv) < tolerance);
-      for (int m = 0; m < kSelfModCount; ++m)
-        for (size_t i = 0; i < 2; ++i)
-          CHECK(max_abs_diff(fused.weights[m][i].to(torch::kFloat64), reference.weights[m][i]) < tolerance);
-      CHECK(fused.anchor_chunk == reference.anchor_chunk);
-      CHECK(fused.tokens == 8);
-      // Nothing was written in place: the first state's tensors are still the initial memories.
-      const SelfModState initial = sm->initial_state(2);
-      for (int m = 0; m < kSelfModCount; ++m)
-        for (size_t i = 0; i < 2; ++i)
-          CHECK(max_abs_diff(shared_with_start.weights[m][i], initial.weights[m][i]) == 0);
-      CHECK(max_abs_diff(shared_with_start.aux, initial.aux) == 0);
-      // The writes are not vanishing: every memory moved.
-      for (int m = 0; m < kSelfModCount; ++m)
-        CHECK(max_abs_diff(fused.weights[m][0], initial.weights[m][0]) > 1e-3);
-    }
 }
 
 TEST_CASE("self-modifying memory: the chunkwise form's float32 outer gradients match float64", "[model]") {
