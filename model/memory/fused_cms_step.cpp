@@ -24,23 +24,6 @@ namespace memscope::model {
 
 namespace {
 
-// out [rows] = W [rows,cols] x [cols].
-MEMSCOPE_SIMD_CLONES
-void matvec(const float* __restrict w, const float* __restrict x, int64_t rows, int64_t cols,
-            float* __restrict out) {
-  for (int64_t i = 0; i < rows; ++i) {
-    float sum = 0;
-    for (int64_t j = 0; j < cols; ++j) sum += w[i * cols + j] * x[j];
-    out[i] = sum;
-  }
-}
-
-float squares(const float* x, int64_t n) {
-  float sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += x[i] * x[i];
-  return sum;
-}
-
 // out = base + sign·(u ⊗ x) over a [rows,cols] block: the rank-1 step into W or G.
 MEMSCOPE_SIMD_CLONES
 void add_outer(const float* __restrict base, const float* __restrict u, const float* __restrict x, float sign,
@@ -56,23 +39,17 @@ void subtract(const float* __restrict a, const float* __restrict b, int64_t n, f
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] - b[i];
 }
 
-bool plain_float(const at::Tensor& t) {
-  return t.defined() && t.scalar_type() == at::kFloat && t.layout() == at::kStrided && t.device().is_cpu();
-}
-
 }  // namespace
 
 bool ContinuumMemoryImpl::fused_level_step_applies(int64_t level, const at::Tensor& z,
                                                    const CmsLevelState& s) const {
-  if (at::GradMode::is_enabled() || z.dim() != 3 || z.size(1) != 1 || !plain_float(z) ||
-      !cpu_kernels_on(z.device()))
-    return false;
+  if (at::GradMode::is_enabled() || z.dim() != 3 || z.size(1) != 1 || !cpu_kernel_float(z)) return false;
   const auto l = static_cast<size_t>(level);
   for (const at::Tensor* t : {&w_k[l], &w_v[l], &ln_weight[l], &ln_bias[l], &lr_w[l], &lr_b[l]})
-    if (!plain_float(*t)) return false;
+    if (!cpu_kernel_float(*t)) return false;
   if (s.weights.size() != 2 || s.accumulated.size() != 2) return false;
   for (size_t i = 0; i < 2; ++i)
-    if (!plain_float(s.weights[i]) || !plain_float(s.accumulated[i]) || s.weights[i].dim() != 4 ||
+    if (!cpu_kernel_float(s.weights[i]) || !cpu_kernel_float(s.accumulated[i]) || s.weights[i].dim() != 4 ||
         s.weights[i].size(0) != z.size(0) || s.weights[i].size(1) != 1 ||
         s.accumulated[i].sizes() != s.weights[i].sizes())
       return false;
@@ -121,13 +98,8 @@ at::Tensor ContinuumMemoryImpl::fused_level_step(int64_t level, const at::Tensor
     const float* a_k = a.data() + hidden;
     mlp_deltas(head, psi.data(), h.data() + hidden, n.data() + D, stdev[1], w1, delta_o.data(),
                delta_h.data());
-    float factor = 1.0f;
-    if (options_.inner_clip > 0) {
-      const float norm_sq =
-          squares(delta_o.data(), D) * squares(a_k, hidden) + squares(delta_h.data(), hidden) * squares(k, D);
-      factor = std::min(static_cast<float>(options_.inner_clip) / std::sqrt(std::max(norm_sq, 1e-30f)), 1.0f);
-    }
-    const float weight = factor * eta;
+    const float weight =
+        mlp_clip_factor(head, delta_o.data(), a_k, delta_h.data(), k, options_.inner_clip) * eta;
     // The two rank-1 gradients, as (left factor, right factor, rows, cols): δo ⊗ a_k, δh ⊗ k.
     const float* left[2] = {delta_o.data(), delta_h.data()};
     const float* right[2] = {a_k, k};

@@ -21,6 +21,7 @@
 #include "model/memory/self_modifying_memory.h"
 #include "model/util/cpu_kernels.h"
 #include "model/util/simd_clones.h"
+#include "model/util/sum_of_squares.h"
 
 namespace memscope::model {
 
@@ -29,15 +30,9 @@ namespace {
 constexpr int kMain = static_cast<int>(SelfModMemory::Main);
 constexpr int kProjections = 4;
 
-float squares(const float* x, int64_t n) {
-  float sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += x[i] * x[i];
-  return sum;
-}
-
 // z ← z / max(‖z‖, 1e-12), as unit() in the ATen form.
 void normalise(float* z, int64_t n) {
-  const float norm = std::max(std::sqrt(squares(z, n)), 1e-12f);
+  const float norm = std::max(static_cast<float>(std::sqrt(squares_of(z, n))), 1e-12f);
   for (int64_t i = 0; i < n; ++i) z[i] /= norm;
 }
 
@@ -75,25 +70,19 @@ void decayed_rank_one_writes(const float* __restrict w1, const float* __restrict
   }
 }
 
-bool plain_float(const at::Tensor& t) {
-  return t.defined() && t.scalar_type() == at::kFloat && t.layout() == at::kStrided && t.device().is_cpu();
-}
-
 }  // namespace
 
 bool SelfModifyingMemoryImpl::fused_token_applies(const at::Tensor& x, const std::array<at::Tensor, 2>& base,
                                                   const std::array<at::Tensor, 2>& chunk_start) const {
-  if (at::GradMode::is_enabled() || x.dim() != 3 || x.size(1) != 1 || !plain_float(x) ||
-      !cpu_kernels_on(x.device()))
-    return false;
+  if (at::GradMode::is_enabled() || x.dim() != 3 || x.size(1) != 1 || !cpu_kernel_float(x)) return false;
   for (const at::Tensor* t : {&w_q, &b_lr, &b_retain})
-    if (!plain_float(*t)) return false;
-  if (options_.conv && !plain_float(conv_weight)) return false;
+    if (!cpu_kernel_float(*t)) return false;
+  if (options_.conv && !cpu_kernel_float(conv_weight)) return false;
   for (int m = 0; m < kSelfModCount; ++m)
-    if (!plain_float(ln_weight[m]) || !plain_float(ln_bias[m])) return false;
+    if (!cpu_kernel_float(ln_weight[m]) || !cpu_kernel_float(ln_bias[m])) return false;
   for (const auto* stacks : {&base, &chunk_start})
     for (const at::Tensor& w : *stacks)
-      if (!plain_float(w) || w.dim() != 4 || w.size(0) != x.size(0) || w.size(1) != kSelfModCount)
+      if (!cpu_kernel_float(w) || w.dim() != 4 || w.size(0) != x.size(0) || w.size(1) != kSelfModCount)
         return false;
   return true;
 }
@@ -145,12 +134,7 @@ SelfModifyingMemoryImpl::ChunkEnd SelfModifyingMemoryImpl::fused_token(
     for (int m = 0; m < kProjections; ++m)
       mlp_forward(head(m), x, 1, r1(m), r2(m), h.data(), a.data(), n.data(), stdev.data(),
                   projected.data() + m * d);
-    const float* query_weight = wq.data_ptr<float>();
-    for (int64_t i = 0; i < d; ++i) {
-      float sum = 0;
-      for (int64_t j = 0; j < d; ++j) sum += query_weight[i * d + j] * x[j];
-      qkv[i] = sum;
-    }
+    matvec(wq.data_ptr<float>(), x, d, d, qkv.data());
     std::copy_n(projected.data(), 2 * d, qkv.data() + d);  // M_k(x), M_v(x)
     if (options_.conv) {
       // The last four [q|k|v] (three carried), each channel through its four taps in order.
@@ -204,7 +188,6 @@ SelfModifyingMemoryImpl::ChunkEnd SelfModifyingMemoryImpl::fused_token(
     retrieval /= static_cast<float>(d);
     aux.data_ptr<float>()[b] += retrieval + retrieval;
 
-    const float k_squares = squares(k, d);
     for (int m = 0; m < kSelfModCount; ++m) {
       const float* got = y_k.data() + m * d;
       const float* want = target.data() + m * d;
@@ -219,13 +202,8 @@ SelfModifyingMemoryImpl::ChunkEnd SelfModifyingMemoryImpl::fused_token(
       float* d_h = delta_h.data() + m * hidden;
       mlp_deltas(head(m), psi.data(), h_k.data() + m * hidden, n_k.data() + m * d, stdev_k[m], r1(m), d_o,
                  d_h);
-      float factor = 1.0f;
-      if (options_.inner_clip > 0) {
-        const float norm_sq =
-            squares(d_o, d) * squares(a_k.data() + m * hidden, hidden) + squares(d_h, hidden) * k_squares;
-        factor =
-            std::min(static_cast<float>(options_.inner_clip) / std::sqrt(std::max(norm_sq, 1e-30f)), 1.0f);
-      }
+      const float factor =
+          mlp_clip_factor(head(m), d_o, a_k.data() + m * hidden, d_h, k, options_.inner_clip);
       const float scale = m == kMain ? 1.0f : static_cast<float>(options_.self_lr_scale);
       for (int64_t i = 0; i < d; ++i) {
         rate[i] = scale * eta[i];

@@ -5,6 +5,7 @@
 
 #include "model/memory/gelu_math.h"
 #include "model/util/simd_clones.h"
+#include "model/util/sum_of_squares.h"
 
 namespace memscope::model {
 
@@ -71,6 +72,21 @@ void mlp_deltas(const MlpHead& head, const float* __restrict psi, const float* _
     for (int64_t j = 0; j < hidden; ++j) delta_h[j] += e * w[j];
   }
   multiply_by_gelu_derivative(h, delta_h, hidden);
+}
+
+float mlp_clip_factor(const MlpHead& head, const float* delta_o, const float* a, const float* delta_h,
+                      const float* z, double clip) {
+  if (clip <= 0) return 1.0f;
+  const double norm_sq = squares_of(delta_o, head.d) * squares_of(a, head.hidden) +
+                         squares_of(delta_h, head.hidden) * squares_of(z, head.d);
+  return static_cast<float>(
+      std::min(clip / std::sqrt(std::max(norm_sq, 1e-30)), 1.0));  // inner_clip.cpp's floor
+}
+
+MEMSCOPE_SIMD_CLONES
+void matvec(const float* __restrict w, const float* __restrict x, int64_t rows, int64_t cols,
+            float* __restrict out) {
+  for (int64_t i = 0; i < rows; ++i) out[i] = dot(w + i * cols, x, cols);
 }
 
 }  // namespace memscope::model

@@ -33,4 +33,12 @@ void mlp_forward(const MlpHead& head, const float* z, int64_t rows, const float*
 void mlp_deltas(const MlpHead& head, const float* psi, const float* h, const float* n, float stdev,
                 const float* w1, float* delta_o, float* delta_h);
 
+// inner_clip.h's κ = min(1, clip/‖g‖) for one input's rank-1 gradient (δo ⊗ a, δh ⊗ z), without
+// building it: ‖g‖² = ‖δo‖²‖a‖² + ‖δh‖²‖z‖². 1 where clip ≤ 0 (off).
+float mlp_clip_factor(const MlpHead& head, const float* delta_o, const float* a, const float* delta_h,
+                      const float* z, double clip);
+
+// out [rows] = W [rows,cols] x [cols], W row-major.
+void matvec(const float* w, const float* x, int64_t rows, int64_t cols, float* out);
+
 }  // namespace memscope::model

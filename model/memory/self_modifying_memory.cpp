@@ -59,16 +59,20 @@ at::Tensor unit(const at::Tensor& z) { return z / z.norm(2, -1, true).clamp_min(
 
 bool slices_of(const std::array<at::Tensor, 2>& stack, const MemoryWeights& w) {
   for (size_t i = 0; i < stack.size(); ++i) {
-    if (!stack[i].defined() || stack[i].dim() < 2 || stack[i].size(1) != kSelfModCount) return false;
+    const at::Tensor& whole = stack[i];
+    if (!whole.defined() || whole.dim() < 2 || whole.size(1) != kSelfModCount) return false;
     for (int m = 0; m < kSelfModCount; ++m) {
       if (w[m].size() != stack.size()) return false;
       const at::Tensor& t = w[m][i];
-      const at::Tensor slice = stack[i].narrow(1, m, 1);
-      // The same memory, and on the same side of any cut in the graph (a detached slice is not one).
-      if (!t.defined() || !t.is_alias_of(stack[i]) || t.data_ptr() != slice.data_ptr() ||
-          t.requires_grad() != stack[i].requires_grad() || t.sizes() != slice.sizes() ||
-          t.strides() != slice.strides())
+      // whole.narrow(1, m, 1), told without making it (this runs at every token): the same storage,
+      // offset, strides and sizes but axis 1; and on the same side of any cut in the graph (a
+      // detached slice is not one).
+      if (!t.defined() || !t.is_alias_of(whole) || t.requires_grad() != whole.requires_grad() ||
+          t.storage_offset() != whole.storage_offset() + m * whole.stride(1) ||
+          t.strides() != whole.strides() || t.dim() != whole.dim())
         return false;
+      for (int64_t k = 0; k < t.dim(); ++k)
+        if (t.size(k) != (k == 1 ? 1 : whole.size(k))) return false;
     }
   }
   return true;

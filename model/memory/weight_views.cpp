@@ -116,9 +116,7 @@ struct WeightViewsFunction : public torch::autograd::Function<WeightViewsFunctio
 
 }  // namespace
 
-bool weight_views_loop_applies(const at::Tensor& w) {
-  return w.scalar_type() == at::kFloat && w.layout() == at::kStrided && cpu_kernels_on(w.device());
-}
+bool weight_views_loop_applies(const at::Tensor& w) { return cpu_kernel_float(w); }
 
 std::vector<at::Tensor> weight_views(const at::Tensor& w, int64_t dim_in,
                                      const std::vector<WeightRange>& ranges) {

@@ -1,5 +1,7 @@
 #include "model/util/cpu_kernels.h"
 
+#include <ATen/core/Tensor.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <string>
@@ -17,6 +19,11 @@ std::atomic<int> aten_forms{forms_from_environment()};
 }  // namespace
 
 bool cpu_kernels_on(const c10::Device& device) { return device.is_cpu() && aten_forms.load() == 0; }
+
+bool cpu_kernel_float(const at::Tensor& t) {
+  return t.defined() && t.scalar_type() == at::kFloat && t.layout() == at::kStrided &&
+         cpu_kernels_on(t.device());
+}
 
 ScopedAtenForms::ScopedAtenForms() { ++aten_forms; }
 ScopedAtenForms::~ScopedAtenForms() { --aten_forms; }

@@ -14,10 +14,17 @@
 #pragma once
 #include <c10/core/Device.h>
 
+namespace at {
+class Tensor;
+}
+
 namespace memscope::model {
 
 // Whether work on `device` may take the CPU's own kernels: on the CPU, unless ScopedAtenForms lives.
 bool cpu_kernels_on(const c10::Device& device);
+
+// Whether `t` is a defined, strided float32 tensor that the CPU's own kernels may take (above).
+bool cpu_kernel_float(const at::Tensor& t);
 
 class ScopedAtenForms {
  public:
