@@ -16,7 +16,8 @@
 //                        the step, the two steps of each token taken one right after the other,
 //                        in turns first
 //   extras_aten_us       the token's score as ATen calls (argmax; log_softmax in double), for the ratio
-//   spectra_us           the batched singular values (erank, NS spectra), as collect builds them
+//   spectra_us           the batched singular values (erank, NS spectra; a hope block's self-modifying
+//                        memories' M, as a snapshot frame takes them), as collect builds them
 //   spectra_lapack_us    the same stacks through at::linalg_svdvals (LAPACK), for the ratio
 // One JSON line; medians over repetitions of the stream. Flags: --preset P (demo-mqar),
 // --tokens T per repetition (256), --reps R (5), --threads T (1).
@@ -26,6 +27,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "bench/aten_op_times.h"
 #include "bench/bench_flags.h"
 #include "bench/bench_timing.h"
 #include "bench/token_stream.h"
@@ -60,6 +62,15 @@ std::vector<at::Tensor> spectra_stacks(const LmState& state, const LmStepOutput&
       if (record && record->ns_output.size() > w) parts.push_back(record->ns_output[w].select(0, 0));
     stacks.push_back(at::cat(parts, 0).contiguous());
   }
+  // A hope block's self-modifying memories: per weight (W1, W2), every block's five, as a snapshot
+  // frame measures them (M; its ΔM are as many again).
+  for (size_t w = 0; !state.blocks.empty() && w < 2; ++w) {
+    std::vector<at::Tensor> parts;
+    for (const auto& block : state.blocks)
+      for (const auto& memory : block.selfmod.weights)
+        if (memory.size() > w) parts.push_back(memory[w].select(0, 0));
+    if (!parts.empty()) stacks.push_back(at::cat(parts, 0).contiguous());
+  }
   return stacks;
 }
 
@@ -71,8 +82,10 @@ int main(int argc, char** argv) {
   std::string preset_name = "demo-mqar";
   int64_t tokens = 256, reps = 5;
   int threads = 1;
+  int64_t op_times = 0;
   memscope::bench::BenchFlags flags("probe_breakdown");
   flags.add("--preset", preset_name).add("--tokens", tokens).add("--reps", reps).add("--threads", threads);
+  flags.add("--op-times", op_times);
   if (!flags.parse(argc, argv)) return 2;
   set_compute_threads(threads);
   at::NoGradGuard no_grad;
@@ -89,6 +102,8 @@ int main(int argc, char** argv) {
   };
   std::vector<std::vector<double>> per_rep(kParts);
   int64_t snapshot_steps = 0;
+  std::map<std::string, memscope::bench::OpTime>
+      snapshot_ops;  // --op-times: the last rep's snapshot collects
   const auto token = [&](int64_t i) { return stream[static_cast<size_t>(i)]; };
   const auto fresh = [&](int64_t i, LmState& state) {
     if (i % sequence_length == 0) state = model->initial_state(1);
@@ -137,7 +152,15 @@ int main(int argc, char** argv) {
       start = Clock::now();
       for (size_t l = 0; l < out.records.size(); ++l)
         if (out.records[l]) finish_record(*out.records[l], state.blocks[l].memory.memory);
-      collect_probes(frame, in, probe);
+      if (in.matrices && op_times > 0 && r == reps - 1) {
+        for (const auto& t :
+             memscope::bench::aten_op_times([&] { collect_probes(frame, in, probe); }, op_times)) {
+          snapshot_ops[t.name].self_ms += t.self_ms;
+          snapshot_ops[t.name].calls += t.calls;
+        }
+      } else {
+        collect_probes(frame, in, probe);
+      }
       (in.matrices ? total[CollectSnapshots] : total[Collect]) += micros_since(start);
       (in.matrices ? snapshots : plain) += 1;
       start = Clock::now();
@@ -170,7 +193,7 @@ int main(int argc, char** argv) {
       (-at::log_softmax(logits.to(at::kDouble), 0)[0]).item<double>();  // the four ATen calls it replaced,
       logits.argmax().item<int64_t>();                                  // each read back as the probes' transfer did
       total[ExtrasAten] += micros_since(start);
-      if (model->config().has_memory()) {
+      {
         const std::vector<at::Tensor> stacks = spectra_stacks(probed, out);
         start = Clock::now();
         for (const auto& stack : stacks) small_singular_values(stack);
@@ -189,6 +212,15 @@ int main(int argc, char** argv) {
     snapshot_steps = snapshots;
   }
   using memscope::bench::median;
+  nlohmann::json ops = nlohmann::json::array();  // per snapshot step, largest self time first
+  std::vector<memscope::bench::OpTime> sorted;
+  for (auto& [name, t] : snapshot_ops) sorted.push_back({name, t.self_ms, t.calls});
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.self_ms > b.self_ms; });
+  for (size_t i = 0; i < sorted.size() && i < static_cast<size_t>(op_times); ++i)
+    ops.push_back(
+        {{"op", sorted[i].name},
+         {"us", 1000 * sorted[i].self_ms / static_cast<double>(std::max<int64_t>(snapshot_steps, 1))},
+         {"calls", sorted[i].calls / std::max<int64_t>(snapshot_steps, 1)}});
   std::cout << nlohmann::json{{"bench", "probe_breakdown"},
                               {"preset", preset_name},
                               {"tokens", tokens},
@@ -204,7 +236,8 @@ int main(int argc, char** argv) {
                               {"spectra_us", median(per_rep[Spectra])},
                               {"spectra_lapack_us", median(per_rep[SpectraLapack])},
                               {"snapshots_us", median(per_rep[CollectSnapshots])},
-                              {"detectors_us", median(per_rep[DetectorsPart])}}
+                              {"detectors_us", median(per_rep[DetectorsPart])},
+                              {"snapshot_op_times", ops}}
                    .dump()
             << std::endl;
   return 0;

@@ -8,9 +8,9 @@
 
 #include "model/memory/attentional_bias.h"
 #include "model/memory/newton_schulz.h"
+#include "model/probe/finite_copy.h"
 #include "model/probe/hope_probes.h"
 #include "model/probe/small_singular_values.h"
-#include "model/util/simd_clones.h"
 #include "model/util/sum_of_squares.h"
 
 namespace memscope::model {
@@ -18,44 +18,6 @@ namespace memscope::model {
 namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-// These loops run over every entry of every weight each frame (an MLP memory's W1 and W2 are 1,024
-// entries a head): written so that they vectorise, and built for AVX-512 and AVX2 beside the
-// portable copy (built for SSE2 alone, the sums of squares, now model/util/sum_of_squares.h, ran
-// one double at a time: 8–9 µs of an overlapped Titans-MLP token's probes, AMD VM). x − x is 0
-// exactly when x is finite.
-MEMSCOPE_SIMD_CLONES
-bool all_finite(const float* x, int64_t n) {
-  int bad = 0;
-  for (int64_t i = 0; i < n; ++i) bad |= static_cast<int>(!(x[i] - x[i] == 0.0f));
-  return bad == 0;
-}
-
-// to = from with NaN and Inf as 0 (what the SVDs can take); returns whether from was all finite.
-MEMSCOPE_SIMD_CLONES
-bool copy_finite(const float* __restrict from, float* __restrict to, int64_t n) {
-  int bad = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const bool finite = from[i] - from[i] == 0.0f;
-    to[i] = finite ? from[i] : 0.0f;
-    bad |= static_cast<int>(!finite);
-  }
-  return bad == 0;
-}
-
-// The same for a [rows, cols] matrix, written transposed ([cols, rows]).
-MEMSCOPE_SIMD_CLONES
-bool copy_finite_transposed(const float* __restrict from, int64_t rows, int64_t cols, float* __restrict to) {
-  int bad = 0;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) {
-      const float x = from[r * cols + c];
-      const bool finite = x - x == 0.0f;
-      to[c * rows + r] = finite ? x : 0.0f;
-      bad |= static_cast<int>(!finite);
-    }
-  return bad == 0;
-}
 
 // ‖x − y‖_F (y = nullptr: ‖x‖_F).
 float frobenius(const float* x, const float* y, int64_t n) {

@@ -17,6 +17,7 @@
 #include "model/probe/fused_probes.h"
 #include "model/probe/hope_probes.h"
 #include "model/probe/matrix_metrics.h"
+#include "model/probe/shown_matrices.h"
 #include "model/probe/small_singular_values.h"
 
 namespace memscope::model {
@@ -56,15 +57,6 @@ std::vector<float> to_host(const at::Tensor& flat) {
 
 }  // namespace
 
-at::Tensor downsample_matrix(const at::Tensor& m, int64_t largest) {
-  const int64_t a = m.size(-2), b = m.size(-1);
-  if (largest <= 0 || std::max(a, b) <= largest) return m;
-  const double factor = static_cast<double>(std::max(a, b)) / static_cast<double>(largest);
-  const int64_t rows = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(static_cast<double>(a) / factor)));
-  const int64_t cols = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(static_cast<double>(b) / factor)));
-  return at::adaptive_avg_pool2d(m.unsqueeze(0), {std::min(rows, largest), std::min(cols, largest)}).squeeze(0);
-}
-
 std::vector<double> collect_probes(Frame& frame, const ProbeInputs& in, const ProbeConfig& config) {
   return fused_probes_apply(in, config) ? collect_fused_probes(frame, in)
                                         : collect_probes_general(frame, in, config);
@@ -89,27 +81,9 @@ std::vector<double> collect_probes_general(Frame& frame, const ProbeInputs& in, 
     int64_t numel;
   };
   std::vector<Pending> pending;
-  // full [N, r, c] shown as `small`: when shrunk, the full matrices' singular values go to the host
-  // too (MatrixSnapshot::singular_values), at matrices_every cadence only; `known` [N, k] where the
-  // probes already have them. NaN/Inf read as 0 here: the shown copy carries them, and the view then
-  // shows no spectrum. After each matrix's k values come its finite min and max and its NaN and
-  // Inf counts (MatrixSnapshot::full_min …).
+  // When a matrix is shown shrunk, its full spectrum and range go to the host too
+  // (MatrixSnapshot::singular_values, full_min …), in `pending`'s order, at matrices_every cadence.
   std::vector<at::Tensor> spectra;
-  auto add_spectra = [&spectra](const at::Tensor& full, const at::Tensor& small, const at::Tensor& known = {}) {
-    if (full.size(-2) == small.size(-2) && full.size(-1) == small.size(-1)) return;
-    // Batched for float matrices on the CPU with a short side of 64 or less (small_singular_values.h).
-    const at::Tensor sigma = known.defined()
-                                 ? known
-                                 : small_singular_values(at::nan_to_num(full, 0.0, 0.0, 0.0).flatten(0, -3))
-                                       .unflatten(0, full.sizes().slice(0, full.dim() - 2));
-    const at::Tensor entries = full.flatten(-2).to(at::kFloat);  // [N, r·c]
-    const at::Tensor bad = at::logical_not(at::isfinite(entries));
-    const double inf = std::numeric_limits<double>::infinity();
-    const at::Tensor range = at::stack({entries.masked_fill(bad, inf).amin(-1), entries.masked_fill(bad, -inf).amax(-1),
-                                        at::isnan(entries).sum(-1).to(at::kFloat), at::isinf(entries).sum(-1).to(at::kFloat)},
-                                       -1);  // [N, 4]
-    spectra.push_back(at::cat({sigma.to(at::kFloat).reshape({entries.size(0), -1}), range}, -1).flatten());
-  };
   int64_t heads = 0;
 
   if (layers > 0) {
@@ -240,8 +214,13 @@ std::vector<double> collect_probes_general(Frame& frame, const ProbeInputs& in, 
         const std::vector<std::pair<const char*, at::Tensor>> kinds{{"M", m}, {"S", s}, {"dM", dm}};
         for (const auto& [name, t] : kinds) {
           if (!t.defined()) continue;
-          const at::Tensor small = downsample_matrix(t.flatten(0, 1), largest);  // [L·H, r, c]
+          // M's singular values are the erank SVD's above.
+          const ShownMatrices view = show_matrices(
+              t.flatten(0, 1), largest,
+              std::string(name) == "M" ? sigma.narrow(0, 0, layers).flatten(0, 1) : at::Tensor());
+          const at::Tensor& small = view.shown;  // [L·H, r, c]
           shown.push_back(small.flatten());
+          if (view.summary.defined()) spectra.push_back(view.summary.flatten());
           for (int64_t l = 0; l < layers; ++l)
             for (int64_t h = 0; h < heads; ++h) {
               MatrixSnapshot snap;
@@ -255,8 +234,6 @@ std::vector<double> collect_probes_general(Frame& frame, const ProbeInputs& in, 
               snap.full_cols = static_cast<int>(t.size(-1));
               pending.push_back({std::move(snap), small.size(-2) * small.size(-1)});
             }
-          // M's singular values are the erank SVD's above.
-          add_spectra(t.flatten(0, 1), small, std::string(name) == "M" ? sigma.narrow(0, 0, layers).flatten(0, 1) : at::Tensor());
         }
       }
     }
@@ -268,6 +245,12 @@ std::vector<double> collect_probes_general(Frame& frame, const ProbeInputs& in, 
     const auto blocks = in.state->blocks.size();
     const int64_t largest = config.full_matrices ? 0 : config.downsample;
     const bool have_before = in.memory_before && in.memory_before->size() == blocks;
+    struct Shown {
+      size_t weight;
+      const char* name;
+      at::Tensor full;
+    };
+    std::vector<Shown> stacks;  // W1's M and ΔM, then W2's
     for (size_t w = 0; w < 2; ++w) {
       std::vector<at::Tensor> now, change;
       for (size_t l = 0; l < blocks; ++l)
@@ -276,27 +259,41 @@ std::vector<double> collect_probes_general(Frame& frame, const ProbeInputs& in, 
           now.push_back(t);
           if (have_before) change.push_back(t - (*in.memory_before)[l][static_cast<size_t>(m) * 2 + w][0][0]);
         }
-      const std::vector<std::pair<const char*, std::vector<at::Tensor>*>> kinds{{"M", &now}, {"dM", &change}};
-      for (const auto& [name, list] : kinds) {
-        if (list->empty()) continue;
-        const at::Tensor full = at::stack(*list);
-        const at::Tensor small = downsample_matrix(full, largest);
-        parts.push_back(small.to(at::kFloat).flatten());
-        for (size_t l = 0; l < blocks; ++l)
-          for (int m = 0; m < kSelfModCount; ++m) {
-            MatrixSnapshot snap;
-            snap.layer = static_cast<int>(l);
-            snap.head = m;
-            snap.weight = w == 0 ? "W1" : "W2";
-            snap.tensor = name;
-            snap.rows = static_cast<int>(small.size(-2));
-            snap.cols = static_cast<int>(small.size(-1));
-            snap.full_rows = static_cast<int>(full.size(-2));
-            snap.full_cols = static_cast<int>(full.size(-1));
-            pending.push_back({std::move(snap), small.size(-2) * small.size(-1)});
-          }
-        add_spectra(full, small);
-      }
+      stacks.push_back({w, "M", at::stack(now)});
+      if (have_before) stacks.push_back({w, "dM", at::stack(change)});
+    }
+    // The shrunk stacks' spectra in one batched call (singular_values_together).
+    auto shrinks = [&](const at::Tensor& full) {
+      return shown_shape(full.size(-2), full.size(-1), largest) !=
+             std::make_pair(full.size(-2), full.size(-1));
+    };
+    std::vector<at::Tensor> shrunk, sigma(stacks.size());
+    for (const Shown& x : stacks)
+      if (shrinks(x.full)) shrunk.push_back(x.full);
+    const std::vector<at::Tensor> together = singular_values_together(shrunk);
+    for (size_t i = 0, next = 0; i < stacks.size(); ++i)
+      if (shrinks(stacks[i].full)) sigma[i] = together[next++];
+    for (size_t i = 0; i < stacks.size(); ++i) {
+      const size_t w = stacks[i].weight;
+      const char* name = stacks[i].name;
+      const at::Tensor& full = stacks[i].full;
+      const ShownMatrices view = show_matrices(full, largest, sigma[i]);
+      const at::Tensor& small = view.shown;
+      parts.push_back(small.to(at::kFloat).flatten());
+      if (view.summary.defined()) spectra.push_back(view.summary.flatten());
+      for (size_t l = 0; l < blocks; ++l)
+        for (int m = 0; m < kSelfModCount; ++m) {
+          MatrixSnapshot snap;
+          snap.layer = static_cast<int>(l);
+          snap.head = m;
+          snap.weight = w == 0 ? "W1" : "W2";
+          snap.tensor = name;
+          snap.rows = static_cast<int>(small.size(-2));
+          snap.cols = static_cast<int>(small.size(-1));
+          snap.full_rows = static_cast<int>(full.size(-2));
+          snap.full_cols = static_cast<int>(full.size(-1));
+          pending.push_back({std::move(snap), small.size(-2) * small.size(-1)});
+        }
     }
   }
   const at::Tensor hope = hope_probe_tensor(model, *in.state, in.records);

@@ -41,7 +41,4 @@ std::vector<double> collect_probes(Frame& frame, const ProbeInputs& in, const Pr
 // the fused path to it.
 std::vector<double> collect_probes_general(Frame& frame, const ProbeInputs& in, const ProbeConfig& config);
 
-// M, S or ΔM [H,a,b] area-averaged so that its larger side is at most `largest` (aspect kept).
-at::Tensor downsample_matrix(const at::Tensor& m, int64_t largest);
-
 }  // namespace memscope::model

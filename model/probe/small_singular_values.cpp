@@ -11,7 +11,9 @@
 #include <memory>
 #include <vector>
 
+#include "model/probe/finite_copy.h"
 #include "model/util/simd_clones.h"
+#include "model/util/work_share.h"
 
 namespace memscope::model {
 
@@ -45,10 +47,16 @@ using LaneMask = int64_t;
   return out;
 }
 
-// One group of up to Lanes symmetric m×m matrices, lane-interleaved: g[(i·m + j)·Lanes + lane].
-// Householder reflections reduce each to tridiagonal form, in place: the diagonal goes to d[i·Lanes
-// + lane] and the off-diagonal (coupling i and i+1) to e[i·Lanes + lane]; e's last row is zeroed.
-// A column whose part below the subdiagonal is already zero gets no reflection (τ = 0).
+// One group of up to Lanes symmetric m×m matrices, lane-interleaved: g[(i·m + j)·Lanes + lane], of
+// which only the lower triangle (j ≤ i) is read or written. Householder reflections reduce each to
+// tridiagonal form, in place: the diagonal goes to d[i·Lanes + lane] and the off-diagonal
+// (coupling i and i+1) to e[i·Lanes + lane]; e's last row is zeroed. A column whose part below the
+// subdiagonal is already zero gets no reflection (τ = 0).
+// Why the lower triangle alone: the group's matrices are m²·Lanes doubles (512 KB for HOPE's 64×64
+// Gram matrices in 16 lanes), beyond L1, and each reflection streams the trailing block twice (for
+// G v and for the update), so the whole matrix took twice the traffic for the same arithmetic:
+// two stacks of ten of HOPE's 64×256 matrices, 2.7 → 2.4 ms (Intel VM, bench/probe_breakdown
+// spectra_us).
 template <int Lanes>
 MEMSCOPE_SIMD_CLONES
 void tridiagonalise(double* __restrict g, double* __restrict d, double* __restrict e, int m) {
@@ -73,20 +81,31 @@ void tridiagonalise(double* __restrict g, double* __restrict d, double* __restri
     for (int i = k + 2; i < m; ++i)
       for (int lane = 0; lane < Lanes; ++lane) v[i * Lanes + lane] = at(i, k)[lane];
     // H G H = G − v wᵀ − w vᵀ on the trailing block, with p = τ G v and w = p − (τ vᵀp / 2) v.
+    // G v from the lower triangle: entry (i, j < i) adds to p_i and, as (j, i), to p_j (in w).
+    for (int i = k + 1; i < m; ++i)
+      for (int lane = 0; lane < Lanes; ++lane) w[i * Lanes + lane] = 0;
     for (int i = k + 1; i < m; ++i) {
-      double p[Lanes] = {};
-      for (int j = k + 1; j < m; ++j)
-        for (int lane = 0; lane < Lanes; ++lane) p[lane] += at(i, j)[lane] * v[j * Lanes + lane];
-      for (int lane = 0; lane < Lanes; ++lane) w[i * Lanes + lane] = tau[lane] * p[lane];
+      double p[Lanes];
+      for (int lane = 0; lane < Lanes; ++lane) p[lane] = at(i, i)[lane] * v[i * Lanes + lane];
+      for (int j = k + 1; j < i; ++j)
+        for (int lane = 0; lane < Lanes; ++lane) {
+          const double gij = at(i, j)[lane];
+          p[lane] += gij * v[j * Lanes + lane];
+          w[j * Lanes + lane] += gij * v[i * Lanes + lane];
+        }
+      for (int lane = 0; lane < Lanes; ++lane) w[i * Lanes + lane] += p[lane];
     }
     for (int lane = 0; lane < Lanes; ++lane) k_half[lane] = 0;
     for (int i = k + 1; i < m; ++i)
-      for (int lane = 0; lane < Lanes; ++lane) k_half[lane] += v[i * Lanes + lane] * w[i * Lanes + lane];
+      for (int lane = 0; lane < Lanes; ++lane) {
+        w[i * Lanes + lane] *= tau[lane];
+        k_half[lane] += v[i * Lanes + lane] * w[i * Lanes + lane];
+      }
     for (int lane = 0; lane < Lanes; ++lane) k_half[lane] *= 0.5 * tau[lane];
     for (int i = k + 1; i < m; ++i)
       for (int lane = 0; lane < Lanes; ++lane) w[i * Lanes + lane] -= k_half[lane] * v[i * Lanes + lane];
     for (int i = k + 1; i < m; ++i)
-      for (int j = k + 1; j < m; ++j)
+      for (int j = k + 1; j <= i; ++j)
         for (int lane = 0; lane < Lanes; ++lane)
           at(i, j)[lane] -= v[i * Lanes + lane] * w[j * Lanes + lane] + w[i * Lanes + lane] * v[j * Lanes + lane];
   }
@@ -248,45 +267,54 @@ void gram_of(const double* __restrict a, double* __restrict g, int m, int n) {
 }
 
 // A larger group's, a matrix at a time: its vectors first copied to double rows zero-padded to a
-// multiple of four (`rows`, mp × np: 8 KB at 16×64), then each product a 4×2 tile of entries, four
-// k at once (eight accumulators, six loads and eight fused multiply-adds per step), into lane
-// `lane` of the group's interleaved G. 16 matrices 16×64: 72–101 → 65–74 µs a call, three
-// alternated rounds (AMD VM); at 16×16 it took 5% longer than the interleaved way, hence the limit.
+// multiple of eight (`rows`, mp × np: 8 KB at 16×64), then each product a tile of entries, a vector
+// of k at once, into lane `lane` of the group's interleaved G. With four-double vectors (AVX2; the
+// portable copy) a tile is 4×2 entries: eight accumulators, six loads and eight fused multiply-adds
+// per step. 16 matrices 16×64: 72–101 → 65–74 µs a call, three alternated rounds (AMD VM); at 16×16
+// it took 5% longer than the interleaved way, hence the limit. AVX-512 takes eight-double vectors
+// and 4×4 tiles (sixteen accumulators of its 32 registers, eight loads a step): two stacks of ten
+// of HOPE's 64×256 matrices, 2.4 → 1.9 ms (Intel VM, bench/probe_breakdown spectra_us).
 //
-// Entries G[i0..i0+3][j0..j0+1] of padded rows (np a multiple of 4), into `lane` of g where they
-// lie on or below the diagonal of the m×m matrix, and mirrored. Always inlined into each
-// instruction set's copy of gram_into_lane, for its registers and its FMA.
+// Entries G[i0..i0+TileI−1][j0..j0+TileJ−1] of padded rows (np a multiple of the vector's width),
+// into `lane` of g where they lie on or below the diagonal of the m×m matrix (the lower triangle:
+// all that tridiagonalise reads). Always inlined into each instruction set's copy of
+// gram_into_lane, for its registers and its FMA.
+template <typename Vec, int TileI, int TileJ>
 [[gnu::always_inline]] inline void gram_tile(const double* __restrict rows, int np, int i0, int j0, int m,
                                              double* __restrict g, int lanes, int lane) {
-  Quad sum[4][2] = {};
-  for (int k = 0; k < np; k += 4) {
-    Quad x[4], y[2];
-#pragma GCC unroll 2
-    for (int b = 0; b < 2; ++b) std::memcpy(&y[b], rows + (j0 + b) * np + k, sizeof(Quad));
+  constexpr int kWidth = sizeof(Vec) / sizeof(double);
+  Vec sum[TileI][TileJ] = {};
+  for (int k = 0; k < np; k += kWidth) {
+    Vec x[TileI], y[TileJ];
 #pragma GCC unroll 4
-    for (int a = 0; a < 4; ++a) {
-      std::memcpy(&x[a], rows + (i0 + a) * np + k, sizeof(Quad));
-#pragma GCC unroll 2
-      for (int b = 0; b < 2; ++b) sum[a][b] += x[a] * y[b];
+    for (int b = 0; b < TileJ; ++b) std::memcpy(&y[b], rows + (j0 + b) * np + k, sizeof(Vec));
+#pragma GCC unroll 4
+    for (int a = 0; a < TileI; ++a) {
+      std::memcpy(&x[a], rows + (i0 + a) * np + k, sizeof(Vec));
+#pragma GCC unroll 4
+      for (int b = 0; b < TileJ; ++b) sum[a][b] += x[a] * y[b];
     }
   }
-  for (int a = 0; a < 4; ++a)
-    for (int b = 0; b < 2; ++b) {
+  for (int a = 0; a < TileI; ++a)
+    for (int b = 0; b < TileJ; ++b) {
       const int i = i0 + a, j = j0 + b;
       if (i >= m || j > i) continue;
-      const Quad& q = sum[a][b];
-      const double entry = (q[0] + q[1]) + (q[2] + q[3]);
+      double entry = 0;
+      for (int q = 0; q < kWidth; ++q) entry += sum[a][b][q];
       g[(i * m + j) * lanes + lane] = entry;
-      g[(j * m + i) * lanes + lane] = entry;
     }
 }
 
+// Rows of every matrix padded to this many doubles (the widest vector's).
+constexpr int kGramPad = 8;
+
+template <typename Vec, int TileI, int TileJ>
 [[gnu::always_inline]] inline void gram_into_lane_body(const float* __restrict matrix, int64_t r, int64_t c,
                                                        double* __restrict rows, double* __restrict g,
                                                        int lanes, int lane) {
   const bool by_rows = r <= c;  // the Gram matrix of the shorter side: A Aᵀ or Aᵀ A, m×m
   const int m = static_cast<int>(std::min(r, c)), n = static_cast<int>(std::max(r, c));
-  const int mp = (m + 3) / 4 * 4, np = (n + 3) / 4 * 4;
+  const int mp = (m + kGramPad - 1) / kGramPad * kGramPad, np = (n + kGramPad - 1) / kGramPad * kGramPad;
   for (int p = 0; p < m; ++p) {
     double* row = rows + p * np;
     if (by_rows) {
@@ -297,25 +325,28 @@ void gram_of(const double* __restrict a, double* __restrict g, int m, int n) {
     std::fill(row + n, row + np, 0.0);
   }
   std::fill(rows + m * np, rows + mp * np, 0.0);
-  for (int i0 = 0; i0 < mp; i0 += 4)
-    for (int j0 = 0; j0 < i0 + 4; j0 += 2) gram_tile(rows, np, i0, j0, m, g, lanes, lane);
+  for (int i0 = 0; i0 < mp; i0 += TileI)
+    for (int j0 = 0; j0 < i0 + TileI; j0 += TileJ)
+      gram_tile<Vec, TileI, TileJ>(rows, np, i0, j0, m, g, lanes, lane);
 }
+
+typedef double Oct __attribute__((vector_size(8 * sizeof(double))));
 
 using GramIntoLane = void (*)(const float*, int64_t, int64_t, double*, double*, int, int);
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 [[gnu::target("avx512f")]] void gram_into_lane_avx512(const float* matrix, int64_t r, int64_t c, double* rows,
                                                       double* g, int lanes, int lane) {
-  gram_into_lane_body(matrix, r, c, rows, g, lanes, lane);
+  gram_into_lane_body<Oct, 4, 4>(matrix, r, c, rows, g, lanes, lane);
 }
 [[gnu::target("avx2,fma")]] void gram_into_lane_avx2(const float* matrix, int64_t r, int64_t c, double* rows,
                                                      double* g, int lanes, int lane) {
-  gram_into_lane_body(matrix, r, c, rows, g, lanes, lane);
+  gram_into_lane_body<Quad, 4, 2>(matrix, r, c, rows, g, lanes, lane);
 }
 #endif
 void gram_into_lane_portable(const float* matrix, int64_t r, int64_t c, double* rows, double* g, int lanes,
                              int lane) {
-  gram_into_lane_body(matrix, r, c, rows, g, lanes, lane);
+  gram_into_lane_body<Quad, 4, 2>(matrix, r, c, rows, g, lanes, lane);
 }
 
 // The widest copy this CPU runs, chosen once (as small_gemm does: target_clones("avx2") would
@@ -329,20 +360,6 @@ void gram_into_lane(const float* matrix, int64_t r, int64_t c, double* rows, dou
     return &gram_into_lane_portable;
   }();
   kernel(matrix, r, c, rows, g, lanes, lane);
-}
-
-// Whether every float of x is finite (no exponent field of all ones), as one OR over the whole
-// matrix: vectorised, where a loop that stops at the first Inf or NaN ran one element at a time
-// (~8 µs of a 93 µs call for 16 matrices 16×64, AMD VM).
-MEMSCOPE_SIMD_CLONES
-bool all_finite(const float* x, int64_t count) {
-  uint32_t special = 0;
-  for (int64_t i = 0; i < count; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, x + i, sizeof bits);
-    special |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
-  }
-  return special == 0;
 }
 
 // The singular values of `lanes` (at most Lanes) matrices of a contiguous float stack [N, r, c], from
@@ -411,25 +428,38 @@ at::Tensor small_singular_values(const at::Tensor& matrices) {
   const int64_t m = std::min(r, c);
   at::Tensor out = at::empty({count, m}, matrices.options());
   if (count == 0 || m == 0) return out;
-  // Written in full for every group before they are read: no zeroing.
-  const int64_t padded = (r + 3) / 4 * 4 * ((c + 3) / 4 * 4);
-  const std::unique_ptr<double[]> a(
-      new double[static_cast<size_t>(std::max(std::min(r * c * kWideGroup, kInterleavedLimit), padded))]);
-  const std::unique_ptr<double[]> gram(new double[static_cast<size_t>(m * m * kWideGroup)]);
-  const std::vector<float> zeros(static_cast<size_t>(r * c), 0.0f);
+  // The groups: 16 lanes while more than 8 matrices are left, then the last 8 or fewer.
+  struct Group {
+    int64_t first, lanes;
+  };
+  std::vector<Group> groups;
   for (int64_t first = 0; first < count;) {
     const int64_t left = count - first;
-    if (left > kNarrowGroup) {
-      const int64_t lanes = std::min<int64_t>(left, kWideGroup);
-      singular_values_of_group<kWideGroup>(source.data_ptr<float>(), first, lanes, r, c, a.get(), gram.get(),
-                                           zeros.data(), out.data_ptr<float>());
-      first += lanes;
-    } else {
-      singular_values_of_group<kNarrowGroup>(source.data_ptr<float>(), first, left, r, c, a.get(), gram.get(),
-                                             zeros.data(), out.data_ptr<float>());
-      first += left;
-    }
+    const int64_t lanes = left > kNarrowGroup ? std::min<int64_t>(left, kWideGroup) : left;
+    groups.push_back({first, lanes});
+    first += lanes;
   }
+  const std::vector<float> zeros(static_cast<size_t>(r * c), 0.0f);
+  const float* from = source.data_ptr<float>();
+  float* to = out.data_ptr<float>();
+  // A group at a time, on this thread and on one waiting for it (model/util/work_share.h), each
+  // thread with its own scratch, written in full for every group before it is read: no zeroing.
+  for_each_shared(static_cast<int64_t>(groups.size()), [&](int64_t g) {
+    thread_local std::vector<double> a, gram;
+    const int64_t padded =
+        (r + kGramPad - 1) / kGramPad * kGramPad * ((c + kGramPad - 1) / kGramPad * kGramPad);
+    a.resize(std::max<size_t>(
+        a.size(), static_cast<size_t>(std::max(std::min(r * c * kWideGroup, kInterleavedLimit), padded))));
+    gram.resize(std::max<size_t>(gram.size(), static_cast<size_t>(m * m * kWideGroup)));
+    const Group& group = groups[static_cast<size_t>(g)];
+    if (group.lanes > kNarrowGroup) {
+      singular_values_of_group<kWideGroup>(from, group.first, group.lanes, r, c, a.data(), gram.data(),
+                                           zeros.data(), to);
+    } else {
+      singular_values_of_group<kNarrowGroup>(from, group.first, group.lanes, r, c, a.data(), gram.data(),
+                                             zeros.data(), to);
+    }
+  });
   return out;
 }
 

@@ -128,10 +128,22 @@ void SideThread::start(std::function<void()> job, bool holds_core) {
 }
 
 void SideThread::wait() {
-  spin_until([this] { return !busy(); }, budget_after(last_job_ns_));
+  spin_until([this] { return !busy() || (share_.help(), false); }, budget_after(last_job_ns_));
   std::unique_lock<std::mutex> lock = lock_soon(mutex_);
-  done_.wait(lock, [this] { return !busy(); });
+  for (;;) {
+    done_.wait(lock, [this] { return !busy() || share_.has_items(); });
+    if (!busy()) break;
+    lock.unlock();
+    share_.help();
+    lock = lock_soon(mutex_);
+  }
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+}
+
+void SideThread::announce_share() {
+  // Taken and let go, so that a wait() that has just found no items is asleep before the notify.
+  { std::lock_guard<std::mutex> lock(mutex_); }
+  done_.notify_all();
 }
 
 void SideThread::loop() {
@@ -155,6 +167,7 @@ void SideThread::loop() {
     last_idle_ns_.store(nanoseconds(job_from - idle_from).count(), std::memory_order_relaxed);
     std::exception_ptr error;
     try {
+      const ScopedWorkShare shared(&share_);
       job();
     } catch (...) {
       error = std::current_exception();

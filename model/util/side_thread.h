@@ -14,6 +14,8 @@
 #include <mutex>
 #include <thread>
 
+#include "model/util/work_share.h"
+
 namespace memscope::model {
 
 class SideThread {
@@ -32,6 +34,7 @@ class SideThread {
   // it is faster.
   bool try_run(std::function<void()> job);
   // Returns once the job has returned (at once when there is none); rethrows what it threw.
+  // Meanwhile it runs items of the loops the job shares (for_each_shared, model/util/work_share.h).
   void wait();
   bool busy() const { return busy_.load(std::memory_order_acquire); }
 
@@ -45,6 +48,7 @@ class SideThread {
 
  private:
   void start(std::function<void()> job, bool holds_core);
+  void announce_share();
   void loop();
 
   std::mutex mutex_;
@@ -57,6 +61,8 @@ class SideThread {
   // How long the last job ran, and how long the thread last waited for a job (nanoseconds): what
   // the next wait of each kind spins for (twice over, within bounds), before it sleeps.
   std::atomic<int64_t> last_job_ns_{0}, last_idle_ns_{0};
+  // Loops the job offers to wait() (model/util/work_share.h); announced through done_.
+  WorkShare share_{[this] { announce_share(); }};
   std::thread thread_;  // last: started once the members above exist
 };
 

@@ -295,14 +295,6 @@ TEST_CASE("probe collector: a shrunk snapshot counts its full matrix's NaN and I
   CHECK(found);
 }
 
-TEST_CASE("downsampled snapshots are area means with the aspect kept", "[probe]") {
-  const at::Tensor m = torch::arange(64 * 32, torch::kFloat).reshape({1, 64, 32});
-  const at::Tensor small = downsample_matrix(m, 16);
-  REQUIRE(small.sizes() == at::IntArrayRef({1, 16, 8}));
-  CHECK(small[0][0][0].item<double>() == Approx(m[0].narrow(0, 0, 4).narrow(1, 0, 4).mean().item<double>()));
-  CHECK(downsample_matrix(m, 0).sizes() == m.sizes());
-}
-
 TEST_CASE("probes of a NaN head report it without failing the SVDs", "[probe]") {
   Stepped s = step_five("atlas-linear");
   s.state.blocks[1].memory.memory[0][0][1].fill_(std::nan(""));

@@ -1,0 +1,44 @@
+// A stack of memory matrices as a snapshot frame shows them (SPEC §8, MatrixSnapshot): the copy
+// the heatmap draws, area-averaged so that its larger side is at most `largest`, and, when that
+// copy is shrunk, what it no longer carries: the full matrices' singular values and their finite
+// range and NaN/Inf counts.
+//
+// Why its own pass: a HOPE snapshot frame shows 40 matrices of 64×256, and as ATen calls the
+// copies, the NaN/Inf masks, the ranges and the pooling took about 7 ms of its 12.5 ms, more than
+// the spectra (Intel VM, 2026-12-05, bench/probe_breakdown --op-times). On the CPU in float32 it
+// is one read of each matrix for the range, one for the pooling, and the batched spectra
+// (small_singular_values.h); elsewhere the same values from ATen calls.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <utility>
+#include <vector>
+
+namespace memscope::model {
+
+struct ShownMatrices {
+  at::Tensor shown;  // [N, r', c'] float32: the area means (the full matrices when none is shrunk)
+  // [N, min(r, c) + 4] float32 when shrunk: σ descending (of the matrices with NaN and Inf read as
+  // 0), then the finite entries' min and max and the NaN and Inf counts. Undefined when not shrunk.
+  at::Tensor summary;
+};
+
+// `full` [N, r, c]; `largest` ≤ 0 keeps the full size. `known` [N, min(r, c)]: singular values
+// the caller already has (the erank SVD's), used instead of computing them.
+ShownMatrices show_matrices(const at::Tensor& full, int64_t largest, const at::Tensor& known = {});
+
+// The singular values of several stacks [N_i, r_i, c_i] (NaN and Inf read as 0), [N_i, min(r_i,
+// c_i)] each: in one batched call when every matrix has the same shorter and longer side (a tall one
+// goes in transposed: σ(Xᵀ) = σ(X)). HOPE's snapshot stacks, W1 [64, 256] and W2 [256, 64], M and
+// ΔM of ten memories each, so fill groups of 16 + 16 + 8 lanes (small_singular_values.h), where
+// one call a stack took four groups of 16, each with six lanes of padding.
+std::vector<at::Tensor> singular_values_together(const std::vector<at::Tensor>& stacks);
+
+// The shown copy's shape for an r×c matrix: the larger side `largest`, the aspect kept (each side
+// at least 1); r×c itself when `largest` ≤ 0 or the matrix already fits.
+std::pair<int64_t, int64_t> shown_shape(int64_t rows, int64_t cols, int64_t largest);
+
+// M, S or ΔM [..., a, b] area-averaged to shown_shape, as at::adaptive_avg_pool2d (any device).
+at::Tensor downsample_matrix(const at::Tensor& m, int64_t largest);
+
+}  // namespace memscope::model

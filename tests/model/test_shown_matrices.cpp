@@ -1,0 +1,83 @@
+// A snapshot's shown matrices (model/probe/shown_matrices.cpp): the CPU float32 pass against the
+// same values from ATen in float64 (adaptive_avg_pool2d, masked amin/amax, LAPACK's SVD), on the
+// shapes the probes meet, windows that overlap, and matrices with NaN and Inf.
+#include <torch/torch.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
+
+#include "model/probe/shown_matrices.h"
+
+using memscope::model::downsample_matrix;
+using memscope::model::show_matrices;
+using memscope::model::shown_shape;
+
+TEST_CASE("shown shapes keep the aspect and fit the largest side", "[probe]") {
+  CHECK(shown_shape(64, 256, 64) == std::pair<int64_t, int64_t>{16, 64});
+  CHECK(shown_shape(256, 64, 64) == std::pair<int64_t, int64_t>{64, 16});
+  CHECK(shown_shape(50, 130, 64) == std::pair<int64_t, int64_t>{25, 64});
+  CHECK(shown_shape(1, 500, 64) == std::pair<int64_t, int64_t>{1, 64});
+  CHECK(shown_shape(64, 256, 0) == std::pair<int64_t, int64_t>{64, 256});
+  CHECK(shown_shape(16, 64, 64) == std::pair<int64_t, int64_t>{16, 64});
+}
+
+TEST_CASE("downsampled snapshots are area means with the aspect kept", "[probe]") {
+  const at::Tensor m = torch::arange(64 * 32, torch::kFloat).reshape({1, 64, 32});
+  const at::Tensor small = downsample_matrix(m, 16);
+  REQUIRE(small.sizes() == at::IntArrayRef({1, 16, 8}));
+  CHECK(small[0][0][0].item<double>() == Approx(m[0].narrow(0, 0, 4).narrow(1, 0, 4).mean().item<double>()));
+  CHECK(downsample_matrix(m, 0).sizes() == m.sizes());
+}
+
+TEST_CASE("shown matrices on the CPU in float32 equal ATen's in float64", "[probe]") {
+  torch::manual_seed(11);
+  const double inf = std::numeric_limits<double>::infinity();
+  // HOPE's W1 and W2 (64×256 and 256×64, windows of 4×4), windows that overlap (50×130 → 25×64,
+  // 130 columns in 64 windows of 3), and a stack of one.
+  for (auto shape :
+       std::vector<std::vector<int64_t>>{{10, 64, 256}, {10, 256, 64}, {3, 50, 130}, {1, 70, 20}}) {
+    DYNAMIC_SECTION("shape " << shape[0] << "×" << shape[1] << "×" << shape[2]) {
+      at::Tensor full = torch::randn(shape) * torch::linspace(0.1, 3.0, shape[0]).reshape({-1, 1, 1});
+      if (shape[0] >= 3) {
+        full[1][3][5] = std::nan("");
+        full[1][7][2] = inf;
+        full[1][9][9] = -inf;
+        full[2].fill_(std::nan(""));  // no finite entry: the range is (+inf, −inf)
+      }
+      const auto fast = show_matrices(full, 64);
+      const auto reference = show_matrices(full.to(torch::kFloat64), 64);
+      REQUIRE(fast.summary.defined());
+      REQUIRE(fast.shown.scalar_type() == torch::kFloat32);
+      REQUIRE(fast.shown.sizes() == reference.shown.sizes());
+      CHECK(torch::allclose(fast.shown.to(torch::kFloat64), reference.shown, 1e-6, 1e-6, /*equal_nan=*/true));
+
+      const int64_t k = std::min(shape[1], shape[2]);
+      REQUIRE(fast.summary.sizes() == at::IntArrayRef({shape[0], k + 4}));
+      const at::Tensor range = fast.summary.narrow(1, k, 4),
+                       range_reference = reference.summary.narrow(1, k, 4);
+      CHECK(torch::equal(range, range_reference.to(torch::kFloat32)));
+      // σ of the zeroed matrices, to LAPACK's in float64 within 1e-6 of each one's largest.
+      const at::Tensor sigma = fast.summary.narrow(1, 0, k).to(torch::kFloat64);
+      const at::Tensor sigma_reference =
+          torch::linalg_svdvals(torch::nan_to_num(full.to(torch::kFloat64), 0.0, 0.0, 0.0));
+      const at::Tensor scale = sigma_reference.select(1, 0).clamp_min(1e-30).unsqueeze(1);
+      CHECK(((sigma - sigma_reference).abs() / scale).max().item<double>() < 1e-6);
+    }
+  }
+}
+
+TEST_CASE("shown matrices that fit are the full ones, with no summary", "[probe]") {
+  const at::Tensor full = torch::randn({4, 16, 64});
+  const auto view = show_matrices(full, 64);
+  CHECK(view.shown.is_same(full));
+  CHECK_FALSE(view.summary.defined());
+  CHECK(show_matrices(torch::randn({2, 64, 256}), 0).shown.size(-1) == 256);
+}
+
+TEST_CASE("shown matrices take the singular values the caller knows", "[probe]") {
+  const at::Tensor full = torch::randn({2, 32, 128});
+  const at::Tensor known = torch::tensor({{5.0f}, {7.0f}}).expand({2, 32}).contiguous();
+  const auto view = show_matrices(full, 64, known);
+  CHECK(torch::equal(view.summary.narrow(1, 0, 32), known));
+}
