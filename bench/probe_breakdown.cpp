@@ -17,10 +17,14 @@
 //                        in turns first
 //   extras_aten_us       the token's score as ATen calls (argmax; log_softmax in double), for the ratio
 //   spectra_us           the batched singular values (erank, NS spectra; a hope block's self-modifying
-//                        memories' M, as a snapshot frame takes them), as collect builds them
+//                        memories' M, as a snapshot frame takes them), in one call
+//                        (singular_values_together); spectra_gflops their Gram matrices' and
+//                        reductions' FLOP over that time, against sgemm_peak_gflops (sgemm_peak.h)
 //   spectra_lapack_us    the same stacks through at::linalg_svdvals (LAPACK), for the ratio
 // One JSON line; medians over repetitions of the stream. Flags: --preset P (demo-mqar),
-// --tokens T per repetition (256), --reps R (5), --threads T (1).
+// --tokens T per repetition (256), --reps R (5), --threads T (1), --op-times N: the N ATen operators
+// with the most self time in the last repetition's collects (aten_op_times.h), per step, for snapshot
+// steps and the others apart (collect_op_times, snapshot_op_times).
 #include <torch/torch.h>
 
 #include <chrono>
@@ -30,10 +34,12 @@
 #include "bench/aten_op_times.h"
 #include "bench/bench_flags.h"
 #include "bench/bench_timing.h"
+#include "bench/sgemm_peak.h"
 #include "bench/token_stream.h"
 #include "model/config/preset.h"
 #include "model/probe/detectors.h"
 #include "model/probe/probe_collector.h"
+#include "model/probe/shown_matrices.h"
 #include "model/probe/small_singular_values.h"
 #include "model/probe/token_score.h"
 #include "model/train/trainer.h"
@@ -102,8 +108,9 @@ int main(int argc, char** argv) {
   };
   std::vector<std::vector<double>> per_rep(kParts);
   int64_t snapshot_steps = 0;
-  std::map<std::string, memscope::bench::OpTime>
-      snapshot_ops;  // --op-times: the last rep's snapshot collects
+  double spectra_flop = 0;  // one token's spectra_stacks
+  // --op-times: ATen's share of the last rep's collects, snapshot steps and the others apart.
+  std::map<std::string, memscope::bench::OpTime> snapshot_ops, collect_ops;
   const auto token = [&](int64_t i) { return stream[static_cast<size_t>(i)]; };
   const auto fresh = [&](int64_t i, LmState& state) {
     if (i % sequence_length == 0) state = model->initial_state(1);
@@ -152,11 +159,12 @@ int main(int argc, char** argv) {
       start = Clock::now();
       for (size_t l = 0; l < out.records.size(); ++l)
         if (out.records[l]) finish_record(*out.records[l], state.blocks[l].memory.memory);
-      if (in.matrices && op_times > 0 && r == reps - 1) {
+      if (op_times > 0 && r == reps - 1) {
+        auto& ops = in.matrices ? snapshot_ops : collect_ops;
         for (const auto& t :
              memscope::bench::aten_op_times([&] { collect_probes(frame, in, probe); }, op_times)) {
-          snapshot_ops[t.name].self_ms += t.self_ms;
-          snapshot_ops[t.name].calls += t.calls;
+          ops[t.name].self_ms += t.self_ms;
+          ops[t.name].calls += t.calls;
         }
       } else {
         collect_probes(frame, in, probe);
@@ -195,8 +203,16 @@ int main(int argc, char** argv) {
       total[ExtrasAten] += micros_since(start);
       {
         const std::vector<at::Tensor> stacks = spectra_stacks(probed, out);
+        if (spectra_flop == 0)
+          for (const auto& stack : stacks) {
+            // The Gram matrix of the shorter side (its lower triangle) and its reduction to
+            // tridiagonal form; the QL iterations' O(m²) a matrix left out.
+            const double m = static_cast<double>(std::min(stack.size(1), stack.size(2)));
+            const double n = static_cast<double>(std::max(stack.size(1), stack.size(2)));
+            spectra_flop += static_cast<double>(stack.size(0)) * (m * (m + 1) * n + 4.0 / 3.0 * m * m * m);
+          }
         start = Clock::now();
-        for (const auto& stack : stacks) small_singular_values(stack);
+        singular_values_together(stacks);  // as a HOPE snapshot frame takes them: one call
         total[Spectra] += micros_since(start);
         start = Clock::now();
         for (const auto& stack : stacks) at::linalg_svdvals(stack);
@@ -212,15 +228,20 @@ int main(int argc, char** argv) {
     snapshot_steps = snapshots;
   }
   using memscope::bench::median;
-  nlohmann::json ops = nlohmann::json::array();  // per snapshot step, largest self time first
-  std::vector<memscope::bench::OpTime> sorted;
-  for (auto& [name, t] : snapshot_ops) sorted.push_back({name, t.self_ms, t.calls});
-  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.self_ms > b.self_ms; });
-  for (size_t i = 0; i < sorted.size() && i < static_cast<size_t>(op_times); ++i)
-    ops.push_back(
-        {{"op", sorted[i].name},
-         {"us", 1000 * sorted[i].self_ms / static_cast<double>(std::max<int64_t>(snapshot_steps, 1))},
-         {"calls", sorted[i].calls / std::max<int64_t>(snapshot_steps, 1)}});
+  // Per step of its kind, largest self time first.
+  const auto op_list = [&](const std::map<std::string, memscope::bench::OpTime>& ops, int64_t steps) {
+    std::vector<memscope::bench::OpTime> sorted;
+    for (const auto& [name, t] : ops) sorted.push_back({name, t.self_ms, t.calls});
+    std::sort(sorted.begin(), sorted.end(),
+              [](const auto& a, const auto& b) { return a.self_ms > b.self_ms; });
+    nlohmann::json list = nlohmann::json::array();
+    steps = std::max<int64_t>(steps, 1);
+    for (size_t i = 0; i < sorted.size() && i < static_cast<size_t>(op_times); ++i)
+      list.push_back({{"op", sorted[i].name},
+                      {"us", 1000 * sorted[i].self_ms / static_cast<double>(steps)},
+                      {"calls", static_cast<double>(sorted[i].calls) / static_cast<double>(steps)}});
+    return list;
+  };
   std::cout << nlohmann::json{{"bench", "probe_breakdown"},
                               {"preset", preset_name},
                               {"tokens", tokens},
@@ -235,9 +256,12 @@ int main(int argc, char** argv) {
                               {"collect_us", median(per_rep[Collect])},
                               {"spectra_us", median(per_rep[Spectra])},
                               {"spectra_lapack_us", median(per_rep[SpectraLapack])},
+                              {"spectra_gflops", spectra_flop / median(per_rep[Spectra]) / 1e3},
+                              {"sgemm_peak_gflops", memscope::bench::sgemm_peak(5)},
                               {"snapshots_us", median(per_rep[CollectSnapshots])},
                               {"detectors_us", median(per_rep[DetectorsPart])},
-                              {"snapshot_op_times", ops}}
+                              {"collect_op_times", op_list(collect_ops, tokens - snapshot_steps)},
+                              {"snapshot_op_times", op_list(snapshot_ops, snapshot_steps)}}
                    .dump()
             << std::endl;
   return 0;

@@ -62,14 +62,16 @@ void add_inner_backward(Frame& frame, const InnerBackward& b, size_t token) {
   if (b.hope_layers > 0) frame.selfmod_grad = b.selfmod[token];
 }
 
-// The state after a probed step as the probes read it: every block's memory weights and
-// self-modifying weights copied, and its momentum unless the step's record holds the sums the
-// probes take from it (StepRecord::weight_squares; a snapshot frame then reads S itself); the rest
-// shared. Made by the thread that stepped, whose cache holds what it has just written. The probes'
-// thread reads these copies rather than the state, whose lines the next step reads: read there
-// from the other core, they slowed the engine thread's next step by 20-40 µs a Titans-MLP token,
-// where the copy costs it a few (README "The probes read copies").
-LmState copy_for_probes(const LmState& state, const std::vector<std::optional<StepRecord>>& records) {
+// The state after a probed step as the probes read it: every block's memory weights copied, and
+// its momentum unless the step's record holds the sums the probes take from it
+// (StepRecord::weight_squares; a snapshot frame then reads S itself), and on a snapshot frame its
+// self-modifying weights, which only snapshots read (two demo-mqar-hope blocks' are 2.6 MB a
+// token); the rest shared. Made by the thread that stepped, whose cache holds what it has just written. The
+// probes' thread reads these copies rather than the state, whose lines the next step reads: read there from
+// the other core, they slowed the engine thread's next step by 20-40 µs a Titans-MLP token, where the copy
+// costs it a few (README "The probes read copies").
+LmState copy_for_probes(const LmState& state, const std::vector<std::optional<StepRecord>>& records,
+                        bool snapshot) {
   auto copy = [](const at::Tensor& t) {
     if (!t.defined() || !t.is_cpu() || !t.is_contiguous()) return t.defined() ? t.clone() : t;
     at::Tensor out = at::empty_like(t);
@@ -82,8 +84,9 @@ LmState copy_for_probes(const LmState& state, const std::vector<std::optional<St
     for (auto& t : b.memory.memory) t = copy(t);
     if (l >= records.size() || !records[l] || records[l]->weight_squares.empty())
       for (auto& t : b.memory.momentum) t = copy(t);
-    for (auto& weights : b.selfmod.weights)
-      for (auto& t : weights) t = copy(t);
+    if (snapshot)
+      for (auto& weights : b.selfmod.weights)
+        for (auto& t : weights) t = copy(t);
   }
   return out;
 }
@@ -108,9 +111,10 @@ void reserve_like(Frame& frame, const Frame* like, const Frame* snapshots) {
 // the state's tensors and never edits them, so the caller's state (and a frame's view of it) is
 // left as it was while this runs beside the probes of the token before (engine.overlap).
 // With `graphed`, a token whose shapes the graph fixes is replayed through it (engine.cuda_graph).
-// With `copies`, a probed token also gets the probes' copy of its state (copy_for_probes).
+// With `copies`, a probed token also gets the probes' copy of its state (copy_for_probes), with
+// what its matrix snapshots read when `snapshot`.
 SteppedToken step_token(const LanguageModel& model, LmState state, const at::Tensor& token, int64_t chunk,
-                        bool probe, bool copies, GraphedStep* graphed = nullptr) {
+                        bool probe, bool copies, bool snapshot, GraphedStep* graphed = nullptr) {
   at::NoGradGuard no_grad;  // grad mode is per thread
   SteppedToken s;
   if (probe)
@@ -128,7 +132,7 @@ SteppedToken step_token(const LanguageModel& model, LmState state, const at::Ten
   s.graphed = graphed && s.graph_skip.empty();
   s.out = s.graphed ? graphed->step(*model, token, state, detail) : model->step(token, state, chunk, detail);
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (probe && copies) s.probed = copy_for_probes(state, s.out.records);
+  if (probe && copies) s.probed = copy_for_probes(state, s.out.records, snapshot);
   s.state = std::move(state);
   return s;
 }
@@ -303,7 +307,7 @@ std::shared_ptr<Frame> Branch::inspect_frame(std::vector<Event>& events) {
     GraphedStep* graphed = graphed_step();  // a planted gate is an override: applies() says no
     const int64_t captured = graphed ? graphed->captures() : 0, replayed = graphed ? graphed->replays() : 0;
     stepped = step_token(model, inspect_, sequence_tokens_.narrow(0, cursor_.token_index, 1), inspect_chunk(),
-                         probe, copies_for_probes(), graphed);
+                         probe, copies_for_probes(), due(preset().probe.matrices_every, step), graphed);
     if (graphed) {
       GraphTally& t = graph_tally_;
       ++t.tokens;
@@ -473,7 +477,8 @@ void Branch::step_ahead_here() {
     if (first) ensure_sequence_loaded(cursor_.sequence);
     fill_token_ahead(out, step_token(model, first ? model->initial_state(1) : inspect_,
                                      sequence_tokens_.narrow(0, cursor_.token_index, 1), inspect_chunk(),
-                                     due(preset().probe.every, out.step), copies_for_probes()));
+                                     due(preset().probe.every, out.step), copies_for_probes(),
+                                     due(preset().probe.matrices_every, out.step)));
   } catch (...) {
     ahead_error_ = std::current_exception();  // thrown when its step is taken, as it would have been then
   }
@@ -485,17 +490,18 @@ void Branch::step_ahead_aside() {
   if (!can_step_ahead() || !overlap_gauge_.overlap_next()) return;
   SteppedToken& out = start_token_ahead();
   const bool probe = due(preset().probe.every, out.step);
+  const bool snapshot = due(preset().probe.matrices_every, out.step);
   // The state is copied there, not here: the copy (9 µs of a 600 µs demo step on a slow VM) is on
   // the critical path either way, and the side thread needs its own. Nothing writes inspect_
   // before take_stepped_ahead() or drop_stepped_ahead() has waited for this job; the engine
   // thread's probes only read it meanwhile.
-  const bool started =
-      side_->try_run([&out, model = trainer_->model(), from = &inspect_,
-                      token = sequence_tokens_.narrow(0, cursor_.token_index, 1), chunk = inspect_chunk(),
-                      probe, copies = copies_for_probes(), spent = std::exchange(spent_, nullptr)]() mutable {
-        fill_token_ahead(out, step_token(model, *from, token, chunk, probe, copies));
-        spent.reset();
-      });
+  const bool started = side_->try_run([&out, model = trainer_->model(), from = &inspect_,
+                                       token = sequence_tokens_.narrow(0, cursor_.token_index, 1),
+                                       chunk = inspect_chunk(), probe, copies = copies_for_probes(), snapshot,
+                                       spent = std::exchange(spent_, nullptr)]() mutable {
+    fill_token_ahead(out, step_token(model, *from, token, chunk, probe, copies, snapshot));
+    spent.reset();
+  });
   if (!started) {  // another timeline holds the spare core: this one steps on the engine thread
     ahead_.reset();
     return;

@@ -2,6 +2,13 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+
+#include "model/util/sum_of_squares.h"
+
 namespace memscope::model {
 
 namespace {
@@ -21,9 +28,80 @@ bool has_feature_records(const LanguageModel& model, const StepRecords* records)
   return true;
 }
 
+bool cpu_float(const at::Tensor& t) {
+  return t.defined() && t.device().is_cpu() && t.scalar_type() == at::kFloat;
+}
+
+// Batch row 0 of a [B, …] float tensor: the first numel / B values of its contiguous copy (the
+// tensor itself when it is contiguous, as it is after a step: no ATen call).
+struct Row0 {
+  at::Tensor whole;
+  explicit Row0(const at::Tensor& t) : whole(t.contiguous()) {}
+  const float* data() const { return whole.data_ptr<float>(); }
+  int64_t size() const { return whole.size(0) == 0 ? 0 : whole.numel() / whole.size(0); }
+};
+
+// hope_probe_tensor on the CPU in float32: the same values summed on the host, then one tensor.
+// As ATen calls, the CMS norms' squares and sums and the selfmod rows took about 140 µs of a
+// demo-mqar-hope token's 150 µs of probes (Intel VM, bench/probe_breakdown --op-times), a third
+// of its step.
+std::optional<at::Tensor> hope_probe_tensor_on_host(const LanguageModel& model, const LmState& state,
+                                                    const StepRecords* records) {
+  std::vector<const at::Tensor*> read;
+  const bool cms = model->config().uses_cms(), selfmod = has_selfmod(model, state);
+  const bool features = !selfmod && has_feature_records(model, records);
+  for (const auto& b : state.blocks) {
+    if (cms)
+      for (const auto& level : b.cms.levels)
+        for (const auto& w : level.weights) read.push_back(&w);
+    if (selfmod)
+      for (const at::Tensor* t :
+           {&b.selfmod.last_error, &b.selfmod.last_precond, &b.selfmod.last_retain, &b.selfmod.last_lr})
+        read.push_back(t);
+  }
+  if (features)
+    for (const auto& r : *records)
+      for (const at::Tensor* t : {&r->retain_feature, &r->lr_feature}) read.push_back(t);
+  for (const at::Tensor* t : read)
+    if (!cpu_float(*t)) return std::nullopt;
+  std::vector<float> out;
+  auto append = [&out](const Row0& r) { out.insert(out.end(), r.data(), r.data() + r.size()); };
+  if (cms)
+    for (const auto& b : state.blocks)
+      for (const auto& level : b.cms.levels) {
+        const Row0 w1(level.weights[0]), w2(level.weights[1]);
+        out.push_back(static_cast<float>(
+            std::sqrt(squares_of(w1.data(), w1.size()) + squares_of(w2.data(), w2.size()))));
+      }
+  if (selfmod) {
+    for (const auto& b : state.blocks) append(Row0(b.selfmod.last_error));
+    for (const auto& b : state.blocks) {
+      // The preconditioner is diagonal: its eigenvalues are its entries.
+      // A NaN entry makes both NaN, as ATen's min and max.
+      const Row0 p(b.selfmod.last_precond);
+      float lo = std::numeric_limits<float>::infinity(), hi = -lo;
+      for (int64_t i = 0; i < p.size(); ++i) {
+        const float x = p.data()[i];
+        lo = std::isnan(x) || std::isnan(lo) ? std::numeric_limits<float>::quiet_NaN() : std::min(lo, x);
+        hi = std::isnan(x) || std::isnan(hi) ? std::numeric_limits<float>::quiet_NaN() : std::max(hi, x);
+      }
+      out.push_back(lo);
+      out.push_back(hi);
+    }
+    for (const auto& b : state.blocks) append(Row0(b.selfmod.last_retain));
+    for (const auto& b : state.blocks) append(Row0(b.selfmod.last_lr));
+  } else if (features) {
+    for (const auto& r : *records) append(Row0(r->retain_feature));
+    for (const auto& r : *records) append(Row0(r->lr_feature));
+  }
+  if (out.empty()) return at::Tensor();
+  return at::tensor(out);
+}
+
 }  // namespace
 
 at::Tensor hope_probe_tensor(const LanguageModel& model, const LmState& state, const StepRecords* records) {
+  if (auto on_host = hope_probe_tensor_on_host(model, state, records)) return *on_host;
   std::vector<at::Tensor> parts;
   if (model->config().uses_cms())
     for (const auto& b : state.blocks)

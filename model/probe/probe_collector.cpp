@@ -19,6 +19,7 @@
 #include "model/probe/matrix_metrics.h"
 #include "model/probe/shown_matrices.h"
 #include "model/probe/small_singular_values.h"
+#include "model/util/work_share.h"
 
 namespace memscope::model {
 
@@ -273,11 +274,19 @@ std::vector<double> collect_probes_general(Frame& frame, const ProbeInputs& in, 
     const std::vector<at::Tensor> together = singular_values_together(shrunk);
     for (size_t i = 0, next = 0; i < stacks.size(); ++i)
       if (shrinks(stacks[i].full)) sigma[i] = together[next++];
+    // A stack each, shared with a thread waiting for this one (model/util/work_share.h): about
+    // 80 µs a stack of ten 64×256 matrices (Intel VM).
+    std::vector<ShownMatrices> views(stacks.size());
+    for_each_shared(static_cast<int64_t>(stacks.size()), [&](int64_t i) {
+      const at::NoGradGuard no_grad_there;  // grad mode is per thread
+      views[static_cast<size_t>(i)] =
+          show_matrices(stacks[static_cast<size_t>(i)].full, largest, sigma[static_cast<size_t>(i)]);
+    });
     for (size_t i = 0; i < stacks.size(); ++i) {
       const size_t w = stacks[i].weight;
       const char* name = stacks[i].name;
       const at::Tensor& full = stacks[i].full;
-      const ShownMatrices view = show_matrices(full, largest, sigma[i]);
+      const ShownMatrices& view = views[i];
       const at::Tensor& small = view.shown;
       parts.push_back(small.to(at::kFloat).flatten());
       if (view.summary.defined()) spectra.push_back(view.summary.flatten());
@@ -313,10 +322,16 @@ std::vector<double> collect_probes_general(Frame& frame, const ProbeInputs& in, 
   frame.weight_metrics.assign(host.begin() + static_cast<std::ptrdiff_t>(at),
                               host.begin() + static_cast<std::ptrdiff_t>(at + weight_count));
   at += weight_count;
-  // Snapshots come per weight, tensor, layer, head, matching `pending`.
+  // Snapshots come per weight, tensor, layer, head, matching `pending`. Their buffers are the
+  // engine's, made ahead where it has some (snapshot_buffers.h): a HOPE snapshot frame's 40 shown
+  // matrices and spectra, 170 KB, faulted in page by page on the probes' thread otherwise.
+  auto buffer = [&](size_t n) {
+    return in.snapshot_buffers ? in.snapshot_buffers->take(n) : std::vector<float>(n);
+  };
   for (auto& p : pending) {
-    p.snapshot.values.assign(host.begin() + static_cast<std::ptrdiff_t>(at),
-                             host.begin() + static_cast<std::ptrdiff_t>(at + p.numel));
+    p.snapshot.values = buffer(static_cast<size_t>(p.numel));
+    std::copy(host.begin() + static_cast<std::ptrdiff_t>(at),
+              host.begin() + static_cast<std::ptrdiff_t>(at + p.numel), p.snapshot.values.begin());
     at += static_cast<size_t>(p.numel);
     frame.matrices.push_back(std::move(p.snapshot));
   }
@@ -328,7 +343,9 @@ std::vector<double> collect_probes_general(Frame& frame, const ProbeInputs& in, 
   for (MatrixSnapshot& m : frame.matrices) {
     if (m.rows == m.full_rows && m.cols == m.full_cols) continue;
     const auto n = static_cast<size_t>(std::min(m.full_rows, m.full_cols));
-    m.singular_values.assign(host.begin() + static_cast<std::ptrdiff_t>(at), host.begin() + static_cast<std::ptrdiff_t>(at + n));
+    m.singular_values = buffer(n);
+    std::copy(host.begin() + static_cast<std::ptrdiff_t>(at),
+              host.begin() + static_cast<std::ptrdiff_t>(at + n), m.singular_values.begin());
     at += n;
     m.full_min = host[at];
     m.full_max = host[at + 1];
@@ -336,6 +353,7 @@ std::vector<double> collect_probes_general(Frame& frame, const ProbeInputs& in, 
     m.full_inf = static_cast<int64_t>(host[at + 3]);
     at += 4;
   }
+  if (in.matrices && in.snapshot_buffers) in.snapshot_buffers->frame_done();
   return extras;
 }
 

@@ -27,6 +27,8 @@ namespace {
 // ones; the Gram matrices go by four lanes (gram_block), or a matrix at a time (gram_into_lane).
 constexpr int kWideGroup = 16, kNarrowGroup = 8;
 constexpr int kMaxSweepsPerEigenvalue = 30;
+// Matrices whose shorter side is at least this share their groups (small_singular_values, below).
+constexpr int64_t kSharedSide = 32;
 
 // Lane masks are 64 bits wide, all ones or all zeros, so that a mask and a double share a vector
 // lane. `blend` selects with bit operations: written as `?:`, GCC moves the arithmetic of the chosen
@@ -442,9 +444,12 @@ at::Tensor small_singular_values(const at::Tensor& matrices) {
   const std::vector<float> zeros(static_cast<size_t>(r * c), 0.0f);
   const float* from = source.data_ptr<float>();
   float* to = out.data_ptr<float>();
-  // A group at a time, on this thread and on one waiting for it (model/util/work_share.h), each
-  // thread with its own scratch, written in full for every group before it is read: no zeroing.
-  for_each_shared(static_cast<int64_t>(groups.size()), [&](int64_t g) {
+  // A group at a time, each thread with its own scratch, written in full for every group before it
+  // is read: no zeroing. Groups of matrices with a side of 32 or more are shared with a thread
+  // waiting for this one (model/util/work_share.h): a group of HOPE's 64×256 took 0.7–1 ms. Smaller
+  // ones are not: Titans-MLP's 16×64 take about 30 µs a group, and shared, every probed token's,
+  // the engine thread's next step ran slower (the default probes' overhead +42 → +54%, Intel VM).
+  const auto one_group = [&](int64_t g) {
     thread_local std::vector<double> a, gram;
     const int64_t padded =
         (r + kGramPad - 1) / kGramPad * kGramPad * ((c + kGramPad - 1) / kGramPad * kGramPad);
@@ -459,7 +464,12 @@ at::Tensor small_singular_values(const at::Tensor& matrices) {
       singular_values_of_group<kNarrowGroup>(from, group.first, group.lanes, r, c, a.data(), gram.data(),
                                              zeros.data(), to);
     }
-  });
+  };
+  if (m >= kSharedSide) {
+    for_each_shared(static_cast<int64_t>(groups.size()), one_group);
+  } else {
+    for (int64_t g = 0; g < static_cast<int64_t>(groups.size()); ++g) one_group(g);
+  }
   return out;
 }
 

@@ -51,6 +51,7 @@ void WorkShare::run(int64_t count, const std::function<void(int64_t)>& item) {
 }
 
 bool WorkShare::help() {
+  if (!has_items()) return false;  // without the mutex: a waiting thread calls this as it spins
   const std::function<void(int64_t)>* item = nullptr;
   int64_t count = 0;
   {

@@ -713,3 +713,24 @@ TEST_CASE("detectors: under Muon a momentum blow-up early in a sequence fires by
   CHECK(fired[0].tensor == "S(M)");
   CHECK(fired[0].value == Approx(std::log(100.0 * std::sqrt(3.0 / 2.0))).epsilon(0.1));
 }
+
+TEST_CASE("probe collector: a NaN in HOPE's memories reads NaN, the other layers' values stay", "[probe]") {
+  Stepped s = step_five("hope", {});
+  at::Tensor precond = s.state.blocks[1].selfmod.last_precond.clone();
+  precond[0][3] = std::nan("");
+  s.state.blocks[1].selfmod.last_precond = precond;
+  at::Tensor w1 = s.state.blocks[0].cms.levels[1].weights[0].clone();
+  w1[0][0][2][2] = std::nan("");
+  s.state.blocks[0].cms.levels[1].weights[0] = w1;
+  Frame frame;
+  collect_probes(frame, probe_inputs(s), ProbeConfig{});
+  REQUIRE(frame.selfmod_retention.size() == 4);
+  CHECK(std::isfinite(frame.selfmod_retention[0]));
+  CHECK(std::isfinite(frame.selfmod_retention[1]));
+  CHECK(std::isnan(frame.selfmod_retention[2]));
+  CHECK(std::isnan(frame.selfmod_retention[3]));
+  REQUIRE(frame.cms_norm.size() == 2 * static_cast<size_t>(frame.cms_levels));
+  CHECK(std::isfinite(frame.cms_norm[0]));
+  CHECK(std::isnan(frame.cms_norm[1]));
+  CHECK(std::isfinite(frame.cms_norm[static_cast<size_t>(frame.cms_levels)]));
+}
