@@ -82,6 +82,20 @@ std::vector<double> collect_probes_general(Frame& frame, const ProbeInputs& in, 
     int64_t numel;
   };
   std::vector<Pending> pending;
+  // One snapshot to come: `small` [·, r, c] is what it shows of `full` [·, R, C].
+  auto add_pending = [&pending](int64_t layer, int64_t head, const std::string& weight, const char* tensor,
+                                const at::Tensor& small, const at::Tensor& full) {
+    MatrixSnapshot snap;
+    snap.layer = static_cast<int>(layer);
+    snap.head = static_cast<int>(head);
+    snap.weight = weight;
+    snap.tensor = tensor;
+    snap.rows = static_cast<int>(small.size(-2));
+    snap.cols = static_cast<int>(small.size(-1));
+    snap.full_rows = static_cast<int>(full.size(-2));
+    snap.full_cols = static_cast<int>(full.size(-1));
+    pending.push_back({std::move(snap), small.size(-2) * small.size(-1)});
+  };
   // When a matrix is shown shrunk, its full spectrum and range go to the host too
   // (MatrixSnapshot::singular_values, full_min …), in `pending`'s order, at matrices_every cadence.
   std::vector<at::Tensor> spectra;
@@ -223,18 +237,7 @@ std::vector<double> collect_probes_general(Frame& frame, const ProbeInputs& in, 
           shown.push_back(small.flatten());
           if (view.summary.defined()) spectra.push_back(view.summary.flatten());
           for (int64_t l = 0; l < layers; ++l)
-            for (int64_t h = 0; h < heads; ++h) {
-              MatrixSnapshot snap;
-              snap.layer = static_cast<int>(l);
-              snap.head = static_cast<int>(h);
-              snap.weight = frame.weights[w];
-              snap.tensor = name;
-              snap.rows = static_cast<int>(small.size(-2));
-              snap.cols = static_cast<int>(small.size(-1));
-              snap.full_rows = static_cast<int>(t.size(-2));
-              snap.full_cols = static_cast<int>(t.size(-1));
-              pending.push_back({std::move(snap), small.size(-2) * small.size(-1)});
-            }
+            for (int64_t h = 0; h < heads; ++h) add_pending(l, h, frame.weights[w], name, small, t);
         }
       }
     }
@@ -291,18 +294,8 @@ std::vector<double> collect_probes_general(Frame& frame, const ProbeInputs& in, 
       parts.push_back(small.to(at::kFloat).flatten());
       if (view.summary.defined()) spectra.push_back(view.summary.flatten());
       for (size_t l = 0; l < blocks; ++l)
-        for (int m = 0; m < kSelfModCount; ++m) {
-          MatrixSnapshot snap;
-          snap.layer = static_cast<int>(l);
-          snap.head = m;
-          snap.weight = w == 0 ? "W1" : "W2";
-          snap.tensor = name;
-          snap.rows = static_cast<int>(small.size(-2));
-          snap.cols = static_cast<int>(small.size(-1));
-          snap.full_rows = static_cast<int>(full.size(-2));
-          snap.full_cols = static_cast<int>(full.size(-1));
-          pending.push_back({std::move(snap), small.size(-2) * small.size(-1)});
-        }
+        for (int m = 0; m < kSelfModCount; ++m)
+          add_pending(static_cast<int64_t>(l), m, w == 0 ? "W1" : "W2", name, small, full);
     }
   }
   const at::Tensor hope = hope_probe_tensor(model, *in.state, in.records);
