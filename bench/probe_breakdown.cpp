@@ -61,6 +61,7 @@ double micros_since(Clock::time_point start) {
 // record, batch row 0.
 std::vector<at::Tensor> spectra_stacks(const LmState& state, const LmStepOutput& out) {
   std::vector<at::Tensor> stacks;
+  if (state.blocks.empty()) return stacks;
   for (size_t w = 0; w < state.blocks.front().memory.memory.size(); ++w) {
     std::vector<at::Tensor> parts;
     for (const auto& block : state.blocks) parts.push_back(block.memory.memory[w].select(0, 0));
@@ -70,7 +71,7 @@ std::vector<at::Tensor> spectra_stacks(const LmState& state, const LmStepOutput&
   }
   // A hope block's self-modifying memories: per weight (W1, W2), every block's five, as a snapshot
   // frame measures them (M; its ΔM are as many again).
-  for (size_t w = 0; !state.blocks.empty() && w < 2; ++w) {
+  for (size_t w = 0; w < 2; ++w) {
     std::vector<at::Tensor> parts;
     for (const auto& block : state.blocks)
       for (const auto& memory : block.selfmod.weights)
@@ -212,7 +213,8 @@ int main(int argc, char** argv) {
             spectra_flop += static_cast<double>(stack.size(0)) * (m * (m + 1) * n + 4.0 / 3.0 * m * m * m);
           }
         start = Clock::now();
-        singular_values_together(stacks);  // as a HOPE snapshot frame takes them: one call
+        singular_values_together(
+            stacks);  // as a HOPE snapshot frame takes them: one call where the shapes agree
         total[Spectra] += micros_since(start);
         start = Clock::now();
         for (const auto& stack : stacks) at::linalg_svdvals(stack);
@@ -256,7 +258,8 @@ int main(int argc, char** argv) {
                               {"collect_us", median(per_rep[Collect])},
                               {"spectra_us", median(per_rep[Spectra])},
                               {"spectra_lapack_us", median(per_rep[SpectraLapack])},
-                              {"spectra_gflops", spectra_flop / median(per_rep[Spectra]) / 1e3},
+                              {"spectra_gflops",
+                               spectra_flop > 0 ? spectra_flop / median(per_rep[Spectra]) / 1e3 : 0.0},
                               {"sgemm_peak_gflops", memscope::bench::sgemm_peak(5)},
                               {"snapshots_us", median(per_rep[CollectSnapshots])},
                               {"detectors_us", median(per_rep[DetectorsPart])},

@@ -38,7 +38,9 @@ std::vector<at::Tensor> singular_values_together(const std::vector<at::Tensor>& 
 // at least 1); r×c itself when `largest` ≤ 0 or the matrix already fits.
 std::pair<int64_t, int64_t> shown_shape(int64_t rows, int64_t cols, int64_t largest);
 
-// M, S or ΔM [..., a, b] area-averaged to shown_shape, as at::adaptive_avg_pool2d (any device).
+// M, S or ΔM [..., a, b] area-averaged to shown_shape by at::adaptive_avg_pool2d (any device).
+// show_matrices' CPU pass takes the same windows but sums in another order: the two may differ in
+// the last bit.
 at::Tensor downsample_matrix(const at::Tensor& m, int64_t largest);
 
 }  // namespace memscope::model

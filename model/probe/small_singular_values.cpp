@@ -227,8 +227,8 @@ constexpr int64_t kInterleavedLimit = 4096;  // doubles: 32 KB, an L1 data cache
 // lane-interleaved as a[(i·n + k)·Lanes + lane], one lane per matrix: no horizontal sums. Beyond
 // L1 (16 matrices 16×64 are 128 KB interleaved) every product read its operands from L2, and a
 // matrix at a time is faster (gram_into_lane, below).
-// Entries (i, j) … (i, j + Rows − 1) of G and their mirror images, vector i read once for Rows
-// products, with Rows · Lanes / 4 accumulators held in registers. Written as one loop over the
+// Entries (i, j) … (i, j + Rows − 1) of G (the lower triangle: all that tridiagonalise reads), vector i read
+// once for Rows products, with Rows · Lanes / 4 accumulators held in registers. Written as one loop over the
 // lanes, GCC 12 vectorised the loop over k instead when Lanes was 8 on AVX2, with a horizontal sum
 // per entry: 15 µs for 8 matrices 16×16.
 template <int Lanes, int Rows>
@@ -251,7 +251,6 @@ template <int Lanes, int Rows>
 #pragma GCC unroll 4
   for (int b = 0; b < Rows; ++b) {
     std::memcpy(g + (i * m + j + b) * Lanes, sum[b], sizeof sum[b]);
-    std::memcpy(g + ((j + b) * m + i) * Lanes, sum[b], sizeof sum[b]);
   }
 }
 
@@ -269,8 +268,8 @@ void gram_of(const double* __restrict a, double* __restrict g, int m, int n) {
 }
 
 // A larger group's, a matrix at a time: its vectors first copied to double rows zero-padded to a
-// multiple of eight (`rows`, mp × np: 8 KB at 16×64), then each product a tile of entries, a vector
-// of k at once, into lane `lane` of the group's interleaved G. With four-double vectors (AVX2; the
+// multiple of the tile and the vector (`rows`, mp × np: 8 KB at 16×64), then each product a tile of entries,
+// a vector of k at once, into lane `lane` of the group's interleaved G. With four-double vectors (AVX2; the
 // portable copy) a tile is 4×2 entries: eight accumulators, six loads and eight fused multiply-adds
 // per step. 16 matrices 16×64: 72–101 → 65–74 µs a call, three alternated rounds (AMD VM); at 16×16
 // it took 5% longer than the interleaved way, hence the limit. AVX-512 takes eight-double vectors
@@ -307,7 +306,8 @@ template <typename Vec, int TileI, int TileJ>
     }
 }
 
-// Rows of every matrix padded to this many doubles (the widest vector's).
+// Rows and vectors are padded to a multiple of the tile's rows and of the vector's width, at most
+// this (the widest vector's), for which the scratch is sized.
 constexpr int kGramPad = 8;
 
 template <typename Vec, int TileI, int TileJ>
@@ -316,7 +316,9 @@ template <typename Vec, int TileI, int TileJ>
                                                        int lanes, int lane) {
   const bool by_rows = r <= c;  // the Gram matrix of the shorter side: A Aᵀ or Aᵀ A, m×m
   const int m = static_cast<int>(std::min(r, c)), n = static_cast<int>(std::max(r, c));
-  const int mp = (m + kGramPad - 1) / kGramPad * kGramPad, np = (n + kGramPad - 1) / kGramPad * kGramPad;
+  constexpr int kWidth = sizeof(Vec) / sizeof(double);
+  static_assert(TileI % TileJ == 0 && TileI <= kGramPad && kWidth <= kGramPad, "gram tiles: padding");
+  const int mp = (m + TileI - 1) / TileI * TileI, np = (n + kWidth - 1) / kWidth * kWidth;
   for (int p = 0; p < m; ++p) {
     double* row = rows + p * np;
     if (by_rows) {

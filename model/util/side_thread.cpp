@@ -128,7 +128,12 @@ void SideThread::start(std::function<void()> job, bool holds_core) {
 }
 
 void SideThread::wait() {
-  spin_until([this] { return !busy() || (share_.help(), false); }, budget_after(last_job_ns_));
+  // Spins, helping with the job's shared items as they come; after an item it spins afresh, so
+  // that a long item does not use up the spin and leave the job's end to a sleep and a wake-up.
+  for (;;) {
+    spin_until([this] { return !busy() || share_.has_items(); }, budget_after(last_job_ns_));
+    if (!share_.help()) break;
+  }
   std::unique_lock<std::mutex> lock = lock_soon(mutex_);
   for (;;) {
     done_.wait(lock, [this] { return !busy() || share_.has_items(); });

@@ -37,6 +37,8 @@ class SideThread {
   // Meanwhile it runs items of the loops the job shares (for_each_shared, model/util/work_share.h).
   void wait();
   bool busy() const { return busy_.load(std::memory_order_acquire); }
+  // Items of its jobs' shared loops that wait() has run (model/util/work_share.h).
+  int64_t items_helped() const { return share_.helped(); }
 
   // The cores this process may run on (its affinity mask) less the caller's own.
   static int spare_cores();

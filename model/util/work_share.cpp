@@ -65,6 +65,7 @@ bool WorkShare::help() {
   const ScopedWorkShare serial(nullptr);
   for (int64_t i; (i = next_.fetch_add(1, std::memory_order_relaxed)) < count;) {
     ran = true;
+    helped_.fetch_add(1, std::memory_order_relaxed);
     try {
       (*item)(i);
     } catch (...) {

@@ -23,12 +23,15 @@ class WorkShare {
   WorkShare& operator=(const WorkShare&) = delete;
 
   // item(i) for every i in [0, count), on this thread and on any thread in help() meanwhile;
-  // returns once all are done, rethrowing the first failure (the items after it are still run).
+  // returns once all are done, rethrowing a failure: this thread's first, else a helper's first
+  // (every item still runs).
   void run(int64_t count, const std::function<void(int64_t)>& item);
   // Runs items of the loop in progress until none is left unclaimed. Returns whether it ran any.
   bool help();
   // Whether a loop is in progress with items not yet claimed.
   bool has_items() const;
+  // Items that help() has run, in all loops so far (for tests and benches).
+  int64_t helped() const { return helped_.load(std::memory_order_relaxed); }
 
  private:
   mutable std::mutex mutex_;  // guards entering help() against run() ending
@@ -39,6 +42,7 @@ class WorkShare {
   std::atomic<bool> open_{false};  // offered_, read without the mutex by has_items
   std::atomic<int64_t> next_{0};   // the next unclaimed item
   std::atomic<int> helpers_{0};    // threads inside help() on this loop
+  std::atomic<int64_t> helped_{0};
   std::exception_ptr error_;       // the first item's failure, under mutex_
 };
 

@@ -12,8 +12,9 @@
 using memscope::model::downsample_matrix;
 using memscope::model::show_matrices;
 using memscope::model::shown_shape;
+using memscope::model::singular_values_together;
 
-TEST_CASE("shown shapes keep the aspect and fit the largest side", "[probe]") {
+TEST_CASE("shown matrices: shapes keep the aspect and fit the largest side", "[probe]") {
   CHECK(shown_shape(64, 256, 64) == std::pair<int64_t, int64_t>{16, 64});
   CHECK(shown_shape(256, 64, 64) == std::pair<int64_t, int64_t>{64, 16});
   CHECK(shown_shape(50, 130, 64) == std::pair<int64_t, int64_t>{25, 64});
@@ -22,7 +23,7 @@ TEST_CASE("shown shapes keep the aspect and fit the largest side", "[probe]") {
   CHECK(shown_shape(16, 64, 64) == std::pair<int64_t, int64_t>{16, 64});
 }
 
-TEST_CASE("downsampled snapshots are area means with the aspect kept", "[probe]") {
+TEST_CASE("shown matrices: downsampled snapshots are area means with the aspect kept", "[probe]") {
   const at::Tensor m = torch::arange(64 * 32, torch::kFloat).reshape({1, 64, 32});
   const at::Tensor small = downsample_matrix(m, 16);
   REQUIRE(small.sizes() == at::IntArrayRef({1, 16, 8}));
@@ -30,7 +31,7 @@ TEST_CASE("downsampled snapshots are area means with the aspect kept", "[probe]"
   CHECK(downsample_matrix(m, 0).sizes() == m.sizes());
 }
 
-TEST_CASE("shown matrices on the CPU in float32 equal ATen's in float64", "[probe]") {
+TEST_CASE("shown matrices: on the CPU in float32 they equal ATen's in float64", "[probe]") {
   torch::manual_seed(11);
   const double inf = std::numeric_limits<double>::infinity();
   // HOPE's W1 and W2 (64×256 and 256×64, windows of 4×4), windows that overlap (50×130 → 25×64,
@@ -67,7 +68,7 @@ TEST_CASE("shown matrices on the CPU in float32 equal ATen's in float64", "[prob
   }
 }
 
-TEST_CASE("shown matrices that fit are the full ones, with no summary", "[probe]") {
+TEST_CASE("shown matrices: those that fit are the full ones, with no summary", "[probe]") {
   const at::Tensor full = torch::randn({4, 16, 64});
   const auto view = show_matrices(full, 64);
   CHECK(view.shown.is_same(full));
@@ -75,9 +76,36 @@ TEST_CASE("shown matrices that fit are the full ones, with no summary", "[probe]
   CHECK(show_matrices(torch::randn({2, 64, 256}), 0).shown.size(-1) == 256);
 }
 
-TEST_CASE("shown matrices take the singular values the caller knows", "[probe]") {
+TEST_CASE("shown matrices: the singular values the caller knows are taken", "[probe]") {
   const at::Tensor full = torch::randn({2, 32, 128});
   const at::Tensor known = torch::tensor({{5.0f}, {7.0f}}).expand({2, 32}).contiguous();
   const auto view = show_matrices(full, 64, known);
   CHECK(torch::equal(view.summary.narrow(1, 0, 32), known));
+}
+
+TEST_CASE("shown matrices: spectra together equal each stack's own, tall ones and NaN included", "[probe]") {
+  torch::manual_seed(12);
+  const double inf = std::numeric_limits<double>::infinity();
+  // Wide and tall stacks of one shape go in one call, the tall ones transposed; sides off a
+  // multiple of the transposed copy's 16 × 16 tiles (37 × 20); a stack of another shape, and an
+  // empty one, go apart.
+  at::Tensor wide = torch::randn({3, 20, 37}), tall = torch::randn({4, 37, 20}),
+             other = torch::randn({2, 8, 8});
+  tall[1][36][19] = std::nan("");
+  tall[2][0][5] = inf;
+  wide[0][19][36] = -inf;
+  const at::Tensor empty = torch::randn({0, 37, 20});
+  for (const auto& stacks : std::vector<std::vector<at::Tensor>>{{wide, tall, empty}, {wide, other, tall}}) {
+    const auto together = singular_values_together(stacks);
+    REQUIRE(together.size() == stacks.size());
+    for (size_t i = 0; i < stacks.size(); ++i) {
+      INFO("stack " << i);
+      const at::Tensor reference =
+          torch::linalg_svdvals(torch::nan_to_num(stacks[i].to(torch::kFloat64), 0.0, 0.0, 0.0));
+      REQUIRE(together[i].sizes() == reference.sizes());
+      if (reference.numel() == 0) continue;
+      const at::Tensor scale = reference.select(1, 0).clamp_min(1e-30).unsqueeze(1);
+      CHECK(((together[i].to(torch::kFloat64) - reference).abs() / scale).max().item<double>() < 1e-6);
+    }
+  }
 }
