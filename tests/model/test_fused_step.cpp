@@ -164,10 +164,13 @@ TEST_CASE("the fused MLP step equals the general step: Titans' and Atlas's deep 
     for (const auto& s : sets) name += s + " ";
     INFO(name);
     // One token apart only by float32 rounding (~4e-7 for gd; Newton–Schulz amplifies it, as in
-    // Atlas's linear case); 30 tokens let it grow through the recurrence.
+    // Atlas's linear case); 30 tokens let it grow through the recurrence. Titans' unclipped deep
+    // memory grows it most, and by how much depends on the build's summation order: 7.4e-5 in the
+    // Release build and 1.07e-4 in the sanitizer's RelWithDebInfo build, both on an AVX-512 Intel
+    // VM (2026-12-05), where the clipped variants stay below 7e-6. Hence 2e-4.
     const bool muon = load_preset(preset, sets).memory.optimiser == Optimiser::Muon;
     CHECK(largest_difference(layer_for(preset, sets), 1, 2) < (muon ? 1e-4 : 2e-6));
-    CHECK(largest_difference(layer_for(preset, sets), 30, 2) < 1e-4);
+    CHECK(largest_difference(layer_for(preset, sets), 30, 2) < 2e-4);
   }
   for (const int64_t chunk : {4, 8}) {  // gradients at the chunk start's W_1, W_2; an open chunk kept
     INFO("atlas chunk " << chunk);
