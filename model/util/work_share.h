@@ -3,9 +3,10 @@
 //
 // Why: the engine's side thread measures a probed token while the engine thread steps the next
 // one, then the engine thread waits for it. A HOPE snapshot frame's probes take about 5 ms against
-// a 0.5 ms step, 4 ms of them the spectra of 40 matrices 64×256 in three groups of lanes
-// (small_singular_values.h); the engine thread slept through them. Each item is computed whole by
-// one thread, into its own outputs, by the same code: which thread took it changes no bit.
+// a 0.5 ms step, some 2.5 ms of them the spectra of 40 matrices 64×256 in three groups of lanes
+// (small_singular_values.h); the engine thread slept through them (Intel VM, 2026-12-05). Each item
+// is computed whole by one thread, into its own outputs, by the same code: which thread took it
+// changes no bit.
 #pragma once
 #include <atomic>
 #include <cstdint>
