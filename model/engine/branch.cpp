@@ -67,11 +67,11 @@ void add_inner_backward(Frame& frame, const InnerBackward& b, size_t token) {
 // (StepRecord::weight_squares; a snapshot frame then reads S itself), and on a snapshot frame its
 // self-modifying weights, which only snapshots read (two demo-mqar-hope blocks' are 2.6 MB a
 // token); the rest shared. A frame that a knob made a snapshot frame after its step reads the
-// state's own self-modifying weights: safe too, as a step replaces them and never writes them. Made by the
-// thread that stepped, whose cache holds what it has just written. The probes' thread reads these copies
-// rather than the state, whose lines the next step reads: read there from the other core, they slowed the
-// engine thread's next step by 20-40 µs a Titans-MLP token, where the copy costs it a few (README "The probes
-// read copies").
+// state's own self-modifying weights: safe too, as a step replaces them and never writes them.
+// Made by the thread that stepped, whose cache holds what it has just written. The probes' thread
+// reads these copies rather than the state, whose lines the next step reads: read there from the
+// other core, they slowed the engine thread's next step by 20-40 µs a Titans-MLP token, where the
+// copy costs it a few (README "The probes read copies").
 LmState copy_for_probes(const LmState& state, const std::vector<std::optional<StepRecord>>& records,
                         bool snapshot) {
   auto copy = [](const at::Tensor& t) {

@@ -242,10 +242,7 @@ std::vector<double> collect_fused_probes(Frame& frame, const ProbeInputs& in) {
 
   // Snapshots per weight, tensor, layer and head, as collect_probes orders them; at full size. Their
   // buffers are the engine's, made ahead (snapshot_buffers.h), where it has some.
-  auto buffer = [&](int64_t n) {
-    return in.snapshot_buffers ? in.snapshot_buffers->take(static_cast<size_t>(n))
-                               : std::vector<float>(static_cast<size_t>(n));
-  };
+  auto buffer = [&](int64_t n) { return snapshot_buffer(in.snapshot_buffers, static_cast<size_t>(n)); };
   if (in.matrices)
     for (int64_t w = 0; w < W; ++w) {
       const Weight& x = weights[static_cast<size_t>(w)];

@@ -267,16 +267,17 @@ std::vector<double> collect_probes_general(Frame& frame, const ProbeInputs& in, 
       if (have_before) stacks.push_back({w, "dM", at::stack(change)});
     }
     // The shrunk stacks' spectra in one batched call (singular_values_together).
-    auto shrinks = [&](const at::Tensor& full) {
-      return shown_shape(full.size(-2), full.size(-1), largest) !=
-             std::make_pair(full.size(-2), full.size(-1));
-    };
     std::vector<at::Tensor> shrunk, sigma(stacks.size());
-    for (const Shown& x : stacks)
-      if (shrinks(x.full)) shrunk.push_back(x.full);
+    std::vector<size_t> shrunk_at;  // their places in `stacks`
+    for (size_t i = 0; i < stacks.size(); ++i) {
+      const at::Tensor& full = stacks[i].full;
+      if (shown_shape(full.size(-2), full.size(-1), largest) == std::make_pair(full.size(-2), full.size(-1)))
+        continue;
+      shrunk.push_back(full);
+      shrunk_at.push_back(i);
+    }
     const std::vector<at::Tensor> together = singular_values_together(shrunk);
-    for (size_t i = 0, next = 0; i < stacks.size(); ++i)
-      if (shrinks(stacks[i].full)) sigma[i] = together[next++];
+    for (size_t j = 0; j < shrunk_at.size(); ++j) sigma[shrunk_at[j]] = together[j];
     // A stack each, shared with a thread waiting for this one (model/util/work_share.h): about
     // 80 µs a stack of ten 64×256 matrices (Intel VM).
     std::vector<ShownMatrices> views(stacks.size());
@@ -318,9 +319,7 @@ std::vector<double> collect_probes_general(Frame& frame, const ProbeInputs& in, 
   // Snapshots come per weight, tensor, layer, head, matching `pending`. Their buffers are the
   // engine's, made ahead where it has some (snapshot_buffers.h): a HOPE snapshot frame's 40 shown
   // matrices and spectra, 170 KB, faulted in page by page on the probes' thread otherwise.
-  auto buffer = [&](size_t n) {
-    return in.snapshot_buffers ? in.snapshot_buffers->take(n) : std::vector<float>(n);
-  };
+  auto buffer = [&](size_t n) { return snapshot_buffer(in.snapshot_buffers, n); };
   for (auto& p : pending) {
     p.snapshot.values = buffer(static_cast<size_t>(p.numel));
     std::copy(host.begin() + static_cast<std::ptrdiff_t>(at),

@@ -443,7 +443,10 @@ at::Tensor small_singular_values(const at::Tensor& matrices) {
     groups.push_back({first, lanes});
     first += lanes;
   }
-  const std::vector<float> zeros(static_cast<size_t>(r * c), 0.0f);
+  // Zeros for the padding and non-finite lanes: this thread's, grown as needed and never written;
+  // the groups a waiting thread takes read them too, until the loop below returns.
+  thread_local std::vector<float> zeros;
+  if (zeros.size() < static_cast<size_t>(r * c)) zeros.assign(static_cast<size_t>(r * c), 0.0f);
   const float* from = source.data_ptr<float>();
   float* to = out.data_ptr<float>();
   // A group at a time, each thread with its own scratch, written in full for every group before it

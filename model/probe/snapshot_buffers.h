@@ -38,4 +38,10 @@ class SnapshotBuffers {
   std::map<std::size_t, std::size_t> wanted_;                     // by size, in the last snapshot frame
 };
 
+// A buffer of `floats` zeros from `buffers` (made ahead where it has one), or new when there are no
+// buffers (the probes called outside the engine).
+inline std::vector<float> snapshot_buffer(SnapshotBuffers* buffers, std::size_t floats) {
+  return buffers ? buffers->take(floats) : std::vector<float>(floats);
+}
+
 }  // namespace memscope::model
