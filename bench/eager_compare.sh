@@ -5,8 +5,9 @@
 #   layer  the memory layer (Titans' and Atlas' rules, and their deep MLP memories, eager_mlp_memory.py,
 #          checked first against memory-trace): one JSON line per rule with both medians, the ratio,
 #          GFLOP/s and the share of this core's sgemm peak (step_bench measures it)
-#   model  the whole demo-mqar-titans and demo-mqar models token by token (eager_lm.py, checked
-#          first against memscope's recorded step of the same checkpoint): both medians and the ratio
+#   model  the whole demo-mqar-titans, demo-mqar and demo-mqar-hope models token by token (eager_lm.py,
+#          checked first against memscope's recorded step of the same checkpoint): both medians and the
+#          ratio; for HOPE also both GFLOP/s, for its math's FLOPs (hope_flops below), and the peak
 #   chunkwise  the Titans and Atlas (Muon) layers' chunkwise forms at c = 1, b = 64 (memory_bench's
 #          rows against time_eager.py's eager_chunkwise, the same configuration): both medians, the
 #          ratio, and memscope's GFLOP/s counted for the per-token form it runs (below) against the peak;
@@ -35,6 +36,13 @@ rm -rf "$OUT/atlas.memscope"
 "$CLI" step --ckpt "$OUT/atlas.safetensors" --tokens 200 --probe-every 1 --record "$OUT/atlas.memscope" >/dev/null
 "$CLI" export "$OUT/atlas.memscope" --csv "$OUT/atlas.csv" --force >/dev/null
 "$PY" bench/eager/eager_lm.py --ckpt "$OUT/atlas.safetensors" --check "$OUT/atlas.csv" | sed 's/"eager_lm_check"/"eager_lm_check_atlas"/' >>"$OUT/eager.jsonl"
+# demo-mqar-hope (HOPE blocks: the self-modifying memory and the CMS, eager_hope.SelfModStep and
+# CmsStep), checked the same way.
+rm -rf "$OUT/hope.memscope"
+"$CLI" train --preset demo-mqar-hope --steps 2 --out "$OUT/hope.safetensors" --force >/dev/null
+"$CLI" step --ckpt "$OUT/hope.safetensors" --tokens 200 --probe-every 1 --record "$OUT/hope.memscope" >/dev/null
+"$CLI" export "$OUT/hope.memscope" --csv "$OUT/hope.csv" --force >/dev/null
+"$PY" bench/eager/eager_lm.py --ckpt "$OUT/hope.safetensors" --check "$OUT/hope.csv" | sed 's/"eager_lm_check"/"eager_lm_check_hope"/' >>"$OUT/eager.jsonl"
 # The training pairing's batch: step 3's, recorded row by row with the weights from before it.
 rm -rf "$OUT/train.memscope"
 "$CLI" step --ckpt "$OUT/model.safetensors" --set train.steps=3 --train-step 3 --record "$OUT/train.memscope" >/dev/null
@@ -62,6 +70,9 @@ for _ in $(seq 1 "$REPS"); do
   "$STEP" --only model --model-preset demo-mqar --tokens 512 --reps 1 >>"$OUT/memscope.jsonl"
   "$PY" bench/eager/eager_lm.py --ckpt "$OUT/atlas.safetensors" --time 512 --reps 1 |
     sed 's/"eager_lm"/"eager_lm_atlas"/' >>"$OUT/eager.jsonl"
+  "$STEP" --only model --model-preset demo-mqar-hope --tokens 512 --reps 1 >>"$OUT/memscope.jsonl"
+  "$PY" bench/eager/eager_lm.py --ckpt "$OUT/hope.safetensors" --time 512 --reps 1 --case model/demo-mqar-hope |
+    sed 's/"eager_lm"/"eager_lm_hope"/' >>"$OUT/eager.jsonl"
   "$DEVICE_BENCH" --device cpu --only train-demo --train-steps 10 >>"$OUT/memscope.jsonl"
   "$PY" bench/eager/eager_lm_train.py --ckpt "$OUT/model.safetensors" --batch-csv "$OUT/train.csv" --chunk 4 \
     --time 10 >>"$OUT/eager.jsonl"
@@ -105,15 +116,34 @@ for rule in ("titans-mlp", "atlas-mlp"):
                               round(statistics.median(r["tokens_per_s"] for r in g), 1),
                           "memscope_gflops": round(gflops, 2), "sgemm_peak_gflops": round(peak, 1),
                           "share_of_peak": round(gflops / peak, 3), "rounds": len(m)}))
-for model, eager_bench in (("demo-mqar-titans", "eager_lm"), ("demo-mqar", "eager_lm_atlas")):
+# HOPE's FLOPs per token, counted for its math (d = D = 64, MLP memories of hidden 4d, two blocks),
+# not for either side's code, with 2 per multiply-add: one MLP memory's pass W_1 GELU(W_2 z) is 16d².
+# The self-modifying memory: q (2d²); the four projection memories at x and again at v for their
+# targets (128d²); all five at k for the inner gradient (80d²) and dh = W_1ᵀ do (40d²); the five dgd
+# writes, two rank-one updates of 8d² and two scalings of 4d² each (120d²); the main memory's read
+# after its write (16d²). Each of the three CMS levels: its read (16d²), k and v (4d²), the pass at k
+# and dh (24d²) and the gradient's two outer products (16d²). Then W_memory_out (2d²) per block.
+def hope_flops(d=64, blocks=2, levels=3):
+    selfmod = (2 + 128 + 80 + 40 + 120 + 16) * d * d
+    return blocks * (selfmod + levels * 60 * d * d + 2 * d * d)
+peak = statistics.median(r["sgemm_peak_gflops"] for r in ours if "sgemm_peak_gflops" in r)
+for model, eager_bench in (("demo-mqar-titans", "eager_lm"), ("demo-mqar", "eager_lm_atlas"),
+                           ("demo-mqar-hope", "eager_lm_hope")):
     e = [r for r in eager if r["bench"] == eager_bench]
+    if not e:
+        continue
     e_tps = statistics.median(r["tokens_per_s"] for r in e)
     for record in (False, True):
         m = [r for r in ours if r.get("case") == f"model/{model}" and r["record"] == record]
         tps = statistics.median(r["tokens_per_s"] for r in m)
-        print(json.dumps({"bench": "eager_compare", "model": model, "step": "probed" if record else "unprobed",
-                          "memscope_tokens_per_s": round(tps, 1), "eager_tokens_per_s": round(e_tps, 1),
-                          "ratio": round(tps / e_tps, 3), "rounds": len(m)}))
+        row = {"bench": "eager_compare", "model": model, "step": "probed" if record else "unprobed",
+               "memscope_tokens_per_s": round(tps, 1), "eager_tokens_per_s": round(e_tps, 1),
+               "ratio": round(tps / e_tps, 3), "rounds": len(m)}
+        if model == "demo-mqar-hope":
+            row.update({"mflop_per_token": round(hope_flops() / 1e6, 2),
+                        "memscope_gflops": round(tps * hope_flops() / 1e9, 2),
+                        "eager_gflops": round(e_tps * hope_flops() / 1e9, 2), "sgemm_peak_gflops": round(peak, 1)})
+        print(json.dumps(row))
 # The chunkwise layers, c = 1, b = 64. memscope runs both per token, so its FLOPs are counted for
 # that form: per token the q/k/v projection 2·D·3D and the gates 3·2·D·H, and per token and head
 #   titans (fused_linear_chunkwise.cpp): e = M̄φ − v, the S and M updates and the read, 2d² each (8d²);
@@ -168,7 +198,7 @@ print(json.dumps({"bench": "eager_compare", "train": "demo-mqar-titans", "memsco
                   "eager_step_ms": round(statistics.median(r["step_ms"] for r in e), 2), "rounds": len(m)}))
 for check in (r for r in eager if r["bench"] == "eager_mlp_check"):
     print(json.dumps(check))
-for name in ("eager_lm_check", "eager_lm_check_atlas", "eager_lm_train_check"):
+for name in ("eager_lm_check", "eager_lm_check_atlas", "eager_lm_check_hope", "eager_lm_train_check"):
     check = [r for r in eager if r["bench"] == name]
     print(json.dumps(check[0] if check else {"bench": name, "missing": True}))
 PY

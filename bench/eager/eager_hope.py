@@ -3,7 +3,9 @@
 memory in its chunkwise form (SPEC §9) and the continuum memory system (CMS). The baseline for
 memscope's HOPE training step (model/memory/self_modifying_chunkwise.cpp, continuum_memory.cpp),
 used by bench/eager/eager_lm_train.py for checkpoints with model.block = "hope"; the same math, so
-that the two compare: the same chunking, gates, clip, conv, targets and auxiliary loss.
+that the two compare: the same chunking, gates, clip, conv, targets and auxiliary loss. SelfModStep
+and CmsStep, at the end, are the two token by token, the baseline for memscope's debugger step
+(bench/eager/eager_lm.py's EagerHopeLM).
 
 Every memory is the MLP memory of SPEC §3, M(z) = z + LN(W_1 GELU(W_2 z)) (W_1 [d,4d], W_2 [4d,d],
 exact erf GELU, LN's affine outer), with the inner loss l = 1/2 |M(z) - target|^2 / d. For one
@@ -215,3 +217,103 @@ def cms(p, z, *, periods, variant, max_lr, clip):
     for i, period in enumerate(periods):
         z = cms_level(level(i), z, period, max_lr=max_lr, clip=clip)
     return z
+
+
+class SelfModStep:
+    """HOPE's self-modifying memory token by token (SPEC §7), as the debugger steps it (chunk 1):
+    what a researcher writes to watch one token at a time. The same math as selfmod_chunkwise at a
+    chunk of one token, written per token: the projections read at the memories before the token,
+    every memory writes by dgd (W_1 <- diag(p) W_1 - eta do a^T, W_2 <- W_2 diag(p) - eta dh k^T,
+    p = alpha - eta k^2 per feature), and the main memory is read at q after its write."""
+
+    def __init__(self, p, *, max_lr, clip, conv, shared_gates, self_lr_scale, **_):
+        stack = lambda name: torch.cat([p[f"M_{m}_{name}"] for m in SELFMOD])  # noqa: E731  [5,...]
+        self.w1_0, self.w2_0 = stack("w1_0")[:, None], stack("w2_0")[:, None]  # [5,1,d,4d], [5,1,4d,d]
+        gain, shift = stack("ln_weight")[:, None, None], stack("ln_bias")[:, None, None]  # [5,1,1,d]
+        self.gain, self.shift = gain, shift
+        self.gain_p, self.gain_m = gain.split([PROJECTIONS, 1])
+        self.shift_p, self.shift_m = shift.split([PROJECTIONS, 1])
+        self.rate_scale = self.w1_0.new_tensor([self_lr_scale] * PROJECTIONS + [1.0])[:, None, None, None]
+        self.gate = (lambda z: torch.sigmoid(z.mean(-1, keepdim=True))) if shared_gates else torch.sigmoid  # noqa: E731
+        self.w_q, self.b_lr, self.b_retain = p["w_q"], p["b_lr"], p["b_retain"]
+        self.taps = p["conv_weight"] if conv else None
+        self.max_lr, self.clip = max_lr, clip
+
+    def initial_state(self):
+        d = self.w_q.size(0)
+        carry = self.w_q.new_zeros(1, 3, 3 * d)  # the last 3 tokens' pre-conv q | k | v
+        return self.w1_0.clone(), self.w2_0.clone(), carry
+
+    def step(self, x_t, state):
+        """x_t [d] (the normed stream) -> y [d]; state advances."""
+        W1, W2, carry = state
+        d = x_t.size(-1)
+        x = x_t.view(1, 1, d)
+        W1_p, W1_m = W1.split([PROJECTIONS, 1])
+        W2_p, W2_m = W2.split([PROJECTIONS, 1])
+        k_in, v, eta, alpha = mlp(x, W1_p, W2_p, self.gain_p, self.shift_p).unbind(0)  # [1,1,d] each
+        q = x @ self.w_q.t()
+        if self.taps is not None:  # q | k | v each through its own taps, over this token and the 3 before
+            window = torch.cat([carry, torch.cat([q, k_in, v], -1)], 1)
+            carry = window[:, 1:]
+            q, k_in, v = causal_conv(window, self.taps).split(d, -1)
+        q, k = F.normalize(q, dim=-1), F.normalize(k_in, dim=-1)
+        eta = self.max_lr * self.gate(eta + self.b_lr)
+        alpha = self.gate(alpha + self.b_retain)
+        with torch.no_grad():  # v-hat = sg(M_box(v)); the main memory stores v itself
+            self_targets = mlp(v, W1_p, W2_p, self.gain_p, self.shift_p)
+        targets = torch.cat([self_targets, v[None]])  # [5,1,1,d]
+        a, _, d_h, d_o = inner_factors(k, targets, W1, W2, self.gain, self.shift)
+        if self.clip > 0:
+            factor = clip_factor(d_o, a, d_h, k, self.clip)
+            d_o, d_h = d_o * factor, d_h * factor
+        rate = self.rate_scale * eta                                   # [5,1,1,1|d]
+        keep = (alpha - rate * k.pow(2)).transpose(-1, -2)             # [5,1,d,1]: W_1's rows, W_2's columns
+        W1 = W1 * keep - (rate * d_o).transpose(-1, -2) @ a
+        W2 = W2 * keep.transpose(-1, -2) - d_h.transpose(-1, -2) @ (rate * k)
+        y = mlp(q, W1[MAIN], W2[MAIN], self.gain_m.squeeze(0), self.shift_m.squeeze(0))  # after the write
+        return y.reshape(d), (W1, W2, carry)
+
+
+class CmsStep:
+    """The CMS token by token (the module docstring's cms): level l reads at its weights W and takes
+    each token's inner gradient there, summed until its period ends (positions from the sequence
+    start), when W moves by the sum. The gradients are taken as the tokens come, since W is fixed
+    within a period."""
+
+    def __init__(self, p, *, periods, variant, max_lr, clip, **_):
+        level = lambda i: {k[len(f"level{i}_"):]: t for k, t in p.items() if k.startswith(f"level{i}_")}  # noqa: E731
+        self.levels = [level(i) for i in range(len(periods))]
+        self.periods, self.variant, self.max_lr, self.clip = periods, variant, max_lr, clip
+
+    def initial_state(self):
+        # Per level: W_1, W_2, their pending changes and the tokens seen.
+        return [[q["w1_0"], q["w2_0"], torch.zeros_like(q["w1_0"]), torch.zeros_like(q["w2_0"]), 0]
+                for q in self.levels]
+
+    def level_step(self, q, period, s, z):
+        W1, W2, dW1, dW2, seen = s
+        z = z.view(1, 1, -1)
+        y = mlp(z, W1, W2, q["ln_weight"], q["ln_bias"])
+        k, v = z @ q["w_k"].t(), z @ q["w_v"].t()
+        eta = self.max_lr * torch.sigmoid(z @ q["lr_w"] + q["lr_b"])[..., None]  # [1,1,1]
+        a, _, d_h, d_o = inner_factors(k, v, W1, W2, q["ln_weight"], q["ln_bias"])
+        weight = eta * clip_factor(d_o, a, d_h, k, self.clip) if self.clip > 0 else eta
+        dW1 = dW1 - (d_o * weight).transpose(-1, -2) @ a
+        dW2 = dW2 - (d_h * weight).transpose(-1, -2) @ k
+        seen += 1
+        if seen % period == 0:
+            W1, W2, dW1, dW2 = W1 + dW1, W2 + dW2, torch.zeros_like(dW1), torch.zeros_like(dW2)
+        s[:] = [W1, W2, dW1, dW2, seen]
+        return y.reshape(-1)
+
+    def step(self, z, state):
+        """z [D] -> [D]; state advances."""
+        if self.variant == "independent":
+            out = z
+            for q, period, s in zip(self.levels, self.periods, state):
+                out = out + self.level_step(q, period, s, z) - z
+            return out
+        for q, period, s in zip(self.levels, self.periods, state):
+            z = self.level_step(q, period, s, z)
+        return z

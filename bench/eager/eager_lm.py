@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""demo-mqar's and demo-mqar-titans's whole language model in eager PyTorch, token by token: what a
-researcher would write instead of memscope's LM step (issue 20's "whole demo-mqar model" baseline).
+"""demo-mqar's, demo-mqar-titans's and demo-mqar-hope's whole language model in eager PyTorch, token by
+token: what a researcher would write instead of memscope's LM step (issue 20's "whole demo-mqar model"
+baseline; HOPE's blocks are EagerHopeLM's, below).
 
 The model is memscope's (model/nn/, SPEC): a token embedding, L MAG blocks and a final RMSNorm,
 the head tied to the embedding. A MAG block, for the residual stream h:
@@ -37,6 +38,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import eager_hope  # noqa: E402
 import eager_memory  # noqa: E402
 from check_against_trace import read_safetensors  # noqa: E402
 
@@ -186,6 +188,39 @@ class EagerLM:
         return rms(h, self.norm_out) @ self.embedding.t()
 
 
+class EagerHopeLM:
+    """demo-mqar-hope's language model token by token: the embedding, L HOPE blocks and the final
+    RMSNorm, the head tied to the embedding. A HOPE block (block.cpp), for the residual stream h:
+        h = h + W_memory_out · selfmod(rms_mem(h))     (eager_hope.SelfModStep)
+        n = rms_ffn(h);  h = h + (CMS(n) − n)           (eager_hope.CmsStep)"""
+
+    def __init__(self, tensors, config, rule, train):
+        c = eager_hope.hope_settings(config, rule, train)
+        self.settings = c
+        self.embedding = tensors["embedding"]
+        self.norm_out = tensors["norm_out.weight"]
+        self.blocks = []
+        for i in range(c["layers"]):
+            p = {k[len(f"block{i}."):]: t for k, t in tensors.items() if k.startswith(f"block{i}.")}
+            sub = lambda prefix: {k[len(prefix):]: t for k, t in p.items() if k.startswith(prefix)}  # noqa: E731
+            self.blocks.append(dict(selfmod=eager_hope.SelfModStep(sub("selfmod."), **c),
+                                    cms=eager_hope.CmsStep(sub("cms."), **c), w_memory_out=p["w_memory_out"],
+                                    norm_memory=p["norm_memory.weight"], norm_ffn=p["norm_ffn.weight"]))
+
+    def initial_state(self):
+        return [dict(selfmod=b["selfmod"].initial_state(), cms=b["cms"].initial_state()) for b in self.blocks]
+
+    def step(self, token, state):
+        """One token (int) -> logits [V]; state advances."""
+        h = self.embedding[token]
+        for b, s in zip(self.blocks, state):
+            y, s["selfmod"] = b["selfmod"].step(rms(h, b["norm_memory"]), s["selfmod"])
+            h = h + y @ b["w_memory_out"].t()
+            n = rms(h, b["norm_ffn"])
+            h = h + (b["cms"].step(n, s["cms"]) - n)
+        return rms(h, self.norm_out) @ self.embedding.t()
+
+
 def _dig(table, dotted, default):
     for key in dotted.split("."):
         if not isinstance(table, dict) or key not in table:
@@ -198,6 +233,8 @@ def load(ckpt):
     tensors, metadata = read_safetensors(ckpt)
     config = tomllib.loads(metadata["config"])  # the run's preset, resolved (checkpoint.cpp)
     model = {k[len("model/"):]: t for k, t in tensors.items() if k.startswith("model/")}
+    if _dig(config, "model.block", "mag") == "hope":
+        return EagerHopeLM(model, config.get("model", {}), config.get("memory", {}), config.get("train", {}))
     return EagerLM(model, config.get("model", {}), config.get("memory", {}))
 
 
@@ -251,7 +288,7 @@ def to_device(model, device):
             return {k: moved(v) for k, v in value.items()}
         if isinstance(value, (tuple, list)):
             return type(value)(moved(v) for v in value)
-        if isinstance(value, (Attention, eager_memory.MemoryLayer)):
+        if isinstance(value, (Attention, eager_memory.MemoryLayer, eager_hope.SelfModStep, eager_hope.CmsStep)):
             for attr, v in list(vars(value).items()):
                 setattr(value, attr, moved(v))
         return value
@@ -263,7 +300,7 @@ def to_device(model, device):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--ckpt", required=True, help="a memscope checkpoint of demo-mqar-titans (train --out)")
+    p.add_argument("--ckpt", required=True, help="a memscope checkpoint of demo-mqar-titans, demo-mqar or demo-mqar-hope (train --out)")
     p.add_argument("--check", help="the CSV of `memscope-cli export --csv` of a step recorded with that checkpoint")
     p.add_argument("--tol", type=float, default=1e-5)
     p.add_argument("--time", type=int, default=0, help="time this many tokens, token by token")
