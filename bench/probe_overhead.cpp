@@ -26,6 +26,12 @@
 // --busy-threads N: N more threads spin through the repetitions, as other programs on a busy
 // machine would; overlap_back_offs and tokens_probed_in_line: how often the engine found the
 // overlap not paying and measured the probes in line instead (model/engine/overlap_gauge.h).
+// tokens_stepped_ahead: the first timeline's inspect tokens stepped ahead of their turn, over the
+// whole run (warm-up included); tokens_stepped_further, of those, the ones stepped while a snapshot
+// frame's probes ran aside (Branch::step_further; default_no_further: none).
+// tokens_stepped_ahead: the first timeline's inspect tokens stepped ahead of their turn, over the
+// whole run (warm-up included); tokens_stepped_further, of those, the ones stepped while a snapshot
+// frame's probes ran aside (Branch::step_further).
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -57,6 +63,7 @@ struct Config {
   const char* name;
   std::vector<std::string> sets;
   bool next_token_aside = false;  // every timeline's side thread steps its next token (else as the engine has it)
+  StepFurther further = StepFurther::WhileProbesRun;
 };
 
 }  // namespace
@@ -81,6 +88,9 @@ int main(int argc, char** argv) {
       // The same with the side thread stepping the next token while the engine thread measures the
       // probes (SideJob::NextToken), which the engine does only with forks.
       {"default_next_token_aside", {}, true},
+      // The same without the tokens stepped further while a snapshot frame's probes run
+      // (Branch::step_further): the engine thread waits for them, helping with their shared loops.
+      {"default_no_further", {}, false, StepFurther::Off},
       // The same on the engine thread alone: the next token is not stepped while the probes run.
       {"default_no_overlap", {"engine.overlap=false"}},
       {"all", {"probe.every=1", "probe.matrices_every=1"}},
@@ -101,8 +111,10 @@ int main(int argc, char** argv) {
     all.insert(all.end(), configs[c].sets.begin(), configs[c].sets.end());
     timelines[c].push_back(std::make_unique<Branch>(0, load_preset(preset, all)));
     for (int64_t f = 1; f <= forks; ++f) timelines[c].push_back(timelines[c][0]->fork(static_cast<int>(f), 0, {}, events, {}));
-    for (auto& b : timelines[c])  // as the engine has it, or NextToken
+    for (auto& b : timelines[c]) {  // as the engine has it, or NextToken
       b->set_side_job(configs[c].next_token_aside ? SideJob::NextToken : side_job_for(timelines[c].size()));
+      b->set_step_further(configs[c].further);
+    }
   }
   std::vector<std::vector<double>> seconds(configs.size()), cpu(configs.size());
   std::vector<int64_t> faults(configs.size(), 0);
@@ -171,6 +183,10 @@ int main(int argc, char** argv) {
                                 {"busy_threads", busy_threads},
                                 {"overlap_back_offs", timelines[c][0]->overlap_gauge().back_offs()},
                                 {"tokens_probed_in_line", timelines[c][0]->overlap_gauge().tokens_in_line()},
+                                {"tokens_stepped_ahead", timelines[c][0]->tokens_stepped_ahead()},
+                                {"tokens_stepped_further", timelines[c][0]->tokens_stepped_further()},
+                                {"tokens_stepped_ahead", timelines[c][0]->tokens_stepped_ahead()},
+                                {"tokens_stepped_further", timelines[c][0]->tokens_stepped_further()},
                                 {"minor_faults_per_1000_steps",
                                  1000.0 * static_cast<double>(faults[c]) / static_cast<double>(reps * steps)}}
                      .dump()

@@ -9,6 +9,7 @@
 // re-applies the logged state commands up to s. With the same preset, seed and commands, the
 // frames are bit-identical on CPU (their wall-clock fields aside).
 #pragma once
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -71,6 +72,11 @@ enum class SideJob { Probes, NextToken };
 // What the engine asks of each timeline's side thread when it steps `timelines` of them together.
 inline SideJob side_job_for(size_t timelines) { return timelines == 1 ? SideJob::Probes : SideJob::NextToken; }
 
+// While a snapshot frame's probes run on the side thread (SideJob::Probes), the engine thread steps
+// the tokens after it (Branch::step_further): until they are done (WhileProbesRun, the engine's
+// way), up to kMaxStepsFurther tokens whether or not they are (UpToTheCap), or not at all (Off).
+enum class StepFurther { WhileProbesRun, UpToTheCap, Off };
+
 // One inspect token through the model, before its probes are measured: made when its step comes,
 // or ahead of time (engine.overlap) while the token before it was measured, on the engine thread
 // (SideJob::Probes) or the branch's side thread (SideJob::NextToken).
@@ -102,7 +108,8 @@ class Branch {
   // One step; its frame goes to the ring and is returned, its detector events to `events`.
   std::shared_ptr<const Frame> advance(std::vector<Event>& events);
   // What the side thread does for this timeline from its next probed inspect step (Probes until set).
-  void set_side_job(SideJob job) { side_job_ = job; }
+  // A change drops the tokens stepped further (further_), which only SideJob::Probes steps.
+  void set_side_job(SideJob job);
 
   // A state command between steps (set knob, resets, NaN injection); logged for rewinds.
   // Restart knobs start the run over. Throws UserError for a bad knob, layer or head.
@@ -127,6 +134,14 @@ class Branch {
   size_t keyframes() const { return keyframes_.size(); }
   // Inspect tokens stepped ahead and taken so far, on either thread (engine.overlap), for tests and benches.
   int64_t tokens_stepped_ahead() const { return stepped_ahead_; }
+  // Of those, the tokens stepped further while a snapshot frame's probes ran aside (step_further).
+  int64_t tokens_stepped_further() const { return stepped_further_; }
+  // For tests and benches: whether tokens are stepped further (StepFurther), so that tests can
+  // count them whatever this machine's timing, and benches can measure what they save.
+  void set_step_further(StepFurther when) { step_further_ = when; }
+  // The most tokens in hand beyond the next one (further_). Their states are the memory's size each
+  // (demo-mqar-hope: about 2 MB).
+  static constexpr size_t kMaxStepsFurther = 16;
   // Whether handing the side thread its job has paid lately, and the probed tokens whose job this
   // thread did itself while it did not (model/engine/overlap_gauge.h), for tests and benches.
   const OverlapGauge& overlap_gauge() const { return overlap_gauge_; }
@@ -176,7 +191,13 @@ class Branch {
   // The next token started on the side thread when can_step_ahead() and a spare core is free
   // (SideJob::NextToken).
   void step_ahead_aside();
-  // The token stepped ahead when it is `step`'s, else nothing; either way none is left in hand.
+  // The token after the last one in hand stepped on this thread, from that one's state, into
+  // further_ (SideJob::Probes, while a snapshot frame's probes run aside). Only within the sequence
+  // loaded, in inspect mode, below kMaxStepsFurther and after a token that stepped. Returns whether
+  // it stepped one; a step that throws is thrown away, to be stepped and throw at its turn.
+  bool step_further();
+  // The token stepped ahead when it is `step`'s, else nothing; then the first token stepped further
+  // is in hand (or none is). A token that is not `step`'s drops the ones after it.
   std::optional<SteppedToken> take_stepped_ahead(int64_t step);
   // Before anything changes the weights, the state or the knobs: the token ahead is thrown away.
   void drop_stepped_ahead();
@@ -207,6 +228,11 @@ class Branch {
   std::exception_ptr ahead_error_;
   bool ahead_in_hand_ = false;
   bool ahead_aside_ = false;  // the token in hand was stepped by the side thread (SideJob::NextToken)
+  // The tokens after the one in hand, in order, stepped on this thread while a snapshot frame's
+  // probes ran aside (step_further), each from the state of the one before.
+  std::deque<SteppedToken> further_;
+  int64_t stepped_further_ = 0;
+  StepFurther step_further_ = StepFurther::WhileProbesRun;
   std::shared_ptr<SteppedToken> spent_;  // the last token's, until the next token ahead drops it
   int64_t stepped_ahead_ = 0;
   int64_t graphed_tokens_ = 0;
