@@ -532,6 +532,8 @@ bool Branch::step_further() {
   // the frames of the tokens in hand read.
   const int64_t index = last.token_index + 1;
   if (last.sequence != sequence_loaded_ || index >= sequence_tokens_.size(0)) return false;
+  // Each holds a state of its own: a larger model holds fewer.
+  if (static_cast<int64_t>(further_.size() + 1) * state_bytes(last.state) > kMaxBytesFurther) return false;
   const int64_t step = last.step + 1;
   const ProbeConfig& p = preset().probe;
   try {

@@ -139,9 +139,10 @@ class Branch {
   // For tests and benches: whether tokens are stepped further (StepFurther), so that tests can
   // count them whatever this machine's timing, and benches can measure what they save.
   void set_step_further(StepFurther when) { step_further_ = when; }
-  // The most tokens in hand beyond the next one (further_). Their states are the memory's size each
-  // (demo-mqar-hope: about 2 MB).
+  // The most tokens in hand beyond the next one (further_), and the most bytes of their states:
+  // each holds one (demo-mqar-hope's: 2.9 MB, so 16 fit; at d_model 512, 185 MB, so none is held).
   static constexpr size_t kMaxStepsFurther = 16;
+  static constexpr int64_t kMaxBytesFurther = int64_t{64} << 20;
   // Whether handing the side thread its job has paid lately, and the probed tokens whose job this
   // thread did itself while it did not (model/engine/overlap_gauge.h), for tests and benches.
   const OverlapGauge& overlap_gauge() const { return overlap_gauge_; }
@@ -193,8 +194,8 @@ class Branch {
   void step_ahead_aside();
   // The token after the last one in hand stepped on this thread, from that one's state, into
   // further_ (SideJob::Probes, while a snapshot frame's probes run aside). Only within the sequence
-  // loaded, in inspect mode, below kMaxStepsFurther and after a token that stepped. Returns whether
-  // it stepped one; a step that throws is thrown away, to be stepped and throw at its turn.
+  // loaded, in inspect mode, within kMaxStepsFurther and kMaxBytesFurther, after a token that stepped.
+  // Returns whether it stepped one; a step that throws is thrown away, to be stepped and throw at its turn.
   bool step_further();
   // The token stepped ahead when it is `step`'s, else nothing; then the first token stepped further
   // is in hand (or none is). A token that is not `step`'s drops the ones after it.
