@@ -246,6 +246,24 @@ TEST_CASE("engine.overlap: tokens stepped further while a snapshot frame's probe
   }
 }
 
+TEST_CASE("engine.overlap: the tokens stepped further hold at most kMaxBytesFurther of states", "[engine]") {
+  // demo-mqar-hope at d_model 256: a state is 46 MB (16 × the 2.9 MB at d_model 64), so one token
+  // fits under the 64 MB and two do not. Each snapshot frame then steps one token further, and the
+  // token after it (taken from hand, not a snapshot) none.
+  auto options = test::small_engine({"engine.overlap=true", "probe.every=1", "model.d_model=256"});
+  Branch branch(0, load_preset("demo-mqar-hope", options.sets));
+  branch.overlap_gauge().set_adapts(false);
+  branch.set_step_further(StepFurther::UpToTheCap);
+  std::vector<Event> events;
+  int64_t snapshots = 0;
+  for (int i = 0; i < 8; ++i) snapshots += !branch.advance(events)->matrices.empty();
+  REQUIRE(snapshots == 4);  // probe.matrices_every = 2
+  if (steps_ahead_here()) {
+    CHECK(branch.tokens_stepped_further() >= 2);  // a sequence's end may leave a snapshot none
+    CHECK(branch.tokens_stepped_further() <= snapshots);
+  }
+}
+
 TEST_CASE(
     "engine.overlap: probed tokens measured in line while the overlap does not pay give the same frames",
     "[engine]") {
