@@ -131,6 +131,7 @@ for model, eager_bench in (("demo-mqar-titans", "eager_lm"), ("demo-mqar", "eage
                            ("demo-mqar-hope", "eager_lm_hope")):
     e = [r for r in eager if r["bench"] == eager_bench]
     if not e:
+        print(json.dumps({"bench": "eager_compare", "model": model, "missing": True}))
         continue
     e_tps = statistics.median(r["tokens_per_s"] for r in e)
     for record in (False, True):

@@ -26,12 +26,9 @@
 // --busy-threads N: N more threads spin through the repetitions, as other programs on a busy
 // machine would; overlap_back_offs and tokens_probed_in_line: how often the engine found the
 // overlap not paying and measured the probes in line instead (model/engine/overlap_gauge.h).
-// tokens_stepped_ahead: the first timeline's inspect tokens stepped ahead of their turn, over the
-// whole run (warm-up included); tokens_stepped_further, of those, the ones stepped while a snapshot
-// frame's probes ran aside (Branch::step_further; default_no_further: none).
-// tokens_stepped_ahead: the first timeline's inspect tokens stepped ahead of their turn, over the
-// whole run (warm-up included); tokens_stepped_further, of those, the ones stepped while a snapshot
-// frame's probes ran aside (Branch::step_further).
+// tokens_stepped_ahead: the first timeline's inspect tokens taken that had been stepped ahead of
+// their turn, over the whole run (warm-up included); tokens_stepped_further, of those, the ones
+// stepped while a snapshot frame's probes ran aside (Branch::step_further; default_no_further: none).
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -183,8 +180,6 @@ int main(int argc, char** argv) {
                                 {"busy_threads", busy_threads},
                                 {"overlap_back_offs", timelines[c][0]->overlap_gauge().back_offs()},
                                 {"tokens_probed_in_line", timelines[c][0]->overlap_gauge().tokens_in_line()},
-                                {"tokens_stepped_ahead", timelines[c][0]->tokens_stepped_ahead()},
-                                {"tokens_stepped_further", timelines[c][0]->tokens_stepped_further()},
                                 {"tokens_stepped_ahead", timelines[c][0]->tokens_stepped_ahead()},
                                 {"tokens_stepped_further", timelines[c][0]->tokens_stepped_further()},
                                 {"minor_faults_per_1000_steps",

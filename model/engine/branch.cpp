@@ -50,6 +50,28 @@ int64_t state_bytes(const LmState& state) {
 
 bool due(int64_t every, int64_t step) { return every > 0 && step % every == 0; }
 
+// What a token stepped ahead holds of its own: its state, and the tensors of the probes' copy
+// (copy_for_probes, below) that are not the state's.
+int64_t held_bytes(const SteppedToken& token) {
+  int64_t total = state_bytes(token.state);
+  if (!token.probed) return total;
+  auto add_copied = [&](const std::vector<at::Tensor>& copy, const std::vector<at::Tensor>& of) {
+    for (size_t i = 0; i < copy.size(); ++i)
+      if (copy[i].defined() && (i >= of.size() || !copy[i].is_same(of[i])))
+        total += static_cast<int64_t>(copy[i].nbytes());
+  };
+  const LmState& copy = *token.probed;
+  for (size_t l = 0; l < copy.blocks.size() && l < token.state.blocks.size(); ++l) {
+    const BlockState& c = copy.blocks[l];
+    const BlockState& s = token.state.blocks[l];
+    add_copied(c.memory.memory, s.memory.memory);
+    add_copied(c.memory.momentum, s.memory.momentum);
+    for (size_t m = 0; m < c.selfmod.weights.size() && m < s.selfmod.weights.size(); ++m)
+      add_copied(c.selfmod.weights[m], s.selfmod.weights[m]);
+  }
+  return total;
+}
+
 // A token's backward norms into its frame's grad_M, grad_S, grad_ns and selfmod_grad.
 void add_inner_backward(Frame& frame, const InnerBackward& b, size_t token) {
   if (token >= b.memory.size()) return;
@@ -396,8 +418,11 @@ std::shared_ptr<Frame> Branch::inspect_frame(std::vector<Event>& events) {
     // busy machine, a VM's second vCPU held back by its host; model/engine/overlap_gauge.h).
     if (!next_token_aside && can_step_ahead() && overlap_gauge_.overlap_next() && side_->try_run(measure)) {
       const auto from = std::chrono::steady_clock::now();
+      // A token in hand (stepped further at a snapshot frame before) leaves this thread nothing to
+      // step but at a snapshot frame: then the wait below says nothing of whether overlapping pays.
+      const bool nothing_to_step = ahead_in_hand_ && !in.matrices;
       try {
-        if (!ahead_in_hand_) step_ahead_here();  // else stepped further, at a snapshot frame before
+        if (!ahead_in_hand_) step_ahead_here();
         prepare_snapshots();
         // A snapshot frame's probes take several steps' time: on demo-mqar-hope 4–5 ms, most of it
         // the spectra of 40 matrices 64×256, against a 0.5 ms step (Intel VM). This thread steps
@@ -420,7 +445,8 @@ std::shared_ptr<Frame> Branch::inspect_frame(std::vector<Event>& events) {
       const auto waiting = std::chrono::steady_clock::now();
       side_->wait();
       const auto done = std::chrono::steady_clock::now();
-      overlap_gauge_.overlapped(std::chrono::duration<double>(done - waiting).count(), probes_took);
+      if (!nothing_to_step)
+        overlap_gauge_.overlapped(std::chrono::duration<double>(done - waiting).count(), probes_took);
       next_step = std::chrono::duration<double>(done - from).count() - probes_took;
     } else {
       measure();
@@ -499,7 +525,9 @@ void Branch::step_ahead_here() {
 void Branch::step_ahead_aside() {
   // Stepped at its turn instead, on this thread, while the side thread has been late (as the
   // probes are measured in line with SideJob::Probes; model/engine/overlap_gauge.h).
-  if (!can_step_ahead() || !overlap_gauge_.overlap_next()) return;
+  // Nothing may be in hand: tokens stepped further (SideJob::Probes) are dropped by the switch
+  // to this side job (set_side_job).
+  if (ahead_in_hand_ || !can_step_ahead() || !overlap_gauge_.overlap_next()) return;
   SteppedToken& out = start_token_ahead();
   const bool probe = due(preset().probe.every, out.step);
   const bool snapshot = due(preset().probe.matrices_every, out.step);
@@ -532,8 +560,11 @@ bool Branch::step_further() {
   // the frames of the tokens in hand read.
   const int64_t index = last.token_index + 1;
   if (last.sequence != sequence_loaded_ || index >= sequence_tokens_.size(0)) return false;
-  // Each holds a state of its own: a larger model holds fewer.
-  if (static_cast<int64_t>(further_.size() + 1) * state_bytes(last.state) > kMaxBytesFurther) return false;
+  // Each holds a state of its own, and the probes' copy: a larger model holds fewer. The next one
+  // is taken to hold what the last one does.
+  int64_t held = held_bytes(last);
+  for (const SteppedToken& t : further_) held += held_bytes(t);
+  if (held > kMaxBytesFurther) return false;
   const int64_t step = last.step + 1;
   const ProbeConfig& p = preset().probe;
   try {
@@ -543,11 +574,11 @@ bool Branch::step_further() {
     out.step = step;
     out.sequence = last.sequence;
     out.token_index = index;
+    out.stepped_further = true;
     further_.push_back(std::move(out));
   } catch (...) {
     return false;  // stepped again at its turn, where it throws for the engine to report
   }
-  ++stepped_further_;
   return true;
 }
 
@@ -578,6 +609,7 @@ std::optional<SteppedToken> Branch::take_stepped_ahead(int64_t step) {
   if (!this_steps) return std::nullopt;        // not this step's token: how it went does not matter
   if (error) std::rethrow_exception(error);  // a step that threw ahead throws now, as it would have then
   ++stepped_ahead_;
+  taken_further_ += out->stepped_further;
   if (!further_.empty()) {  // the next one in hand
     ahead_ = std::move(further_.front());
     further_.pop_front();
@@ -852,6 +884,9 @@ void Branch::restore(const Keyframe& k) {
   trainer_->restore(k.trainer);
   inspect_ = clone_state(k.inspect);
   cursor_ = k.cursor;
+  // The sequence loaded may be another stream's (an engine.probe_seed or engine.inspect_batch
+  // changed after the keyframe) with the same number: loaded again.
+  sequence_loaded_ = -1;
   gate_fault_ = k.gate_fault;
   detectors_ = k.detectors;
   step_ = k.step;

@@ -79,7 +79,8 @@ enum class StepFurther { WhileProbesRun, UpToTheCap, Off };
 
 // One inspect token through the model, before its probes are measured: made when its step comes,
 // or ahead of time (engine.overlap) while the token before it was measured, on the engine thread
-// (SideJob::Probes) or the branch's side thread (SideJob::NextToken).
+// (SideJob::Probes) or the branch's side thread (SideJob::NextToken), or several tokens before its
+// turn while a snapshot frame's probes ran aside (Branch::step_further).
 struct SteppedToken {
   int64_t step = 0;                              // the engine step it is
   int64_t sequence = 0, token_index = 0;         // the token it stepped
@@ -90,6 +91,7 @@ struct SteppedToken {
   double seconds = 0;                            // the step's own time
   bool graphed = false;                          // replayed through a CUDA graph (engine.cuda_graph)
   std::string graph_skip;  // offered a graph and not taken: why (GraphedStep::not_applicable)
+  bool stepped_further = false;  // by Branch::step_further
 };
 
 class Branch {
@@ -134,13 +136,15 @@ class Branch {
   size_t keyframes() const { return keyframes_.size(); }
   // Inspect tokens stepped ahead and taken so far, on either thread (engine.overlap), for tests and benches.
   int64_t tokens_stepped_ahead() const { return stepped_ahead_; }
-  // Of those, the tokens stepped further while a snapshot frame's probes ran aside (step_further).
-  int64_t tokens_stepped_further() const { return stepped_further_; }
+  // Of those, the ones stepped further while a snapshot frame's probes ran aside (step_further).
+  int64_t tokens_stepped_further() const { return taken_further_; }
   // For tests and benches: whether tokens are stepped further (StepFurther), so that tests can
   // count them whatever this machine's timing, and benches can measure what they save.
   void set_step_further(StepFurther when) { step_further_ = when; }
-  // The most tokens in hand beyond the next one (further_), and the most bytes of their states:
-  // each holds one (demo-mqar-hope's: 2.9 MB, so 16 fit; at d_model 512, 185 MB, so none is held).
+  // The most tokens in hand beyond the next one (further_), and the most bytes they hold: each its
+  // state and, when probed, the probes' copy of what the step replaced (held_bytes in branch.cpp).
+  // demo-mqar-hope's state is 2.9 MB, its copy 2.6 MB on a snapshot token and none on the others,
+  // so 16 fit at the default cadence; at d_model 512 a state is 185 MB, and none is held.
   static constexpr size_t kMaxStepsFurther = 16;
   static constexpr int64_t kMaxBytesFurther = int64_t{64} << 20;
   // Whether handing the side thread its job has paid lately, and the probed tokens whose job this
@@ -200,7 +204,8 @@ class Branch {
   // The token stepped ahead when it is `step`'s, else nothing; then the first token stepped further
   // is in hand (or none is). A token that is not `step`'s drops the ones after it.
   std::optional<SteppedToken> take_stepped_ahead(int64_t step);
-  // Before anything changes the weights, the state or the knobs: the token ahead is thrown away.
+  // Before anything changes the weights, the state or the knobs: the token ahead and the tokens
+  // stepped further are thrown away.
   void drop_stepped_ahead();
   std::vector<int64_t> layer_heads(int layer, int head) const;  // checks the indices
 
@@ -232,7 +237,7 @@ class Branch {
   // The tokens after the one in hand, in order, stepped on this thread while a snapshot frame's
   // probes ran aside (step_further), each from the state of the one before.
   std::deque<SteppedToken> further_;
-  int64_t stepped_further_ = 0;
+  int64_t taken_further_ = 0;
   StepFurther step_further_ = StepFurther::WhileProbesRun;
   std::shared_ptr<SteppedToken> spent_;  // the last token's, until the next token ahead drops it
   int64_t stepped_ahead_ = 0;

@@ -78,6 +78,38 @@ TEST_CASE("rewind restores a keyframe and re-makes the same frames, commands in 
   }
 }
 
+TEST_CASE("a rewind to before an engine.probe_seed change steps the old stream's tokens again", "[engine]") {
+  // The seed change restarts the inspect stream at its sequence 0, the one the rewind goes back
+  // into: the sequence loaded then has the number the keyframe's cursor names, but another seed's
+  // tokens. It must be loaded again, not reused.
+  Engine engine(test::small_engine());  // keyframes every 4 steps
+  auto log = std::make_shared<FrameLog>();
+  engine.add_sink(log);
+  engine.start();
+  engine.post(Command::steps(3));  // within sequence 0
+  engine.post(Command::set_knob("engine.probe_seed", "12345"));
+  engine.post(Command::steps(3));  // the new seed's sequence 0
+  engine.wait_idle();
+  const std::vector<Frame> original = log->frames;
+  REQUIRE(original.size() == 6);
+  REQUIRE(original[0].sequence == 0);
+  REQUIRE(original[3].sequence == 0);
+  bool other_tokens = false;  // the two streams' sequence 0 differ somewhere in their first tokens
+  for (size_t i = 0; i < 3; ++i) other_tokens = other_tokens || original[i].token != original[3 + i].token;
+  REQUIRE(other_tokens);
+
+  engine.post(Command::rewind(2));  // keyframe 0, then steps 1 and 2, seed as it was
+  engine.post(Command::steps(1));
+  engine.wait_idle();
+  const auto ring = engine.ring()->frames();
+  REQUIRE(ring.back()->step == 3);
+  for (const auto& f : ring) {
+    INFO("step " << f->step);
+    CHECK(f->token == original[static_cast<size_t>(f->step - 1)].token);
+    CHECK(test::same_frame(*f, original[static_cast<size_t>(f->step - 1)]));
+  }
+}
+
 TEST_CASE("a fork equals its parent up to the fork step and differs after it", "[engine]") {
   Engine engine(test::small_engine());
   auto log = std::make_shared<FrameLog>();

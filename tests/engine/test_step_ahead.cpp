@@ -239,8 +239,10 @@ TEST_CASE("engine.overlap: tokens stepped further while a snapshot frame's probe
         CHECK(test::same_frame(overlapped.first[i], alone.first[i]));
       }
       REQUIRE(overlapped.second.size() == alone.second.size());
-      for (size_t i = 0; i < alone.second.size(); ++i)
+      for (size_t i = 0; i < alone.second.size(); ++i) {
+        CHECK(overlapped.second[i].step == alone.second[i].step);
         CHECK(overlapped.second[i].message == alone.second[i].message);
+      }
     }
     if (steps_ahead_here()) CHECK(up_to_cap >= 10);
   }
