@@ -505,6 +505,12 @@ SteppedToken& Branch::start_token_ahead() {
   return out;
 }
 
+SteppedToken Branch::step_token_here(const LmState& from, int64_t index, int64_t step) const {
+  const ProbeConfig& p = preset().probe;
+  return step_token(trainer_->model(), from, sequence_tokens_.narrow(0, index, 1), inspect_chunk(),
+                    due(p.every, step), copies_for_probes(), due(p.matrices_every, step));
+}
+
 void Branch::step_ahead_here() {
   SteppedToken& out = start_token_ahead();
   ahead_in_hand_ = true;
@@ -513,10 +519,8 @@ void Branch::step_ahead_here() {
     const LanguageModel& model = trainer_->model();
     const bool first = cursor_.token_index == 0;  // of the next sequence (can_step_ahead)
     if (first) ensure_sequence_loaded(cursor_.sequence);
-    fill_token_ahead(out, step_token(model, first ? model->initial_state(1) : inspect_,
-                                     sequence_tokens_.narrow(0, cursor_.token_index, 1), inspect_chunk(),
-                                     due(preset().probe.every, out.step), copies_for_probes(),
-                                     due(preset().probe.matrices_every, out.step)));
+    fill_token_ahead(
+        out, step_token_here(first ? model->initial_state(1) : inspect_, cursor_.token_index, out.step));
   } catch (...) {
     ahead_error_ = std::current_exception();  // thrown when its step is taken, as it would have been then
   }
@@ -566,11 +570,8 @@ bool Branch::step_further() {
   for (const SteppedToken& t : further_) held += held_bytes(t);
   if (held > kMaxBytesFurther) return false;
   const int64_t step = last.step + 1;
-  const ProbeConfig& p = preset().probe;
   try {
-    SteppedToken out =
-        step_token(trainer_->model(), last.state, sequence_tokens_.narrow(0, index, 1), inspect_chunk(),
-                   due(p.every, step), copies_for_probes(), due(p.matrices_every, step));
+    SteppedToken out = step_token_here(last.state, index, step);
     out.step = step;
     out.sequence = last.sequence;
     out.token_index = index;

@@ -189,6 +189,9 @@ class Branch {
   // where they may run on another thread than the steps.
   bool copies_for_probes() const;
   SteppedToken& start_token_ahead();  // ahead_, with the step, sequence and token it is for
+  // Token `index` of the sequence loaded stepped on this thread from `from`, as engine step `step`
+  // (probed, and copied for a snapshot, as the preset has that step).
+  SteppedToken step_token_here(const LmState& from, int64_t index, int64_t step) const;
   // The next token stepped now, on this thread (SideJob::Probes; a failed step is kept for its own).
   // A new sequence's first token loads that sequence and steps from the initial state, which
   // inspect_frame() makes inspect_ when it takes the token.
