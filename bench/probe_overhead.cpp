@@ -18,6 +18,8 @@
 // steps the next inspect token (SideJob::Probes, model/engine/branch.h), or the other way round
 // (SideJob::NextToken: with forks, and in default_next_token_aside): wall time
 // then hides much of the probes, CPU time (cpu_overhead_pct, both threads) does not.
+// default_probes_aside keeps SideJob::Probes with forks too, so that the tokens are stepped further
+// there (the same as default on one timeline).
 // side_spin_slowdown_pct and side_busy_slowdown_pct: how much a second thread spinning, or
 // computing, slowed this one, measured after each repetition (bench/core_sharing.h), median: about
 // 0 where the VM's two vCPUs were two cores, 75-100 where they shared one; side_round_trip_ns, a
@@ -36,6 +38,7 @@
 #include <cstring>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "bench/bench_flags.h"
 #include "bench/bench_timing.h"
@@ -59,7 +62,7 @@ using memscope::bench::resident_bytes;
 struct Config {
   const char* name;
   std::vector<std::string> sets;
-  bool next_token_aside = false;  // every timeline's side thread steps its next token (else as the engine has it)
+  std::optional<SideJob> side_job;  // every timeline's side thread does this job (else as the engine has it)
   StepFurther further = StepFurther::WhileProbesRun;
 };
 
@@ -84,10 +87,13 @@ int main(int argc, char** argv) {
       {"default", {}},  // probe.every, probe.matrices_every and train.module_norms as the preset has them
       // The same with the side thread stepping the next token while the engine thread measures the
       // probes (SideJob::NextToken), which the engine does only with forks.
-      {"default_next_token_aside", {}, true},
+      {"default_next_token_aside", {}, SideJob::NextToken},
+      // The same with the side thread measuring the probes while the engine thread steps (and
+      // steps further), which the engine does only on one timeline: differs only with --forks.
+      {"default_probes_aside", {}, SideJob::Probes},
       // The same without the tokens stepped further while a snapshot frame's probes run
       // (Branch::step_further): the engine thread waits for them, helping with their shared loops.
-      {"default_no_further", {}, false, StepFurther::Off},
+      {"default_no_further", {}, std::nullopt, StepFurther::Off},
       // The same on the engine thread alone: the next token is not stepped while the probes run.
       {"default_no_overlap", {"engine.overlap=false"}},
       {"all", {"probe.every=1", "probe.matrices_every=1"}},
@@ -108,8 +114,8 @@ int main(int argc, char** argv) {
     all.insert(all.end(), configs[c].sets.begin(), configs[c].sets.end());
     timelines[c].push_back(std::make_unique<Branch>(0, load_preset(preset, all)));
     for (int64_t f = 1; f <= forks; ++f) timelines[c].push_back(timelines[c][0]->fork(static_cast<int>(f), 0, {}, events, {}));
-    for (auto& b : timelines[c]) {  // as the engine has it, or NextToken
-      b->set_side_job(configs[c].next_token_aside ? SideJob::NextToken : side_job_for(timelines[c].size()));
+    for (auto& b : timelines[c]) {  // as the engine has it, or the configuration's side job
+      b->set_side_job(configs[c].side_job.value_or(side_job_for(timelines[c].size())));
       b->set_step_further(configs[c].further);
     }
   }
