@@ -17,9 +17,9 @@
 #include "model/probe/fused_probes.h"
 #include "model/probe/hope_probes.h"
 #include "model/probe/matrix_metrics.h"
+#include "model/probe/selfmod_snapshot.h"
 #include "model/probe/shown_matrices.h"
 #include "model/probe/small_singular_values.h"
-#include "model/util/work_share.h"
 
 namespace memscope::model {
 
@@ -84,7 +84,7 @@ std::vector<double> collect_probes_general(Frame& frame, const ProbeInputs& in, 
   std::vector<Pending> pending;
   // One snapshot to come: `small` [·, r, c] is what it shows of `full` [·, R, C].
   auto add_pending = [&pending](int64_t layer, int64_t head, const std::string& weight, const char* tensor,
-                                const at::Tensor& small, const at::Tensor& full) {
+                                const at::Tensor& small, int64_t full_rows, int64_t full_cols) {
     MatrixSnapshot snap;
     snap.layer = static_cast<int>(layer);
     snap.head = static_cast<int>(head);
@@ -92,8 +92,8 @@ std::vector<double> collect_probes_general(Frame& frame, const ProbeInputs& in, 
     snap.tensor = tensor;
     snap.rows = static_cast<int>(small.size(-2));
     snap.cols = static_cast<int>(small.size(-1));
-    snap.full_rows = static_cast<int>(full.size(-2));
-    snap.full_cols = static_cast<int>(full.size(-1));
+    snap.full_rows = static_cast<int>(full_rows);
+    snap.full_cols = static_cast<int>(full_cols);
     pending.push_back({std::move(snap), small.size(-2) * small.size(-1)});
   };
   // When a matrix is shown shrunk, its full spectrum and range go to the host too
@@ -237,66 +237,24 @@ std::vector<double> collect_probes_general(Frame& frame, const ProbeInputs& in, 
           shown.push_back(small.flatten());
           if (view.summary.defined()) spectra.push_back(view.summary.flatten());
           for (int64_t l = 0; l < layers; ++l)
-            for (int64_t h = 0; h < heads; ++h) add_pending(l, h, frame.weights[w], name, small, t);
+            for (int64_t h = 0; h < heads; ++h)
+              add_pending(l, h, frame.weights[w], name, small, t.size(-2), t.size(-1));
         }
       }
     }
     parts.push_back(at::stack(per_weight, 2).to(at::kFloat).flatten());  // [L,H,W,K]
     for (auto& m : shown) parts.push_back(m.to(at::kFloat));
   }
-  if (in.matrices && model->config().block == BlockKind::Hope && !in.state->blocks.empty()) {
+  if (in.matrices && model->config().block == BlockKind::Hope) {
     // The self-modifying memories as heads: per weight and tensor, one [L·5, r, c] stack.
-    const auto blocks = in.state->blocks.size();
     const int64_t largest = config.full_matrices ? 0 : config.downsample;
-    const bool have_before = in.memory_before && in.memory_before->size() == blocks;
-    struct Shown {
-      size_t weight;
-      const char* name;
-      at::Tensor full;
-    };
-    std::vector<Shown> stacks;  // W1's M and ΔM, then W2's
-    for (size_t w = 0; w < 2; ++w) {
-      std::vector<at::Tensor> now, change;
-      for (size_t l = 0; l < blocks; ++l)
-        for (int m = 0; m < kSelfModCount; ++m) {
-          const at::Tensor t = in.state->blocks[l].selfmod.weights[static_cast<size_t>(m)][w][0][0];  // batch 0, head 0
-          now.push_back(t);
-          if (have_before) change.push_back(t - (*in.memory_before)[l][static_cast<size_t>(m) * 2 + w][0][0]);
-        }
-      stacks.push_back({w, "M", at::stack(now)});
-      if (have_before) stacks.push_back({w, "dM", at::stack(change)});
-    }
-    // The shrunk stacks' spectra in one batched call (singular_values_together).
-    std::vector<at::Tensor> shrunk, sigma(stacks.size());
-    std::vector<size_t> shrunk_at;  // their places in `stacks`
-    for (size_t i = 0; i < stacks.size(); ++i) {
-      const at::Tensor& full = stacks[i].full;
-      if (shown_shape(full.size(-2), full.size(-1), largest) == std::make_pair(full.size(-2), full.size(-1)))
-        continue;
-      shrunk.push_back(full);
-      shrunk_at.push_back(i);
-    }
-    const std::vector<at::Tensor> together = singular_values_together(shrunk);
-    for (size_t j = 0; j < shrunk_at.size(); ++j) sigma[shrunk_at[j]] = together[j];
-    // A stack each, shared with a thread waiting for this one (model/util/work_share.h): about
-    // 80 µs a stack of ten 64×256 matrices (Intel VM).
-    std::vector<ShownMatrices> views(stacks.size());
-    for_each_shared(static_cast<int64_t>(stacks.size()), [&](int64_t i) {
-      const at::NoGradGuard no_grad_there;  // grad mode is per thread
-      views[static_cast<size_t>(i)] =
-          show_matrices(stacks[static_cast<size_t>(i)].full, largest, sigma[static_cast<size_t>(i)]);
-    });
-    for (size_t i = 0; i < stacks.size(); ++i) {
-      const size_t w = stacks[i].weight;
-      const char* name = stacks[i].name;
-      const at::Tensor& full = stacks[i].full;
-      const ShownMatrices& view = views[i];
-      const at::Tensor& small = view.shown;
-      parts.push_back(small.to(at::kFloat).flatten());
-      if (view.summary.defined()) spectra.push_back(view.summary.flatten());
-      for (size_t l = 0; l < blocks; ++l)
+    for (const SelfModShown& s : show_selfmod_memories(*in.state, in.memory_before, largest)) {
+      parts.push_back(s.view.shown.to(at::kFloat).flatten());
+      if (s.view.summary.defined()) spectra.push_back(s.view.summary.flatten());
+      for (size_t l = 0; l < in.state->blocks.size(); ++l)
         for (int m = 0; m < kSelfModCount; ++m)
-          add_pending(static_cast<int64_t>(l), m, w == 0 ? "W1" : "W2", name, small, full);
+          add_pending(static_cast<int64_t>(l), m, s.weight == 0 ? "W1" : "W2", s.tensor, s.view.shown,
+                      s.full_rows, s.full_cols);
     }
   }
   const at::Tensor hope = hope_probe_tensor(model, *in.state, in.records);

@@ -7,9 +7,9 @@
 #include <limits>
 #include <vector>
 
-#include "model/probe/finite_copy.h"
 #include "model/probe/small_singular_values.h"
 #include "model/util/simd_clones.h"
+#include "model/util/work_share.h"
 
 namespace memscope::model {
 
@@ -67,6 +67,12 @@ void add_row(const float* __restrict from, float* __restrict to, int64_t n) {
 int64_t window_start(int64_t i, int64_t in, int64_t out) { return i * in / out; }
 int64_t window_end(int64_t i, int64_t in, int64_t out) { return ((i + 1) * in + out - 1) / out; }
 
+// out = a − b, as at::sub computes it in float.
+MEMSCOPE_SIMD_CLONES
+void difference(const float* __restrict a, const float* __restrict b, float* __restrict out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] - b[i];
+}
+
 // One r×c matrix's area means, rr×cc: per output row, its window's rows summed column by column
 // (a vector add per row), then each output's columns of that sum. NaN and Inf propagate as the
 // ATen op's sums do.
@@ -122,35 +128,70 @@ std::vector<at::Tensor> singular_values_together(const std::vector<at::Tensor>& 
   bool together = true;
   for (const at::Tensor& t : stacks)
     together = together && t.dim() == 3 && t.device().is_cpu() && t.scalar_type() == at::kFloat &&
-               sides(t) == sides(stacks.front());
+               sides(t) == sides(stacks.front()) && sides(t).first <= kSmallSingularValueSide;
   if (!together) {
     for (const at::Tensor& t : stacks) out.push_back(small_singular_values(at::nan_to_num(t, 0.0, 0.0, 0.0)));
     return out;
   }
-  const auto [k, n] = sides(stacks.front());
-  int64_t count = 0;
-  for (const at::Tensor& t : stacks) count += t.size(0);
-  at::Tensor all = at::empty({count, k, n}, stacks.front().options());
-  float* to = all.data_ptr<float>();
+  const int64_t k = sides(stacks.front()).first;
+  std::vector<at::Tensor> sources;  // contiguous, alive until the call returns
+  std::vector<HostMatrix> matrices;
   for (const at::Tensor& t : stacks) {
-    const at::Tensor source = t.contiguous();
+    sources.push_back(t.contiguous());
     const int64_t r = t.size(1), c = t.size(2);
-    for (int64_t i = 0; i < t.size(0); ++i, to += k * n) {
-      const float* from = source.data_ptr<float>() + i * r * c;
-      if (r > c) {
-        copy_finite_transposed(from, r, c, to);
-      } else {
-        copy_finite(from, to, r * c);
-      }
-    }
+    for (int64_t i = 0; i < t.size(0); ++i)
+      matrices.push_back({sources.back().data_ptr<float>() + i * r * c, r, c});
   }
-  const at::Tensor sigma = small_singular_values(all);
+  const at::Tensor sigma = at::empty({static_cast<int64_t>(matrices.size()), k}, stacks.front().options());
+  small_singular_values_into(matrices, NonFinite::ReadAsZero, sigma.data_ptr<float>());
   int64_t first = 0;
   for (const at::Tensor& t : stacks) {
     out.push_back(sigma.narrow(0, first, t.size(0)));
     first += t.size(0);
   }
   return out;
+}
+
+void show_host_matrices(const std::vector<HostSnapshotMatrix>& matrices, int64_t largest,
+                        const std::vector<float*>& shown, const std::vector<float*>& summary) {
+  TORCH_CHECK(shown.size() == matrices.size() && summary.size() == matrices.size(),
+              "show_host_matrices: ", matrices.size(), " matrices, ", shown.size(), " shown and ",
+              summary.size(), " summaries");
+  if (matrices.empty()) return;
+  const int64_t k = std::min(matrices.front().rows, matrices.front().cols);
+  for (const HostSnapshotMatrix& x : matrices)
+    TORCH_CHECK(shown_shape(x.rows, x.cols, largest) != std::make_pair(x.rows, x.cols),
+                "show_host_matrices: a ", x.rows, "×", x.cols, " matrix is not shrunk at ", largest);
+  const auto groups = singular_value_groups(static_cast<int64_t>(matrices.size()));
+  for_each_shared(static_cast<int64_t>(groups.size()), [&](int64_t g) {
+    const auto [first, count] = groups[static_cast<size_t>(g)];
+    const int64_t area =
+        matrices[static_cast<size_t>(first)].rows * matrices[static_cast<size_t>(first)].cols;
+    // This thread's: the group's ΔM (at most 16 × 64 KB for HOPE), and a row of column sums.
+    thread_local std::vector<float> differences, column_sums;
+    differences.resize(std::max(differences.size(), static_cast<size_t>(count * area)));
+    std::vector<HostMatrix> views;
+    for (int64_t j = 0; j < count; ++j) {
+      const size_t i = static_cast<size_t>(first + j);
+      const HostSnapshotMatrix& x = matrices[i];
+      const float* data = x.now;
+      if (x.before) {
+        float* into = differences.data() + j * area;
+        difference(x.now, x.before, into, area);
+        data = into;
+      }
+      const auto [rows, cols] = shown_shape(x.rows, x.cols, largest);
+      column_sums.resize(std::max(column_sums.size(), static_cast<size_t>(x.cols)));
+      range_of(data, area, summary[i] + k);
+      pool_matrix(data, x.rows, x.cols, shown[i], rows, cols, column_sums.data());
+      views.push_back({data, x.rows, x.cols});
+    }
+    // One group: small_singular_values_into computes it here, not shared again.
+    std::vector<float> sigma(static_cast<size_t>(count * k));
+    small_singular_values_into(views, NonFinite::ReadAsZero, sigma.data());
+    for (int64_t j = 0; j < count; ++j)
+      std::copy(sigma.begin() + j * k, sigma.begin() + (j + 1) * k, summary[static_cast<size_t>(first + j)]);
+  });
 }
 
 ShownMatrices show_matrices(const at::Tensor& full, int64_t largest, const at::Tensor& known) {

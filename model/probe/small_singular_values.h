@@ -13,6 +13,10 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
+#include <utility>
+#include <vector>
+
 namespace memscope::model {
 
 // Matrices whose shorter side is up to this go the batched way, whatever the longer side (the
@@ -23,5 +27,27 @@ inline constexpr int64_t kSmallSingularValueSide = 64;
 // As at::linalg_svdvals for a CPU float32 stack [N, r, c]: [N, min(r, c)], descending. Matrices
 // with a NaN or Inf give NaN singular values (LAPACK would fail); callers zero them first.
 at::Tensor small_singular_values(const at::Tensor& matrices);
+
+// How small_singular_values takes `count` matrices: groups {first, size} of 16 while more than 8 are
+// left, then the last 8 or fewer (a padded lane costs as much as a real one).
+std::vector<std::pair<int64_t, int64_t>> singular_value_groups(int64_t count);
+
+// A float32 matrix on the host, row-major and contiguous: rows × cols floats from `data`.
+struct HostMatrix {
+  const float* data;
+  int64_t rows, cols;
+};
+
+// What a matrix with a NaN or Inf entry gives: NaN singular values, or those of its copy with NaN
+// and Inf read as 0.
+enum class NonFinite { Nan, ReadAsZero };
+
+// The same computation on matrices where they lie, with no stack made of them: they must share
+// their shorter side k (at most kSmallSingularValueSide) and their longer side, each wide or tall
+// (σ(Xᵀ) = σ(X)). Matrix i's singular values, descending, go to out[i·k, (i+1)·k). For a HOPE
+// snapshot frame's 40 matrices of 64×256 and 256×64, making that stack (the tall ones transposed)
+// took 0.4–0.7 ms of the frame's 4.2–4.7 (bench/probe_breakdown, Intel VM). The bits are the
+// stack's: a tall matrix's columns are read in the order its transposed copy's rows were.
+void small_singular_values_into(const std::vector<HostMatrix>& matrices, NonFinite non_finite, float* out);
 
 }  // namespace memscope::model

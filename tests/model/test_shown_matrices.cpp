@@ -6,8 +6,11 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "model/probe/shown_matrices.h"
+#include "model/util/side_thread.h"
 
 using memscope::model::downsample_matrix;
 using memscope::model::show_matrices;
@@ -108,4 +111,72 @@ TEST_CASE("shown matrices: spectra together equal each stack's own, tall ones an
       CHECK(((together[i].to(torch::kFloat64) - reference).abs() / scale).max().item<double>() < 1e-6);
     }
   }
+}
+
+TEST_CASE(
+    "shown matrices on the host: M and ΔM where they lie give the stacks' bits, a waiting thread's groups "
+    "too",
+    "[probe]") {
+  using memscope::model::HostSnapshotMatrix;
+  using memscope::model::show_host_matrices;
+  torch::manual_seed(13);
+  // A HOPE snapshot's layout: W1 [64, 256] and W2 [256, 64], ten each, M then ΔM = now − before,
+  // so that the groups (16 + 16 + 8) mix M with ΔM and wide with tall. A NaN in one M, an Inf in
+  // one `before` (an −Inf in its ΔM).
+  const at::Tensor now1 = torch::randn({10, 64, 256}), now2 = torch::randn({10, 256, 64});
+  const at::Tensor before1 = now1 + 0.01 * torch::randn_like(now1),
+                   before2 = now2 + 0.01 * torch::randn_like(now2);
+  now2[4][7][3] = std::nan("");
+  before1[2][0][0] = std::numeric_limits<float>::infinity();
+  const std::vector<at::Tensor> stacks{now1, now1 - before1, now2, now2 - before2};
+  const std::vector<at::Tensor> sigma = singular_values_together(stacks);
+  std::vector<memscope::model::ShownMatrices> expect;
+  for (size_t s = 0; s < stacks.size(); ++s) expect.push_back(show_matrices(stacks[s], 64, sigma[s]));
+
+  std::vector<HostSnapshotMatrix> matrices;
+  const std::vector<std::pair<at::Tensor, at::Tensor>> sources{
+      {now1, {}}, {now1, before1}, {now2, {}}, {now2, before2}};
+  for (const auto& [now, before] : sources)
+    for (int64_t i = 0; i < 10; ++i)
+      matrices.push_back({now[i].data_ptr<float>(), before.defined() ? before[i].data_ptr<float>() : nullptr,
+                          now.size(1), now.size(2)});
+  // Writes into fresh outputs, in each stack's layout; then whether they hold the expected bits.
+  auto shown_here = [&] {
+    std::vector<memscope::model::ShownMatrices> got;
+    std::vector<float*> shown, summary;
+    for (const auto& e : expect) {
+      got.push_back({torch::full_like(e.shown, -1.0f), torch::full_like(e.summary, -1.0f)});
+      for (int64_t i = 0; i < 10; ++i) {
+        shown.push_back(got.back().shown[i].data_ptr<float>());
+        summary.push_back(got.back().summary[i].data_ptr<float>());
+      }
+    }
+    show_host_matrices(matrices, 64, shown, summary);
+    return got;
+  };
+  auto same = [&](const std::vector<memscope::model::ShownMatrices>& got) {
+    bool all = true;
+    for (size_t s = 0; s < expect.size(); ++s)
+      all = all && torch::allclose(got[s].shown, expect[s].shown, 0.0, 0.0, /*equal_nan=*/true) &&
+            torch::equal(got[s].summary, expect[s].summary);
+    return all;
+  };
+  CHECK(same(shown_here()));
+  CHECK(torch::isnan(expect[2].shown[4]).any().item<bool>());  // the NaN reached the shown copy
+  CHECK(expect[1].summary[2][64 + 3].item<float>() == 1.0f);   // and the −Inf the ΔM's count
+  // On a side job, with the waiting thread taking groups: the same bits (a few tries, as the work
+  // share's own test, until it has taken one).
+  memscope::model::SideThread side;
+  for (int attempt = 0; attempt < 5 && side.items_helped() == 0; ++attempt) {
+    std::vector<memscope::model::ShownMatrices> shared;
+    side.run([&] { shared = shown_here(); });
+    side.wait();
+    CHECK(same(shared));
+  }
+  CHECK(side.items_helped() > 0);
+  // A matrix that `largest` does not shrink is refused.
+  const at::Tensor small = torch::randn({16, 64});
+  CHECK_THROWS_WITH(
+      show_host_matrices({{small.data_ptr<float>(), nullptr, 16, 64}}, 64, {nullptr}, {nullptr}),
+      Catch::Contains("is not shrunk"));
 }

@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "model/probe/small_singular_values.h"
 
@@ -91,4 +93,45 @@ TEST_CASE("small singular values: zero and non-finite matrices, and sizes beyond
   CHECK(small_singular_values(torch::randn({3, 0, 16})).sizes() == torch::IntArrayRef({3, 0}));
   const auto big = torch::randn({2, 80, 70});
   CHECK(torch::equal(small_singular_values(big), torch::linalg_svdvals(big)));
+}
+
+TEST_CASE("small singular values where the matrices lie: wide and tall mixed give the stack's bits",
+          "[probe]") {
+  using memscope::model::HostMatrix;
+  using memscope::model::NonFinite;
+  using memscope::model::small_singular_values_into;
+  torch::manual_seed(21);
+  // Twenty wide and twenty tall matrices alternating, so that the groups (16 + 16 + 8) mix them:
+  // 64 × 256 (Gram matrices a matrix at a time) and 12 × 20 (interleaved). One tall matrix has a
+  // NaN, one wide matrix an Inf.
+  for (const auto& [k, n] : std::vector<std::pair<int64_t, int64_t>>{{64, 256}, {12, 20}}) {
+    INFO(k << "×" << n);
+    at::Tensor wide = torch::randn({20, k, n}), tall = torch::randn({20, n, k});
+    tall[3][n - 1][0] = std::nan("");
+    wide[8][0][n - 1] = std::numeric_limits<float>::infinity();
+    std::vector<HostMatrix> matrices;
+    std::vector<at::Tensor> as_wide;  // the stack small_singular_values takes: tall ones transposed
+    for (int64_t i = 0; i < 40; ++i) {
+      const at::Tensor& x = i % 2 == 0 ? wide[i / 2] : tall[i / 2];
+      matrices.push_back({x.data_ptr<float>(), x.size(0), x.size(1)});
+      as_wide.push_back(i % 2 == 0 ? x : x.t().contiguous());
+    }
+    const at::Tensor stack = torch::stack(as_wide);
+    const at::Tensor got = torch::empty({40, k}), zeroed = torch::empty({40, k});
+    small_singular_values_into(matrices, NonFinite::Nan, got.data_ptr<float>());
+    small_singular_values_into(matrices, NonFinite::ReadAsZero, zeroed.data_ptr<float>());
+    // NaN where the matrix was not finite; every bit of the rest the stack's.
+    const at::Tensor expect = small_singular_values(stack);
+    CHECK(torch::isnan(got[7]).all().item<bool>());   // tall[3]
+    CHECK(torch::isnan(got[16]).all().item<bool>());  // wide[8]
+    CHECK(torch::allclose(got, expect, 0.0, 0.0, /*equal_nan=*/true));
+    CHECK(torch::equal(zeroed, small_singular_values(torch::nan_to_num(stack, 0.0, 0.0, 0.0))));
+    CHECK(torch::equal(zeroed[0], got[0]));
+  }
+  // Sides that differ are refused, not measured.
+  const at::Tensor a = torch::randn({16, 64}), b = torch::randn({16, 60});
+  const at::Tensor out = torch::empty({2, 16});
+  CHECK_THROWS_WITH(small_singular_values_into({{a.data_ptr<float>(), 16, 64}, {b.data_ptr<float>(), 16, 60}},
+                                               NonFinite::Nan, out.data_ptr<float>()),
+                    Catch::Contains("16×60 matrix among 16×64"));
 }
