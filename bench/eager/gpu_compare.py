@@ -174,7 +174,8 @@ def compare_training(args, bench, cli, peak):
     traces = [r["trace"] for r in ours if "trace" in r]
     ours = [r for r in ours if r["case"] == "train/large"]
     ckpt = checkpoint(cli, args.memscope, "large_train", "demo-mqar-titans",
-                      LARGE + ["train.chunk=64", "task.kind=copy", "task.seq_len=2048", "task.values=64", "task.copy_tokens=64"],
+                      LARGE + ["train.chunk=64", f"train.batch={args.train_batch}", "task.kind=copy", "task.seq_len=2048",
+                               "task.values=64", "task.copy_tokens=64"],
                       args.device)
     eager = [sys.executable, os.path.join(HERE, "eager_lm_train.py"), "--ckpt", ckpt, "--random-batch",
              f"{args.train_batch},2048", "--chunk", "64", "--time", "5", "--device", args.device, "--case", "train/large",
