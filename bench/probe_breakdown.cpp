@@ -17,8 +17,8 @@
 //                        in turns first
 //   extras_aten_us       the token's score as ATen calls (argmax; log_softmax in double), for the ratio
 //   spectra_us           the batched singular values (erank, NS spectra; a hope block's self-modifying
-//                        memories' M, as a snapshot frame takes them), in one call
-//                        (singular_values_together); spectra_gflops their Gram matrices' and
+//                        memories' M), in one call (singular_values_together; a snapshot frame takes
+//                        HOPE's in groups, show_host_matrices); spectra_gflops their Gram matrices' and
 //                        reductions' FLOP over that time, against sgemm_peak_gflops (sgemm_peak.h)
 //   spectra_lapack_us    the same stacks through at::linalg_svdvals (LAPACK), for the ratio
 // One JSON line; medians over repetitions of the stream. Flags: --preset P (demo-mqar),
@@ -213,8 +213,7 @@ int main(int argc, char** argv) {
             spectra_flop += static_cast<double>(stack.size(0)) * (m * (m + 1) * n + 4.0 / 3.0 * m * m * m);
           }
         start = Clock::now();
-        singular_values_together(
-            stacks);  // as a HOPE snapshot frame takes them: one call where the shapes agree
+        singular_values_together(stacks);  // one call where the shapes agree
         total[Spectra] += micros_since(start);
         start = Clock::now();
         for (const auto& stack : stacks) at::linalg_svdvals(stack);

@@ -246,7 +246,7 @@ std::vector<double> collect_probes_general(Frame& frame, const ProbeInputs& in, 
     for (auto& m : shown) parts.push_back(m.to(at::kFloat));
   }
   if (in.matrices && model->config().block == BlockKind::Hope) {
-    // The self-modifying memories as heads: per weight and tensor, one [L·5, r, c] stack.
+    // The self-modifying memories as heads: per weight and tensor, [L·5, r', c'] shown copies.
     const int64_t largest = config.full_matrices ? 0 : config.downsample;
     for (const SelfModShown& s : show_selfmod_memories(*in.state, in.memory_before, largest)) {
       parts.push_back(s.view.shown.to(at::kFloat).flatten());

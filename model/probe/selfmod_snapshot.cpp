@@ -26,19 +26,26 @@ bool on_host(const at::Tensor& t) {
   return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous();
 }
 
-// Every matrix shown is measured where it lies when all are CPU float32, contiguous and shrunk, and
-// their spectra go the batched way (a shorter side up to kSmallSingularValueSide; LAPACK's beyond).
+// Every matrix shown is measured where it lies when all are CPU float32 and contiguous, each
+// weight's of one shape (its `before` too: the ΔM scratch is sized by the first), shrunk, and their
+// spectra go the batched way (a shorter side up to kSmallSingularValueSide; LAPACK's beyond).
 bool measured_on_host(const LmState& state, const std::vector<std::vector<at::Tensor>>* before,
                       int64_t largest) {
-  for (size_t l = 0; l < state.blocks.size(); ++l)
-    for (int m = 0; m < kSelfModCount; ++m)
-      for (size_t w = 0; w < 2; ++w) {
+  for (size_t w = 0; w < 2; ++w) {
+    const at::Tensor first = weight_of(state, 0, 0, w);
+    if (first.dim() != 2 ||
+        shown_shape(first.size(0), first.size(1), largest) == std::make_pair(first.size(0), first.size(1)) ||
+        std::min(first.size(0), first.size(1)) > kSmallSingularValueSide)
+      return false;
+    for (size_t l = 0; l < state.blocks.size(); ++l)
+      for (int m = 0; m < kSelfModCount; ++m) {
         const at::Tensor now = weight_of(state, l, m, w);
-        if (!on_host(now) || (before && !on_host(before_of(*before, l, m, w))) ||
-            shown_shape(now.size(0), now.size(1), largest) == std::make_pair(now.size(0), now.size(1)) ||
-            std::min(now.size(0), now.size(1)) > kSmallSingularValueSide)
+        if (!on_host(now) || now.sizes() != first.sizes()) return false;
+        if (before &&
+            (!on_host(before_of(*before, l, m, w)) || before_of(*before, l, m, w).sizes() != first.sizes()))
           return false;
       }
+  }
   return true;
 }
 
@@ -127,6 +134,7 @@ std::vector<SelfModShown> shown_as_stacks(const LmState& state,
 std::vector<SelfModShown> show_selfmod_memories(const LmState& state,
                                                 const std::vector<std::vector<at::Tensor>>* before,
                                                 int64_t largest) {
+  const at::NoGradGuard no_grad;  // at::sub_out refuses weights that require grad under grad mode
   if (state.blocks.empty()) return {};
   if (before && before->size() != state.blocks.size()) before = nullptr;
   return measured_on_host(state, before, largest) ? shown_on_host(state, before, largest)

@@ -2,9 +2,10 @@
 // W2), M and ΔM = M − M_before of every block's five memories (SelfModMemory order), batch row 0,
 // shown as heads: [L·5, r', c'] stacks with their summaries (shown_matrices.h).
 //
-// On the CPU in float32, shrunk (the default), they are measured where they lie, ΔM made a group
-// at a time (show_host_matrices); elsewhere as stacks of ATen calls, the spectra in one batched
-// call (singular_values_together).
+// On the CPU in float32, contiguous and shrunk (the default), with a shorter side up to
+// kSmallSingularValueSide, they are measured where they lie, ΔM made a group at a time
+// (show_host_matrices); otherwise as stacks of ATen calls, the spectra in one batched call where
+// they can be (singular_values_together).
 #pragma once
 #include <ATen/core/Tensor.h>
 

@@ -158,12 +158,19 @@ void show_host_matrices(const std::vector<HostSnapshotMatrix>& matrices, int64_t
               "show_host_matrices: ", matrices.size(), " matrices, ", shown.size(), " shown and ",
               summary.size(), " summaries");
   if (matrices.empty()) return;
-  const int64_t k = std::min(matrices.front().rows, matrices.front().cols);
-  for (const HostSnapshotMatrix& x : matrices)
+  const auto sides = [](const HostSnapshotMatrix& x) {
+    return std::pair<int64_t, int64_t>{std::min(x.rows, x.cols), std::max(x.rows, x.cols)};
+  };
+  const int64_t k = sides(matrices.front()).first;
+  // Checked before anything is written: a group's ΔM scratch is sized by its first matrix.
+  for (const HostSnapshotMatrix& x : matrices) {
+    TORCH_CHECK(sides(x) == sides(matrices.front()), "show_host_matrices: a ", x.rows, "×", x.cols,
+                " matrix among ", matrices.front().rows, "×", matrices.front().cols, " ones");
     TORCH_CHECK(shown_shape(x.rows, x.cols, largest) != std::make_pair(x.rows, x.cols),
                 "show_host_matrices: a ", x.rows, "×", x.cols, " matrix is not shrunk at ", largest);
+  }
   const auto groups = singular_value_groups(static_cast<int64_t>(matrices.size()));
-  for_each_shared(static_cast<int64_t>(groups.size()), [&](int64_t g) {
+  const auto one_group = [&](int64_t g) {
     const auto [first, count] = groups[static_cast<size_t>(g)];
     const int64_t area =
         matrices[static_cast<size_t>(first)].rows * matrices[static_cast<size_t>(first)].cols;
@@ -191,7 +198,13 @@ void show_host_matrices(const std::vector<HostSnapshotMatrix>& matrices, int64_t
     small_singular_values_into(views, NonFinite::ReadAsZero, sigma.data());
     for (int64_t j = 0; j < count; ++j)
       std::copy(sigma.begin() + j * k, sigma.begin() + (j + 1) * k, summary[static_cast<size_t>(first + j)]);
-  });
+  };
+  // Shared as small_singular_values shares its groups: only where a group takes long enough.
+  if (k >= kSharedSingularValueSide) {
+    for_each_shared(static_cast<int64_t>(groups.size()), one_group);
+  } else {
+    for (int64_t g = 0; g < static_cast<int64_t>(groups.size()); ++g) one_group(g);
+  }
 }
 
 ShownMatrices show_matrices(const at::Tensor& full, int64_t largest, const at::Tensor& known) {

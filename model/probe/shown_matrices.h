@@ -35,12 +35,13 @@ struct HostSnapshotMatrix {
   int64_t rows, cols;
 };
 
-// show_matrices' CPU pass for host matrices that share their shorter and their longer side (wide
-// and tall mixed) and that `largest` shrinks: matrix i's area means go to shown[i] (its
-// shown_shape's floats) and its summary to summary[i] (min(r, c) + 4 floats), the same bits as
-// show_matrices and singular_values_together give for stacks of them. It goes by
-// small_singular_values' groups, each group's ΔM made, measured and its spectra taken while it is
-// in the cache, and shares the groups with a thread waiting for this one (model/util/work_share.h).
+// show_matrices' CPU pass for host matrices that share their shorter side (at most
+// kSmallSingularValueSide) and their longer side (wide and tall mixed) and that `largest` shrinks:
+// matrix i's area means go to shown[i] (its shown_shape's floats) and its summary to summary[i]
+// (min(r, c) + 4 floats), the same bits as show_matrices and singular_values_together give for
+// stacks of them. It goes by small_singular_values' groups, each group's ΔM made, measured and its
+// spectra taken while it is in the cache, and shares the groups with a thread waiting for this one
+// (model/util/work_share.h) where small_singular_values would.
 // Why: made as stacks first, a HOPE snapshot frame's 40 matrices of 64×256 (2.6 MB, beyond this
 // machine's 2 MB L2) were read from memory about six times over (ΔM, the stacks, the finite check,
 // the Gram matrices' copies, the ranges, the pooling).
@@ -49,9 +50,11 @@ void show_host_matrices(const std::vector<HostSnapshotMatrix>& matrices, int64_t
 
 // The singular values of several stacks [N_i, r_i, c_i] (NaN and Inf read as 0), [N_i, min(r_i,
 // c_i)] each: in one batched call, on the matrices where they lie, when every matrix has the same
-// shorter and longer side (a tall one is read by columns: σ(Xᵀ) = σ(X)). HOPE's snapshot stacks, W1 [64, 256]
-// and W2 [256, 64], M and ΔM of ten memories each, so fill groups of 16 + 16 + 8 lanes
-// (small_singular_values.h), where one call a stack took four groups of 16, each with six lanes of padding.
+// shorter side (at most kSmallSingularValueSide) and longer side (a tall one is read by columns:
+// σ(Xᵀ) = σ(X)); otherwise a call a stack (LAPACK's beyond that side). HOPE's snapshot stacks where
+// they are not measured in place (selfmod_snapshot.h), W1 [64, 256] and W2 [256, 64], M and ΔM of
+// ten memories each, so fill groups of 16 + 16 + 8 lanes (small_singular_values.h), where one call
+// a stack took four groups of 16, each with six lanes of padding.
 std::vector<at::Tensor> singular_values_together(const std::vector<at::Tensor>& stacks);
 
 // The shown copy's shape for an r×c matrix: the larger side `largest`, the aspect kept (each side

@@ -28,8 +28,6 @@ namespace {
 // ones; the Gram matrices go by four lanes (gram_block), or a matrix at a time (gram_into_lane).
 constexpr int kWideGroup = 16, kNarrowGroup = 8;
 constexpr int kMaxSweepsPerEigenvalue = 30;
-// Matrices whose shorter side is at least this share their groups (small_singular_values, below).
-constexpr int64_t kSharedSide = 32;
 
 // Lane masks are 64 bits wide, all ones or all zeros, so that a mask and a double share a vector
 // lane. `blend` selects with bit operations: written as `?:`, GCC moves the arithmetic of the chosen
@@ -384,7 +382,7 @@ void singular_values_of_group(const HostMatrix* matrices, int64_t lanes, NonFini
   // or (NonFinite::ReadAsZero) those of a copy with NaN and Inf as 0, made here (rarely needed).
   const float* from[Lanes];
   int64_t rows[Lanes], cols[Lanes];
-  std::vector<float> zeroed;
+  std::unique_ptr<float[]> zeroed;  // not zero-filled: each lane's part is written before it is read
   for (int lane = 0; lane < Lanes; ++lane) {
     from[lane] = zeros;
     rows[lane] = m;
@@ -398,8 +396,8 @@ void singular_values_of_group(const HostMatrix* matrices, int64_t lanes, NonFini
       from[lane] = x.data;
       measured[lane] = true;
     } else if (non_finite == NonFinite::ReadAsZero) {
-      zeroed.resize(static_cast<size_t>(Lanes * area));  // once: the pointers taken stay valid
-      float* copy = zeroed.data() + lane * area;
+      if (!zeroed) zeroed.reset(new float[static_cast<size_t>(Lanes * area)]);  // once: pointers stay valid
+      float* copy = zeroed.get() + lane * area;
       copy_finite(x.data, copy, area);
       from[lane] = copy;
       measured[lane] = true;
@@ -481,10 +479,12 @@ void small_singular_values_into(const std::vector<HostMatrix>& matrices, NonFini
               kSmallSingularValueSide);
   if (m == 0) return;
   const auto groups = singular_value_groups(static_cast<int64_t>(matrices.size()));
-  // Zeros for the padding and non-finite lanes: this thread's, grown as needed and never written;
-  // the groups a waiting thread takes read them too, until the loop below returns.
-  thread_local std::vector<float> zeros;
-  if (zeros.size() < static_cast<size_t>(m * n)) zeros.assign(static_cast<size_t>(m * n), 0.0f);
+  // Zeros for the padding lanes and the lanes NaN is asked of: this thread's, grown as needed and
+  // never written. Taken by pointer: a lambda does not capture a thread_local, and a group that a
+  // waiting thread takes would read that thread's own.
+  thread_local std::vector<float> zeros_here;
+  if (zeros_here.size() < static_cast<size_t>(m * n)) zeros_here.assign(static_cast<size_t>(m * n), 0.0f);
+  const float* zeros = zeros_here.data();
   // A group at a time, each thread with its own scratch, written in full for every group before it
   // is read: no zeroing. Groups of matrices with a side of 32 or more are shared with a thread
   // waiting for this one (model/util/work_share.h): a group of HOPE's 64×256 took 0.7–1 ms. Smaller
@@ -501,13 +501,12 @@ void small_singular_values_into(const std::vector<HostMatrix>& matrices, NonFini
     const HostMatrix* from = matrices.data() + first;
     float* to = out + first * m;
     if (lanes > kNarrowGroup) {
-      singular_values_of_group<kWideGroup>(from, lanes, non_finite, a.data(), gram.data(), zeros.data(), to);
+      singular_values_of_group<kWideGroup>(from, lanes, non_finite, a.data(), gram.data(), zeros, to);
     } else {
-      singular_values_of_group<kNarrowGroup>(from, lanes, non_finite, a.data(), gram.data(), zeros.data(),
-                                             to);
+      singular_values_of_group<kNarrowGroup>(from, lanes, non_finite, a.data(), gram.data(), zeros, to);
     }
   };
-  if (m >= kSharedSide) {
+  if (m >= kSharedSingularValueSide) {
     for_each_shared(static_cast<int64_t>(groups.size()), one_group);
   } else {
     for (int64_t g = 0; g < static_cast<int64_t>(groups.size()); ++g) one_group(g);

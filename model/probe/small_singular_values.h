@@ -28,6 +28,10 @@ inline constexpr int64_t kSmallSingularValueSide = 64;
 // with a NaN or Inf give NaN singular values (LAPACK would fail); callers zero them first.
 at::Tensor small_singular_values(const at::Tensor& matrices);
 
+// Matrices whose shorter side is at least this share their groups with a thread waiting for this
+// one (model/util/work_share.h); smaller ones take too little time a group for it to pay.
+inline constexpr int64_t kSharedSingularValueSide = 32;
+
 // How small_singular_values takes `count` matrices: groups {first, size} of 16 while more than 8 are
 // left, then the last 8 or fewer (a padded lane costs as much as a real one).
 std::vector<std::pair<int64_t, int64_t>> singular_value_groups(int64_t count);

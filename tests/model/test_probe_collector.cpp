@@ -1,9 +1,9 @@
 // The probes of SPEC §8 as the engine collects them (model/probe/probe_collector.cpp), checked
 // against direct computations on the state and the step record; and the frame-level detectors.
-#include <catch2/catch.hpp>
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -14,6 +14,7 @@
 #include "model/probe/frame_json.h"
 #include "model/probe/matrix_metrics.h"
 #include "model/probe/probe_collector.h"
+#include "model/probe/selfmod_snapshot.h"
 #include "model/train/lr_schedule.h"
 
 namespace {
@@ -265,6 +266,39 @@ TEST_CASE("probe collector: a shrunk snapshot carries its full matrix's singular
       CHECK(snap.full_max > *shown_max);
     }
   }
+}
+
+TEST_CASE("probe collector: HOPE's snapshot matrices measured in place give the stacks' bits", "[probe]") {
+  // The same memories stored transposed and read back through a transpose are not contiguous, so
+  // they go as stacks (selfmod_snapshot.cpp): the two ways, shrunk twice over, against each other.
+  Stepped s = step_five("hope");
+  LmState strided = s.state;
+  for (auto& block : strided.blocks)
+    for (auto& memory : block.selfmod.weights)
+      for (auto& w : memory) w = w.transpose(-1, -2).contiguous().transpose(-1, -2);
+  for (const int64_t largest : {8, 4}) {
+    INFO("largest " << largest);
+    const std::vector<SelfModShown> in_place = show_selfmod_memories(s.state, &s.before, largest);
+    const std::vector<SelfModShown> stacked = show_selfmod_memories(strided, &s.before, largest);
+    REQUIRE(in_place.size() == 4);  // W1's M and ΔM, then W2's
+    REQUIRE(stacked.size() == 4);
+    for (size_t i = 0; i < in_place.size(); ++i) {
+      INFO("stack " << i);
+      CHECK(in_place[i].weight == stacked[i].weight);
+      CHECK(std::string(in_place[i].tensor) == stacked[i].tensor);
+      CHECK(in_place[i].full_rows == stacked[i].full_rows);
+      CHECK(in_place[i].full_cols == stacked[i].full_cols);
+      CHECK(torch::equal(in_place[i].view.shown, stacked[i].view.shown));
+      CHECK(torch::equal(in_place[i].view.summary, stacked[i].view.summary));
+    }
+    CHECK(std::string(in_place[1].tensor) == "dM");
+    CHECK(in_place[1].view.shown.abs().max().item<float>() > 0);  // the step wrote
+  }
+  // A `before` of another shape is not read as if it were the weight's: it goes as stacks, whose
+  // subtraction refuses it.
+  auto before = s.before;
+  before[0][0] = torch::zeros({1, 1, 16, 8});
+  CHECK_THROWS(show_selfmod_memories(s.state, &before, 8));
 }
 
 TEST_CASE("probe collector: a shrunk snapshot counts its full matrix's NaN and Inf entries (issue 19)", "[probe]") {

@@ -126,7 +126,22 @@ TEST_CASE("small singular values where the matrices lie: wide and tall mixed giv
     CHECK(torch::isnan(got[16]).all().item<bool>());  // wide[8]
     CHECK(torch::allclose(got, expect, 0.0, 0.0, /*equal_nan=*/true));
     CHECK(torch::equal(zeroed, small_singular_values(torch::nan_to_num(stack, 0.0, 0.0, 0.0))));
-    CHECK(torch::equal(zeroed[0], got[0]));
+  }
+  // Groups with padding lanes (11 matrices in a group of 16 lanes, 3 in one of 8), wide and tall
+  // alternating, interleaved at 12×20: a padding lane reads the first matrix's way.
+  for (const int64_t count : {11, 3}) {
+    INFO(count << " matrices");
+    const at::Tensor wide = torch::randn({count, 12, 20}), tall = torch::randn({count, 20, 12});
+    std::vector<HostMatrix> matrices;
+    std::vector<at::Tensor> as_wide;
+    for (int64_t i = 0; i < count; ++i) {
+      const at::Tensor& x = i % 2 == 0 ? wide[i] : tall[i];
+      matrices.push_back({x.data_ptr<float>(), x.size(0), x.size(1)});
+      as_wide.push_back(i % 2 == 0 ? x : x.t().contiguous());
+    }
+    const at::Tensor got = torch::empty({count, 12});
+    small_singular_values_into(matrices, NonFinite::Nan, got.data_ptr<float>());
+    CHECK(torch::equal(got, small_singular_values(torch::stack(as_wide))));
   }
   // Sides that differ are refused, not measured.
   const at::Tensor a = torch::randn({16, 64}), b = torch::randn({16, 60});
