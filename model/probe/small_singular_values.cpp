@@ -54,68 +54,131 @@ using LaneMask = int64_t;
 // (coupling i and i+1) to e[i·Lanes + lane]; e's last row is zeroed. A column whose part below the
 // subdiagonal is already zero gets no reflection (τ = 0).
 // Why the lower triangle alone: the group's matrices are m²·Lanes doubles (512 KB for HOPE's 64×64
-// Gram matrices in 16 lanes), beyond L1, and each reflection streams the trailing block twice (for
-// G v and for the update), so the whole matrix took twice the traffic for the same arithmetic:
-// two stacks of ten of HOPE's 64×256 matrices, 2.7 → 2.4 ms (Intel VM, bench/probe_breakdown
-// spectra_us).
+// Gram matrices in 16 lanes), beyond L1, and the whole matrix took twice the traffic for the same
+// arithmetic: two stacks of ten of HOPE's 64×256 matrices, 2.7 → 2.4 ms (Intel VM,
+// bench/probe_breakdown spectra_us).
+// Why one pass a reflection: reflection k updates the trailing block (G − v wᵀ − w vᵀ) and
+// reflection k + 1 then multiplies it by its vector (G v'). Once column k + 1 is updated, v' is
+// known, so each entry is updated and multiplied in the same visit: the block is streamed from L2
+// once a reflection, not twice. The operations and their order are the two passes', so the bits
+// are too.
+// Entry (i, j) of the trailing block, reflected: G − v wᵀ − w vᵀ. Inlined into each clone, as the
+// helpers below, so that it is built for the clone's width (a lambda was not vectorised at 8 lanes).
+template <int Lanes>
+[[gnu::always_inline]] inline void reflect_entry(double* __restrict gij, const double* __restrict v,
+                                                 const double* __restrict w, int i, int j) {
+  for (int lane = 0; lane < Lanes; ++lane)
+    gij[lane] -= v[i * Lanes + lane] * w[j * Lanes + lane] + w[i * Lanes + lane] * v[j * Lanes + lane];
+}
+
+// Row i's part of p = G u over the block from `from` on (G's lower triangle: entry (i, j < i) adds
+// to p_i and, as (j, i), to p_j). With Reflect, the row's entries are first reflected by the last
+// reflection (v, w), stored, and multiplied as they are in registers: its diagonal first, as the
+// product takes it. (Reflected in memory first and then read, GCC left the 8-lane copy scalar.)
+template <int Lanes, bool Reflect>
+[[gnu::always_inline]] inline void multiply_row(double* __restrict g, int m, int i, int from,
+                                                const double* __restrict v, const double* __restrict w,
+                                                const double* __restrict u, double* __restrict p) {
+  double* __restrict row = g + i * m * Lanes;
+  double sum[Lanes];
+  for (int lane = 0; lane < Lanes; ++lane) {
+    double gii = row[i * Lanes + lane];
+    if (Reflect) {
+      gii -= v[i * Lanes + lane] * w[i * Lanes + lane] + w[i * Lanes + lane] * v[i * Lanes + lane];
+      row[i * Lanes + lane] = gii;
+    }
+    sum[lane] = gii * u[i * Lanes + lane];
+  }
+  for (int j = from; j < i; ++j)
+    for (int lane = 0; lane < Lanes; ++lane) {
+      double gij = row[j * Lanes + lane];
+      if (Reflect) {
+        gij -= v[i * Lanes + lane] * w[j * Lanes + lane] + w[i * Lanes + lane] * v[j * Lanes + lane];
+        row[j * Lanes + lane] = gij;
+      }
+      sum[lane] += gij * u[j * Lanes + lane];
+      p[j * Lanes + lane] += gij * u[i * Lanes + lane];
+    }
+  for (int lane = 0; lane < Lanes; ++lane) p[i * Lanes + lane] += sum[lane];
+}
+
+// Reflection k from column k below the diagonal, x: H x = α e₁ with α = −sign(x₀)‖x‖ (no
+// cancellation in x₀ − α). Its vector into v, τ into tau; d[k] and e[k] are final.
+template <int Lanes>
+[[gnu::always_inline]] inline void reflection(const double* __restrict g, int m, int k, double* __restrict v,
+                                              double* __restrict tau, double* __restrict d,
+                                              double* __restrict e) {
+  auto at = [&](int i, int j) { return g + (i * m + j) * Lanes; };
+  double tail[Lanes] = {};
+  for (int i = k + 2; i < m; ++i)
+    for (int lane = 0; lane < Lanes; ++lane) tail[lane] += at(i, k)[lane] * at(i, k)[lane];
+  for (int lane = 0; lane < Lanes; ++lane) {
+    const double x0 = at(k + 1, k)[lane];
+    const double alpha = -std::copysign(std::sqrt(x0 * x0 + tail[lane]), x0);
+    const LaneMask reflects = mask_of(tail[lane] > 0);
+    const double v0 = x0 - alpha;
+    v[(k + 1) * Lanes + lane] = v0;
+    tau[lane] = blend(reflects, 2.0 / (v0 * v0 + tail[lane]), 0.0);
+    e[k * Lanes + lane] = blend(reflects, alpha, x0);
+    d[k * Lanes + lane] = at(k, k)[lane];
+  }
+  for (int i = k + 2; i < m; ++i)
+    for (int lane = 0; lane < Lanes; ++lane) v[i * Lanes + lane] = at(i, k)[lane];
+}
+
+// p = τ G u, summed over the block from `from` on, becomes w = p − (τ uᵀp / 2) u, in place.
+template <int Lanes>
+[[gnu::always_inline]] inline void finish_w(int m, int from, const double* __restrict tau,
+                                            const double* __restrict u, double* __restrict p) {
+  double k_half[Lanes] = {};
+  for (int i = from; i < m; ++i)
+    for (int lane = 0; lane < Lanes; ++lane) {
+      p[i * Lanes + lane] *= tau[lane];
+      k_half[lane] += u[i * Lanes + lane] * p[i * Lanes + lane];
+    }
+  for (int lane = 0; lane < Lanes; ++lane) k_half[lane] *= 0.5 * tau[lane];
+  for (int i = from; i < m; ++i)
+    for (int lane = 0; lane < Lanes; ++lane) p[i * Lanes + lane] -= k_half[lane] * u[i * Lanes + lane];
+}
+
 template <int Lanes>
 MEMSCOPE_SIMD_CLONES
 void tridiagonalise(double* __restrict g, double* __restrict d, double* __restrict e, int m) {
-  std::vector<double> v(static_cast<size_t>(m * Lanes)), w(v.size());
-  double tau[Lanes], k_half[Lanes];
-  auto at = [&](int i, int j) { return g + (i * m + j) * Lanes; };
+  // This reflection's vector and w, and the next one's.
+  std::vector<double> v(static_cast<size_t>(m * Lanes)), w(v.size()), v_next(v.size()), w_next(v.size());
+  double tau[Lanes];
+  if (m >= 3) {
+    reflection<Lanes>(g, m, 0, v.data(), tau, d, e);
+    std::fill(w.begin() + Lanes, w.end(), 0.0);
+    for (int i = 1; i < m; ++i) multiply_row<Lanes, false>(g, m, i, 1, nullptr, nullptr, v.data(), w.data());
+    finish_w<Lanes>(m, 1, tau, v.data(), w.data());
+  }
   for (int k = 0; k + 2 < m; ++k) {
-    // x = column k below the diagonal; H x = α e₁ with α = −sign(x₀)‖x‖ (no cancellation in x₀ − α).
-    double tail[Lanes] = {};
-    for (int i = k + 2; i < m; ++i)
-      for (int lane = 0; lane < Lanes; ++lane) tail[lane] += at(i, k)[lane] * at(i, k)[lane];
-    for (int lane = 0; lane < Lanes; ++lane) {
-      const double x0 = at(k + 1, k)[lane];
-      const double alpha = -std::copysign(std::sqrt(x0 * x0 + tail[lane]), x0);
-      const LaneMask reflect = mask_of(tail[lane] > 0);
-      const double v0 = x0 - alpha;
-      v[(k + 1) * Lanes + lane] = v0;
-      tau[lane] = blend(reflect, 2.0 / (v0 * v0 + tail[lane]), 0.0);
-      e[k * Lanes + lane] = blend(reflect, alpha, x0);
-      d[k * Lanes + lane] = at(k, k)[lane];
+    // H G H = G − v wᵀ − w vᵀ on the trailing block (rows and columns from k + 1).
+    if (k + 3 >= m) {  // the last reflection: the update alone
+      for (int i = k + 1; i < m; ++i)
+        for (int j = k + 1; j <= i; ++j)
+          reflect_entry<Lanes>(g + (i * m + j) * Lanes, v.data(), w.data(), i, j);
+      break;
     }
+    // Column k + 1 first, its diagonal included: the next reflection comes from it. Then the rest
+    // of the block, each entry reflected and multiplied by the next reflection's vector at once.
+    for (int i = k + 1; i < m; ++i)
+      reflect_entry<Lanes>(g + (i * m + k + 1) * Lanes, v.data(), w.data(), i, k + 1);
+    reflection<Lanes>(g, m, k + 1, v_next.data(), tau, d, e);
+    std::fill(w_next.begin() + (k + 2) * Lanes, w_next.end(), 0.0);
     for (int i = k + 2; i < m; ++i)
-      for (int lane = 0; lane < Lanes; ++lane) v[i * Lanes + lane] = at(i, k)[lane];
-    // H G H = G − v wᵀ − w vᵀ on the trailing block, with p = τ G v and w = p − (τ vᵀp / 2) v.
-    // G v from the lower triangle: entry (i, j < i) adds to p_i and, as (j, i), to p_j (in w).
-    for (int i = k + 1; i < m; ++i)
-      for (int lane = 0; lane < Lanes; ++lane) w[i * Lanes + lane] = 0;
-    for (int i = k + 1; i < m; ++i) {
-      double p[Lanes];
-      for (int lane = 0; lane < Lanes; ++lane) p[lane] = at(i, i)[lane] * v[i * Lanes + lane];
-      for (int j = k + 1; j < i; ++j)
-        for (int lane = 0; lane < Lanes; ++lane) {
-          const double gij = at(i, j)[lane];
-          p[lane] += gij * v[j * Lanes + lane];
-          w[j * Lanes + lane] += gij * v[i * Lanes + lane];
-        }
-      for (int lane = 0; lane < Lanes; ++lane) w[i * Lanes + lane] += p[lane];
-    }
-    for (int lane = 0; lane < Lanes; ++lane) k_half[lane] = 0;
-    for (int i = k + 1; i < m; ++i)
-      for (int lane = 0; lane < Lanes; ++lane) {
-        w[i * Lanes + lane] *= tau[lane];
-        k_half[lane] += v[i * Lanes + lane] * w[i * Lanes + lane];
-      }
-    for (int lane = 0; lane < Lanes; ++lane) k_half[lane] *= 0.5 * tau[lane];
-    for (int i = k + 1; i < m; ++i)
-      for (int lane = 0; lane < Lanes; ++lane) w[i * Lanes + lane] -= k_half[lane] * v[i * Lanes + lane];
-    for (int i = k + 1; i < m; ++i)
-      for (int j = k + 1; j <= i; ++j)
-        for (int lane = 0; lane < Lanes; ++lane)
-          at(i, j)[lane] -= v[i * Lanes + lane] * w[j * Lanes + lane] + w[i * Lanes + lane] * v[j * Lanes + lane];
+      multiply_row<Lanes, true>(g, m, i, k + 2, v.data(), w.data(), v_next.data(), w_next.data());
+    finish_w<Lanes>(m, k + 2, tau, v_next.data(), w_next.data());
+    std::swap(v, v_next);
+    std::swap(w, w_next);
   }
   for (int lane = 0; lane < Lanes; ++lane) {
     if (m >= 2) {
-      d[(m - 2) * Lanes + lane] = at(m - 2, m - 2)[lane];
-      e[(m - 2) * Lanes + lane] = at(m - 1, m - 2)[lane];
+      d[(m - 2) * Lanes + lane] = g[((m - 2) * m + m - 2) * Lanes + lane];
+      e[(m - 2) * Lanes + lane] = g[((m - 1) * m + m - 2) * Lanes + lane];
     }
-    d[(m - 1) * Lanes + lane] = at(m - 1, m - 1)[lane];
+    d[(m - 1) * Lanes + lane] = g[((m - 1) * m + m - 1) * Lanes + lane];
     e[(m - 1) * Lanes + lane] = 0;
   }
 }
