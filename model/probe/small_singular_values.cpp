@@ -381,15 +381,21 @@ template <typename Vec, int TileI, int TileJ>
   constexpr int kWidth = sizeof(Vec) / sizeof(double);
   static_assert(TileI % TileJ == 0 && TileI <= kGramPad && kWidth <= kGramPad, "gram tiles: padding");
   const int mp = (m + TileI - 1) / TileI * TileI, np = (n + kWidth - 1) / kWidth * kWidth;
-  for (int p = 0; p < m; ++p) {
-    double* row = rows + p * np;
-    if (by_rows) {
-      for (int k = 0; k < n; ++k) row[k] = matrix[p * c + k];
-    } else {
-      for (int k = 0; k < n; ++k) row[k] = matrix[k * c + p];
+  if (by_rows) {
+    for (int p = 0; p < m; ++p)
+      for (int k = 0; k < n; ++k) rows[p * np + k] = matrix[p * c + k];
+  } else {
+    // A tall matrix's columns, by bands of kTallBand of its rows, each band's cache lines read once
+    // for all its columns. A column at a time read every line c / 16 times, from L2 at HOPE's
+    // 256×64: 16 such matrices took 996–1,039 µs against 856–863 for 16 of 64×256 (Intel VM).
+    constexpr int kTallBand = 16;
+    for (int k0 = 0; k0 < n; k0 += kTallBand) {
+      const int k1 = std::min(n, k0 + kTallBand);
+      for (int p = 0; p < m; ++p)
+        for (int k = k0; k < k1; ++k) rows[p * np + k] = matrix[k * c + p];
     }
-    std::fill(row + n, row + np, 0.0);
   }
+  for (int p = 0; p < m; ++p) std::fill(rows + p * np + n, rows + (p + 1) * np, 0.0);
   std::fill(rows + m * np, rows + mp * np, 0.0);
   for (int i0 = 0; i0 < mp; i0 += TileI)
     for (int j0 = 0; j0 < i0 + TileI; j0 += TileJ)
