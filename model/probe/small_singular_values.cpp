@@ -48,20 +48,6 @@ using LaneMask = int64_t;
   return out;
 }
 
-// One group of up to Lanes symmetric m×m matrices, lane-interleaved: g[(i·m + j)·Lanes + lane], of
-// which only the lower triangle (j ≤ i) is read or written. Householder reflections reduce each to
-// tridiagonal form, in place: the diagonal goes to d[i·Lanes + lane] and the off-diagonal
-// (coupling i and i+1) to e[i·Lanes + lane]; e's last row is zeroed. A column whose part below the
-// subdiagonal is already zero gets no reflection (τ = 0).
-// Why the lower triangle alone: the group's matrices are m²·Lanes doubles (512 KB for HOPE's 64×64
-// Gram matrices in 16 lanes), beyond L1, and the whole matrix took twice the traffic for the same
-// arithmetic: two stacks of ten of HOPE's 64×256 matrices, 2.7 → 2.4 ms (Intel VM,
-// bench/probe_breakdown spectra_us).
-// Why one pass a reflection: reflection k updates the trailing block (G − v wᵀ − w vᵀ) and
-// reflection k + 1 then multiplies it by its vector (G v'). Once column k + 1 is updated, v' is
-// known, so each entry is updated and multiplied in the same visit: the block is streamed from L2
-// once a reflection, not twice. The operations and their order are the two passes', so the bits
-// are too.
 // Entry (i, j) of the trailing block, reflected: G − v wᵀ − w vᵀ. Inlined into each clone, as the
 // helpers below, so that it is built for the clone's width (a lambda was not vectorised at 8 lanes).
 template <int Lanes>
@@ -126,7 +112,8 @@ template <int Lanes>
     for (int lane = 0; lane < Lanes; ++lane) v[i * Lanes + lane] = at(i, k)[lane];
 }
 
-// p = τ G u, summed over the block from `from` on, becomes w = p − (τ uᵀp / 2) u, in place.
+// p = G u, summed over the block from `from` on, becomes p ← τ p, then w = p − (τ uᵀp / 2) u, in
+// place.
 template <int Lanes>
 [[gnu::always_inline]] inline void finish_w(int m, int from, const double* __restrict tau,
                                             const double* __restrict u, double* __restrict p) {
@@ -141,6 +128,20 @@ template <int Lanes>
     for (int lane = 0; lane < Lanes; ++lane) p[i * Lanes + lane] -= k_half[lane] * u[i * Lanes + lane];
 }
 
+// One group of up to Lanes symmetric m×m matrices, lane-interleaved: g[(i·m + j)·Lanes + lane], of
+// which only the lower triangle (j ≤ i) is read or written. Householder reflections reduce each to
+// tridiagonal form, in place: the diagonal goes to d[i·Lanes + lane] and the off-diagonal
+// (coupling i and i+1) to e[i·Lanes + lane]; e's last row is zeroed. A column whose part below the
+// subdiagonal is already zero gets no reflection (τ = 0).
+// Why the lower triangle alone: the group's matrices are m²·Lanes doubles (512 KB for HOPE's 64×64
+// Gram matrices in 16 lanes), beyond L1, and every reflection streams the trailing block from L2:
+// the whole matrix took twice the traffic for the same arithmetic, two stacks of ten of HOPE's
+// 64×256 matrices 2.7 → 2.4 ms (Intel VM, bench/probe_breakdown spectra_us).
+// Why one pass a reflection: reflection k updates the trailing block (G − v wᵀ − w vᵀ) and
+// reflection k + 1 then multiplies it by its vector (G v'). Once column k + 1 is updated, v' is
+// known, so each entry is updated and multiplied in the same visit: the block is streamed once a
+// reflection, not twice. The operations and their order are the two passes', so for finite input
+// the bits are too (checked for m up to 130, at 8 and 16 lanes; a NaN's sign may differ).
 template <int Lanes>
 MEMSCOPE_SIMD_CLONES
 void tridiagonalise(double* __restrict g, double* __restrict d, double* __restrict e, int m) {
@@ -386,8 +387,9 @@ template <typename Vec, int TileI, int TileJ>
       for (int k = 0; k < n; ++k) rows[p * np + k] = matrix[p * c + k];
   } else {
     // A tall matrix's columns, by bands of kTallBand of its rows, each band's cache lines read once
-    // for all its columns. A column at a time read every line c / 16 times, from L2 at HOPE's
-    // 256×64: 16 such matrices took 996–1,039 µs against 856–863 for 16 of 64×256 (Intel VM).
+    // for all its columns. A column at a time read every line 16 times (once for each column it
+    // holds), from L2 at HOPE's 256×64: 16 such matrices took 996–1,039 µs against 856–863 for 16
+    // of 64×256 (Intel VM); by bands, 892–918.
     constexpr int kTallBand = 16;
     for (int k0 = 0; k0 < n; k0 += kTallBand) {
       const int k1 = std::min(n, k0 + kTallBand);
