@@ -4,8 +4,10 @@
 #include <torch/torch.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
 #include <limits>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -164,12 +166,17 @@ TEST_CASE(
   CHECK(same(shown_here()));
   CHECK(torch::isnan(expect[2].shown[4]).any().item<bool>());  // the NaN reached the shown copy
   CHECK(expect[1].summary[2][64 + 3].item<float>() == 1.0f);   // and the −Inf the ΔM's count
-  // On a side job, with the waiting thread taking groups: the same bits (a few tries, as the work
-  // share's own test, until it has taken one).
+  // On a side job, with the waiting thread taking groups: the same bits. Tried until the waiter has
+  // taken a group, at most 50 times: the job starts 1 ms late so that the waiter is waiting when
+  // the groups are offered. Five tries without the delay missed 1 run in 27 with two busy loops
+  // beside the test.
   memscope::model::SideThread side;
-  for (int attempt = 0; attempt < 5 && side.items_helped() == 0; ++attempt) {
+  for (int attempt = 0; attempt < 50 && side.items_helped() == 0; ++attempt) {
     std::vector<memscope::model::ShownMatrices> shared;
-    side.run([&] { shared = shown_here(); });
+    side.run([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      shared = shown_here();
+    });
     side.wait();
     CHECK(same(shared));
   }
