@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "model/probe/shown_matrices.h"
@@ -22,65 +23,65 @@ at::Tensor before_of(const std::vector<std::vector<at::Tensor>>& before, size_t 
   return before[l][static_cast<size_t>(m) * 2 + w][0][0];
 }
 
-bool on_host(const at::Tensor& t) {
-  return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous();
-}
-
-// Every matrix shown is measured where it lies when all are CPU float32 and contiguous, each
-// weight's of one shape (its `before` too: the ΔM scratch is sized by the first), shrunk, and their
-// spectra go the batched way (a shorter side up to kSmallSingularValueSide; LAPACK's beyond).
-bool measured_on_host(const LmState& state, const std::vector<std::vector<at::Tensor>>* before,
-                      int64_t largest) {
+// The matrices shown, W1's M and ΔM, then W2's, each block's five (SelfModMemory order), where
+// they lie: batch row 0, head 0 of each [B, H, r, c] weight is its first r·c floats. Nothing when
+// one is not a contiguous CPU float32 tensor of its weight's shape (its `before` too: the ΔM
+// scratch is sized by the first), or a weight is not shrunk or its spectra do not go the batched
+// way (a shorter side beyond kSmallSingularValueSide): then they go as stacks. One pass, no ATen
+// call: taking each as weight_of's slices, to check and then to point at, was 252 selects a frame
+// (about 0.13 ms with their as_strided calls, probe_breakdown --op-times, Intel VM).
+std::optional<std::vector<HostSnapshotMatrix>> matrices_on_host(
+    const LmState& state, const std::vector<std::vector<at::Tensor>>* before, int64_t largest) {
+  std::vector<HostSnapshotMatrix> out;
   for (size_t w = 0; w < 2; ++w) {
-    const at::Tensor first = weight_of(state, 0, 0, w);
-    if (first.dim() != 2 ||
-        shown_shape(first.size(0), first.size(1), largest) == std::make_pair(first.size(0), first.size(1)) ||
-        std::min(first.size(0), first.size(1)) > kSmallSingularValueSide)
-      return false;
-    for (size_t l = 0; l < state.blocks.size(); ++l)
-      for (int m = 0; m < kSelfModCount; ++m) {
-        const at::Tensor now = weight_of(state, l, m, w);
-        if (!on_host(now) || now.sizes() != first.sizes()) return false;
-        if (before &&
-            (!on_host(before_of(*before, l, m, w)) || before_of(*before, l, m, w).sizes() != first.sizes()))
-          return false;
-      }
+    const at::Tensor& first = state.blocks.front().selfmod.weights.front()[w];
+    if (first.dim() != 4) return std::nullopt;
+    const int64_t r = first.size(2), c = first.size(3);
+    if (shown_shape(r, c, largest) == std::make_pair(r, c) || std::min(r, c) > kSmallSingularValueSide)
+      return std::nullopt;
+    auto where = [r, c](const at::Tensor& t) -> const float* {
+      const bool on_host = t.dim() == 4 && t.device().is_cpu() && t.scalar_type() == at::kFloat &&
+                           t.is_contiguous() && t.size(2) == r && t.size(3) == c;
+      return on_host ? t.data_ptr<float>() : nullptr;
+    };
+    for (const bool change : {false, true}) {
+      if (change && !before) continue;
+      for (size_t l = 0; l < state.blocks.size(); ++l)
+        for (int m = 0; m < kSelfModCount; ++m) {
+          const float* now = where(state.blocks[l].selfmod.weights[static_cast<size_t>(m)][w]);
+          const float* was = change ? where((*before)[l][static_cast<size_t>(m) * 2 + w]) : nullptr;
+          if (!now || (change && !was)) return std::nullopt;
+          out.push_back({now, was, r, c});
+        }
+    }
   }
-  return true;
+  return out;
 }
 
-std::vector<SelfModShown> shown_on_host(const LmState& state,
-                                        const std::vector<std::vector<at::Tensor>>* before, int64_t largest) {
-  const size_t blocks = state.blocks.size();
+// `matrices` as matrices_on_host gives them: a stack's worth (every block's five) at a time, M
+// then (with ΔM) ΔM of each weight.
+std::vector<SelfModShown> shown_on_host(const std::vector<HostSnapshotMatrix>& matrices, size_t blocks,
+                                        bool with_change, int64_t largest) {
+  const auto count = static_cast<int64_t>(blocks) * kSelfModCount;
+  const size_t stacks_a_weight = with_change ? 2 : 1;
   std::vector<SelfModShown> out;
-  std::vector<HostSnapshotMatrix> matrices;
   std::vector<float*> shown, summary;
-  for (size_t w = 0; w < 2; ++w)
-    for (const char* tensor : {"M", "dM"}) {
-      const bool change = tensor[0] == 'd';
-      if (change && !before) continue;
-      const at::Tensor first = weight_of(state, 0, 0, w);
-      const int64_t r = first.size(0), c = first.size(1),
-                    count = static_cast<int64_t>(blocks) * kSelfModCount;
-      const auto [rows, cols] = shown_shape(r, c, largest);
-      SelfModShown s{static_cast<int>(w),
-                     tensor,
-                     r,
-                     c,
-                     {at::empty({count, rows, cols}, first.options()),
-                      at::empty({count, std::min(r, c) + 4}, first.options())}};
-      for (size_t l = 0, i = 0; l < blocks; ++l)
-        for (int m = 0; m < kSelfModCount; ++m, ++i) {
-          const at::Tensor now = weight_of(state, l, m, w);
-          matrices.push_back({now.data_ptr<float>(),
-                              change ? before_of(*before, l, m, w).data_ptr<float>() : nullptr, now.size(0),
-                              now.size(1)});
-          shown.push_back(s.view.shown.data_ptr<float>() + static_cast<int64_t>(i) * rows * cols);
-          summary.push_back(s.view.summary.data_ptr<float>() +
-                            static_cast<int64_t>(i) * (std::min(r, c) + 4));
-        }
-      out.push_back(std::move(s));
+  for (size_t start = 0; start < matrices.size(); start += static_cast<size_t>(count)) {
+    const HostSnapshotMatrix& first = matrices[start];
+    const int64_t r = first.rows, c = first.cols, k = std::min(r, c);
+    const auto [rows, cols] = shown_shape(r, c, largest);
+    const int weight = static_cast<int>(out.size() / stacks_a_weight);
+    SelfModShown s{weight,
+                   first.before ? "dM" : "M",
+                   r,
+                   c,
+                   {at::empty({count, rows, cols}, at::kFloat), at::empty({count, k + 4}, at::kFloat)}};
+    for (int64_t i = 0; i < count; ++i) {
+      shown.push_back(s.view.shown.data_ptr<float>() + i * rows * cols);
+      summary.push_back(s.view.summary.data_ptr<float>() + i * (k + 4));
     }
+    out.push_back(std::move(s));
+  }
   show_host_matrices(matrices, largest, shown, summary);
   return out;
 }
@@ -137,8 +138,9 @@ std::vector<SelfModShown> show_selfmod_memories(const LmState& state,
   const at::NoGradGuard no_grad;  // at::sub_out refuses weights that require grad under grad mode
   if (state.blocks.empty()) return {};
   if (before && before->size() != state.blocks.size()) before = nullptr;
-  return measured_on_host(state, before, largest) ? shown_on_host(state, before, largest)
-                                                  : shown_as_stacks(state, before, largest);
+  if (const auto matrices = matrices_on_host(state, before, largest))
+    return shown_on_host(*matrices, state.blocks.size(), before != nullptr, largest);
+  return shown_as_stacks(state, before, largest);
 }
 
 }  // namespace memscope::model
